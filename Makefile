@@ -1,0 +1,36 @@
+# Every target bootstraps what it needs: the virtualenv (from pyproject.toml) and, through
+# scripts/system-deps.sh, the few Debian packages the embedded stack runs on.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint bench clean system-deps
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+system-deps:
+	@bash scripts/system-deps.sh
+
+demo: system-deps $(STAMP)
+	$(BIN)/spanner-cdc demo
+
+test: system-deps $(STAMP)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+bench: system-deps $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .stack .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

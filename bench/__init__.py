@@ -1,0 +1,1 @@
+"""``make bench``: measured figures, each beside a raw baseline measured in the same run."""

@@ -1,0 +1,1 @@
+"""Kafka → Spark sinks (``spanner-cdc consume``): built in the consumer issue."""

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the system packages the embedded stack needs, and only those that are missing:
+# a JDK 17 (Spark, and javac for the Avro interoperability test) and the PostgreSQL server.
+# The Cloud Spanner emulator is not in Debian's archive: when it is missing this says so and
+# how to get it; the stack then falls back to SPANNER_EMULATOR_HOST or a container.
+set -euo pipefail
+
+missing=()
+command -v javac >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
+pg_bindir=$( (pg_config --bindir 2>/dev/null) || true)
+if [ ! -x "$pg_bindir/initdb" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  missing+=(postgresql)
+fi
+
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "system-deps: missing ${missing[*]}; run: sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "system-deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+sdk_root=$( (gcloud info --format='value(installation.sdk_root)' 2>/dev/null) || true)
+if [ -z "${SPANNER_EMULATOR_HOST:-}" ] && [ ! -x "$sdk_root/bin/cloud_spanner_emulator/gateway_main" ]; then
+  echo "system-deps: warning: the Cloud Spanner emulator is not installed (Debian package" \
+       "google-cloud-cli-spanner-emulator from Google Cloud's apt repository); set" \
+       "SPANNER_EMULATOR_HOST or run a Docker engine, or the integration tests will fail." >&2
+fi

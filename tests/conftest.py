@@ -1,0 +1,19 @@
+"""Session fixtures: one embedded stack per test run, stopped also when tests fail or on SIGTERM."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from spanner_cdc.stack import EmbeddedStack, stop_on_signals
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[EmbeddedStack]:
+    with stop_on_signals():
+        started = EmbeddedStack.start()
+        try:
+            yield started
+        finally:
+            started.stop()

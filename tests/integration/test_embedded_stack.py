@@ -1,0 +1,176 @@
+"""The embedded stack end to end: Spanner write → change stream → Avro on Kafka → PostgreSQL.
+
+Real emulator, real broker, real PostgreSQL. The change-stream walk here is the simple one of
+tests/support; the producer issue brings the real reader.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from schemas.events import DataChangeRecord, EventBuilder
+from schemas.wire import SchemaStore, WriterSchema, encode
+from spanner_cdc.stack import EmbeddedStack, ServiceError
+from spanner_cdc.stack.services import start_kafka
+from tests.support.spanner_db import create_database, read_pg_change_stream
+
+pytestmark = pytest.mark.integration
+
+
+def test_write_read_produce_consume_and_query(stack: EmbeddedStack) -> None:
+    database = create_database(
+        stack.endpoint("spanner"),
+        [
+            "CREATE TABLE accounts (id varchar(36) PRIMARY KEY, balance bigint, note text)",
+            "CREATE CHANGE STREAM bank_stream FOR accounts",
+        ],
+        dialect="POSTGRESQL",
+    )
+    start = dt.datetime.now(dt.UTC)
+    with database.batch() as batch:
+        batch.insert("accounts", columns=["id", "balance", "note"], values=[["acc-1", 100, "hello"]])
+    end = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)
+    time.sleep(1.5)  # the end timestamp must be in the past for the walk to finish
+    records = read_pg_change_stream(database, "bank_stream", start, end)
+    assert [r["table_name"] for r in records] == ["accounts"]
+
+    builder = EventBuilder(f"{database.name}/changeStreams/bank_stream", database.database_id, "public")
+    [event] = builder.build(DataChangeRecord.from_json(records[0]), None, int(time.time() * 1000))
+    assert event.value["payload"] == {"id": "acc-1", "balance": 100, "note": "hello"}
+
+    bootstrap = stack.endpoint("kafka")
+    topic = f"bank_stream.accounts.{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    writer, key_writer = (
+        WriterSchema.from_schema(event.table.event_schema),
+        WriterSchema.from_schema(event.table.key_schema),
+    )
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    producer.produce(topic, key=encode(key_writer, event.key), value=encode(writer, event.value))
+    assert producer.flush(30) == 0
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    message = None
+    deadline = time.monotonic() + 30
+    while message is None and time.monotonic() < deadline:
+        message = consumer.poll(1.0)
+    consumer.close()
+    assert message is not None and message.error() is None
+    store = SchemaStore()
+    store.add(writer.schema_json)
+    raw = message.value()
+    assert raw is not None
+    decoded = store.decode(raw)
+    assert decoded["uuid"] == event.value["uuid"]
+
+    with psycopg.connect(stack.endpoint("postgres"), autocommit=True) as connection:
+        connection.execute("CREATE TABLE accounts (id text PRIMARY KEY, balance bigint, note text)")
+        payload = decoded["payload"]
+        connection.execute(
+            "INSERT INTO accounts VALUES (%s, %s, %s)", (payload["id"], payload["balance"], payload["note"])
+        )
+        row = connection.execute("SELECT id, balance, note FROM accounts").fetchone()
+    assert row == ("acc-1", 100, "hello")
+
+
+def test_unreachable_address_in_environment_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPANNER_CDC_KAFKA_BOOTSTRAP", "127.0.0.1:1")
+    with pytest.raises(ServiceError, match=r"kafka: SPANNER_CDC_KAFKA_BOOTSTRAP=127.0.0.1:1 does not answer"):
+        start_kafka(tmp_path)
+
+
+def test_address_in_environment_is_used_as_is(
+    stack: EmbeddedStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPANNER_CDC_KAFKA_BOOTSTRAP", stack.endpoint("kafka"))
+    handle = start_kafka(tmp_path)
+    assert (handle.source, handle.endpoint, handle.pgid) == ("environment", stack.endpoint("kafka"), None)
+
+
+def run_stack_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``spanner-cdc stack …`` in a subprocess, without the stack addresses of this test run."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPANNER_CDC_", "SPANNER_EMULATOR"))}
+    return subprocess.run(
+        [sys.executable, "-m", "spanner_cdc.cli", "stack", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_stack_cli_up_status_down(tmp_path: Path) -> None:
+    """What a person runs: ``stack up`` leaves services running, ``down`` stops every process."""
+    workdir = str(tmp_path / "stack")
+    up = run_stack_cli("up", "--dir", workdir, "--services", "kafka,postgres")
+    assert up.returncode == 0, up.stderr
+    assert "SPANNER_CDC_KAFKA_BOOTSTRAP=127.0.0.1:" in up.stdout
+    pgids = [h.pgid for h in EmbeddedStack.load(Path(workdir)).services.values()]
+    try:
+        status = run_stack_cli("status", "--dir", workdir)
+        assert status.returncode == 0 and status.stdout.count("ready") == 2, status.stdout
+        again = run_stack_cli("up", "--dir", workdir)
+        assert again.returncode == 1 and "already up" in again.stderr and "Traceback" not in again.stderr
+    finally:
+        down = run_stack_cli("down", "--dir", workdir)
+    assert down.returncode == 0, down.stderr
+    for pgid in pgids:
+        assert pgid is not None
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pgid, 0)
+    missing = run_stack_cli("status", "--dir", workdir)
+    assert missing.returncode == 1 and missing.stderr.startswith("spanner-cdc: no stack state")
+
+
+def processes_running_in(directory: Path) -> list[int]:
+    """Pids whose working directory is ``directory`` (local services run in the stack's)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")) == directory:
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_failed_start_stops_what_was_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL fails (an unreachable address is given); the broker started before it stops."""
+    monkeypatch.delenv("SPANNER_CDC_KAFKA_BOOTSTRAP", raising=False)
+    monkeypatch.setenv("SPANNER_CDC_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:1/postgres")
+    workdir = tmp_path / "w"
+    with pytest.raises(ServiceError, match=r"postgres: SPANNER_CDC_POSTGRES_DSN=.* does not answer"):
+        EmbeddedStack.start(workdir, ("kafka", "postgres"))
+    assert (workdir / "kafka.log").exists(), "the broker was started first"
+    assert processes_running_in(workdir) == []
+
+
+def test_demo_starts_the_stack_and_says_what_is_not_built() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPANNER_CDC_", "SPANNER_EMULATOR"))}
+    demo = subprocess.run(
+        [sys.executable, "-m", "spanner_cdc.cli", "demo"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        check=False,
+    )
+    assert demo.returncode == 0, demo.stderr
+    assert demo.stdout.count("ready") == 3
+    assert "not built yet" in demo.stderr

@@ -1,0 +1,142 @@
+"""Data change records → events: envelope, metadata and payload per mod and capture type."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from schemas.errors import ContractError
+from schemas.events import READ_METHOD_CHANGE_STREAMS, DataChangeRecord, Event, EventBuilder
+from schemas.spanner_types import parse_timestamp_micros
+from tests.support.records import STREAM_NAME, account_transfer_records
+
+pytestmark = pytest.mark.unit
+
+COLUMNS = account_transfer_records()[0]["column_types"]
+COMMIT = "2024-05-01T10:00:00.000001Z"
+
+
+def build(mod_type: str, capture: str, mod: dict[str, Any], **builder_options: Any) -> Event:
+    record = {
+        **account_transfer_records()[0],
+        "commit_timestamp": COMMIT,
+        "mod_type": mod_type,
+        "value_capture_type": capture,
+        "mods": [mod],
+    }
+    builder = EventBuilder(STREAM_NAME, "bank", **builder_options)
+    [event] = builder.build(DataChangeRecord.from_json(record), "token-7", 1_714_557_600_500)
+    return event
+
+
+def test_seed_transfer_becomes_two_events_of_one_transaction() -> None:
+    builder = EventBuilder(STREAM_NAME, "bank")
+    events = [
+        event
+        for record in account_transfer_records()
+        for event in builder.build(DataChangeRecord.from_json(record), "partition-a", 1_664_281_800_200)
+    ]
+    assert [e.key for e in events] == [{"AccountId": "Id1"}, {"AccountId": "Id2"}]
+    first, second = (e.value for e in events)
+    assert first["uuid"] != second["uuid"]
+    assert first["source_timestamp"] == 1_664_281_800_123
+    assert first["read_method"] == READ_METHOD_CHANGE_STREAMS and first["object"] == "AccountBalance"
+    assert first["sort_keys"] == [1_664_281_800_123_456, "6329047911", "00000000", 0]
+    assert second["sort_keys"] == [1_664_281_800_123_456, "6329047911", "00000001", 0]
+    metadata = first["source_metadata"]
+    assert metadata["tx_id"] == "6329047911" and metadata["number_of_records_in_transaction"] == 2
+    assert metadata["number_of_partitions_in_transaction"] == 2
+    assert metadata["number_of_mods_in_record"] == 1 and metadata["primary_keys"] == ["AccountId"]
+    assert first["payload"] == {"AccountId": "Id1", "LastUpdate": 1_664_281_800_123_456, "Balance": 1000}
+    assert metadata["old_values"] == {
+        "AccountId": "Id1",
+        "LastUpdate": 1_664_191_680_189_413,
+        "Balance": 1500,
+    }
+    assert events[0].table is events[1].table, "one TableSchema per table version"
+
+
+def test_insert_carries_the_row() -> None:
+    event = build(
+        "INSERT", "NEW_ROW", {"keys": {"AccountId": "A"}, "new_values": {"Balance": "5", "LastUpdate": None}}
+    )
+    assert event.value["payload"] == {"AccountId": "A", "Balance": 5, "LastUpdate": None}
+    assert event.value["source_metadata"]["changed_columns"] == ["Balance", "LastUpdate"]
+    assert event.value["source_metadata"]["is_deleted"] is False
+    assert event.value["source_metadata"]["old_values"] is None
+
+
+@pytest.mark.parametrize("capture", ["NEW_VALUES", "OLD_AND_NEW_VALUES"])
+def test_partial_update_carries_only_changed_columns(capture: str) -> None:
+    old = {"Balance": "1"} if capture == "OLD_AND_NEW_VALUES" else {}
+    event = build(
+        "UPDATE", capture, {"keys": {"AccountId": "A"}, "new_values": {"Balance": "2"}, "old_values": old}
+    )
+    assert event.value["payload"] == {"AccountId": "A", "Balance": 2}
+    assert event.value["source_metadata"]["changed_columns"] == ["Balance"]
+    expected_old = {"AccountId": "A", "Balance": 1} if old else None
+    assert event.value["source_metadata"]["old_values"] == expected_old
+
+
+@pytest.mark.parametrize("capture", ["NEW_ROW", "NEW_ROW_AND_OLD_VALUES"])
+def test_full_row_update_carries_the_whole_row(capture: str) -> None:
+    old = {"Balance": "1"} if capture == "NEW_ROW_AND_OLD_VALUES" else {}
+    new = {"Balance": "2", "LastUpdate": COMMIT}
+    event = build("UPDATE", capture, {"keys": {"AccountId": "A"}, "new_values": new, "old_values": old})
+    assert event.value["payload"] == {
+        "AccountId": "A",
+        "Balance": 2,
+        "LastUpdate": parse_timestamp_micros(COMMIT),
+    }
+    assert event.value["source_metadata"]["changed_columns"] == ["Balance", "LastUpdate"]
+
+
+@pytest.mark.parametrize(
+    ("capture", "old"),
+    [("OLD_AND_NEW_VALUES", {"Balance": "9", "LastUpdate": None}), ("NEW_ROW", {}), ("NEW_VALUES", {})],
+)
+def test_delete_carries_keys_and_captured_old_values(capture: str, old: dict[str, Any]) -> None:
+    event = build("DELETE", capture, {"keys": {"AccountId": "A"}, "new_values": {}, "old_values": old})
+    metadata = event.value["source_metadata"]
+    assert metadata["is_deleted"] is True and metadata["change_type"] == "DELETE"
+    expected = {"AccountId": "A", **({"Balance": 9, "LastUpdate": None} if old else {})}
+    assert event.value["payload"] == expected
+    assert metadata["changed_columns"] == sorted(old)
+
+
+def test_pending_commit_timestamp_column_gets_the_commit_timestamp() -> None:
+    mod = {"keys": {"AccountId": "A"}, "new_values": {"LastUpdate": "9999-12-31T23:59:59Z", "Balance": "3"}}
+    event = build(
+        "INSERT", "NEW_ROW", mod, commit_timestamp_columns={"AccountBalance": frozenset({"LastUpdate"})}
+    )
+    assert event.value["payload"]["LastUpdate"] == parse_timestamp_micros(COMMIT)
+    untouched = build("INSERT", "NEW_ROW", mod)
+    assert untouched.value["payload"]["LastUpdate"] == parse_timestamp_micros("9999-12-31T23:59:59Z")
+
+
+def test_named_schema_table_splits_schema_and_table() -> None:
+    record = {**account_transfer_records()[0], "table_name": "finance.AccountBalance"}
+    [event] = EventBuilder(STREAM_NAME, "bank").build(DataChangeRecord.from_json(record), None, 0)
+    assert event.value["object"] == "finance.AccountBalance"
+    assert event.value["source_metadata"]["schema"] == "finance"
+    assert event.table.namespace == "spanner_cdc.finance.AccountBalance"
+
+
+def test_value_for_unknown_column_is_an_error() -> None:
+    with pytest.raises(ContractError, match="unknown column 'Nope'"):
+        build("INSERT", "NEW_ROW", {"keys": {"AccountId": "A"}, "new_values": {"Nope": "1"}})
+
+
+def test_unknown_mod_type_is_an_error() -> None:
+    with pytest.raises(ContractError, match="mod_type 'UPSERT'"):
+        DataChangeRecord.from_json({**account_transfer_records()[0], "mod_type": "UPSERT"})
+
+
+def test_nested_json_given_as_text_is_accepted() -> None:
+    record = {**account_transfer_records()[0]}
+    record["mods"] = [
+        '{"keys": {"AccountId": "Z"}, "new_values": "{\\"Balance\\": \\"4\\"}", "old_values": null}'
+    ]
+    [event] = EventBuilder(STREAM_NAME, "bank").build(DataChangeRecord.from_json(record), None, 0)
+    assert event.value["payload"] == {"AccountId": "Z", "Balance": 4}

@@ -7,12 +7,19 @@ code, never a traceback.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from producer.config import PRODUCE_OPTIONS, ProducerConfig
+from producer.kafka import KafkaSetupError
+from producer.service import ProducerError
+from producer.spanner_source import SpannerSetupError
+from spanner_cdc.config import ConfigError, add_options, resolve
+from spanner_cdc.logs import configure as configure_logging
 from spanner_cdc.stack import SERVICES, EmbeddedStack, ServiceError, stop_on_signals
 
 EXIT_USAGE = 2
@@ -81,6 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
     stack_commands.add_parser("down", parents=[stack_dir], help="stop the services started by 'up'")
     stack_commands.add_parser("status", parents=[stack_dir], help="probe the services started by 'up'")
 
+    produce = commands.add_parser(
+        "produce",
+        help="read a Spanner change stream and publish its changes to Kafka",
+        description="Reads every partition of a change stream (following splits and merges), publishes "
+        "one Datastream-shaped Avro event per row change to {prefix}.{table}, and checkpoints only what "
+        "Kafka acknowledged. Every option can also be set as an environment variable or in a TOML file.",
+    )
+    add_options(produce, PRODUCE_OPTIONS)
+
     commands.add_parser(
         "demo",
         help="run the whole pipeline on the embedded stack",
@@ -96,12 +112,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         with stop_on_signals():
             if args.command == "stack":
                 return _run_stack(args)
+            if args.command == "produce":
+                return _run_produce(args)
             return _run_demo()
-    except ServiceError as exc:
+    except ConfigError as exc:
+        print(f"spanner-cdc {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ServiceError, SpannerSetupError, KafkaSetupError, ProducerError) as exc:
         print(f"spanner-cdc: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return 130
+
+
+def _run_produce(args: argparse.Namespace) -> int:
+    from producer.main import produce
+
+    config = ProducerConfig.from_options(resolve(args, PRODUCE_OPTIONS, "produce"))
+    configure_logging(config.log_format)
+    asyncio.run(produce(config))
+    return 0
 
 
 def _run_stack(args: argparse.Namespace) -> int:

@@ -1,0 +1,57 @@
+"""Which events of one partition Kafka has acknowledged, and hence how far it may checkpoint.
+
+Within a partition records arrive in commit-timestamp order, so pending commit timestamps are
+kept in insertion order and the oldest pending one bounds the checkpoint: every event with a
+commit timestamp strictly before it is acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class AckTracker:
+    """Counts of sent-but-unacknowledged events by commit timestamp, for one partition run.
+
+    A new tracker is made for every (re)start of a partition's query, and delivery reports name
+    the tracker they belong to, so a report from an abandoned run cannot move a new run's
+    checkpoint.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[int, int] = {}
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self.failed: str | None = None
+
+    def sent(self, commit_micros: int) -> None:
+        self._pending[commit_micros] = self._pending.get(commit_micros, 0) + 1
+        self._drained.clear()
+
+    def acknowledged(self, commit_micros: int) -> None:
+        remaining = self._pending[commit_micros] - 1
+        if remaining:
+            self._pending[commit_micros] = remaining
+        else:
+            del self._pending[commit_micros]
+            if not self._pending:
+                self._drained.set()
+
+    def delivery_failed(self, reason: str) -> None:
+        """The event stays pending forever, so the checkpoint can never pass it."""
+        self.failed = self.failed or reason
+        self._drained.set()
+
+    @property
+    def pending(self) -> int:
+        return sum(self._pending.values())
+
+    def checkpoint(self, watermark_micros: int) -> int:
+        """Highest T with every event at commit timestamp ≤ T acknowledged, given the watermark."""
+        if not self._pending:
+            return watermark_micros
+        return min(next(iter(self._pending)) - 1, watermark_micros)
+
+    async def drained(self) -> None:
+        """Wait until nothing is pending (or a delivery failed: check :attr:`failed` after)."""
+        await self._drained.wait()

@@ -1,0 +1,90 @@
+"""Wiring of ``spanner-cdc produce``: open both ends, restore checkpoints, run until told to stop."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import signal
+import time
+
+from producer.config import ProducerConfig
+from producer.kafka import KafkaPublisher
+from producer.metrics import ProducerMetrics
+from producer.partitions import Partition, PartitionScheduler, PartitionState
+from producer.query import POSTGRESQL
+from producer.service import ProducerService
+from producer.spanner_source import SpannerSource
+from schemas.events import EventBuilder
+from spanner_cdc.progress import show_progress
+
+
+async def build_service(config: ProducerConfig) -> ProducerService:
+    """Check Spanner and Kafka, restore or start the partition table, and build the service."""
+    source = await SpannerSource.open(config.project, config.instance, config.database, config.emulator_host)
+    await source.check_change_stream(config.change_stream)
+    builder = EventBuilder(
+        stream_name=config.stream_name,
+        database=config.database,
+        default_schema="public" if source.dialect == POSTGRESQL else "",
+        commit_timestamp_columns=await source.commit_timestamp_columns(),
+    )
+    publisher = KafkaPublisher(
+        config.kafka_bootstrap,
+        config.topic_prefix,
+        config.kafka_config,
+        config.topic_partitions,
+        config.replication_factor,
+    )
+    await publisher.check_reachable()
+    await publisher.ensure_topic(publisher.schemas_topic, compacted=True)
+    await publisher.ensure_topic(publisher.checkpoints_topic, compacted=True)
+    states = await asyncio.to_thread(publisher.read_checkpoints)
+    scheduler = (
+        PartitionScheduler.restored(Partition.from_json(state) for state in states)
+        if states
+        else PartitionScheduler.starting_at(config.start_timestamp_micros)
+    )
+    return ProducerService(
+        config,
+        source=source,
+        publisher=publisher,
+        scheduler=scheduler,
+        builder=builder,
+        metrics=ProducerMetrics(),
+    )
+
+
+def describe(service: ProducerService) -> str:
+    """The progress line: events/s, lag, partitions running/finished, low watermark."""
+    elapsed = max(1e-9, time.monotonic() - service.progress.started_at)
+    counts = service.scheduler.count_by_state()
+    low = service.scheduler.low_watermark_micros()
+    if low is None:
+        watermark, lag = "all partitions finished", "-"
+    else:
+        moment = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=low)
+        watermark = moment.strftime("%H:%M:%S.%f")[:-3]
+        lag = f"{max(0.0, time.time() - low / 1e6):.1f}s"
+    acked = service.progress.events_acked
+    return (
+        f"events {acked} ({acked / elapsed:,.0f}/s)  lag {lag}  "
+        f"partitions running {counts[PartitionState.RUNNING]} waiting {counts[PartitionState.CREATED]} "
+        f"finished {counts[PartitionState.FINISHED]}  low watermark {watermark}"
+    )
+
+
+async def produce(config: ProducerConfig) -> None:
+    """The whole command; SIGINT/SIGTERM stop it cleanly (flush, checkpoint, return)."""
+    service = await build_service(config)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, service.request_stop)
+    service.metrics.serve(config.metrics_port)
+    progress_stop = asyncio.Event()
+    progress = asyncio.create_task(show_progress(lambda: describe(service), progress_stop, config.progress))
+    try:
+        await service.run()
+    finally:
+        progress_stop.set()
+        await progress
+        service.metrics.close()

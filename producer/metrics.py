@@ -1,0 +1,57 @@
+"""Prometheus metrics of the producer (DESIGN §7), on a registry of its own per service."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class ProducerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._server: Any = None
+        self.events = Counter(
+            "spanner_cdc_producer_events",
+            "Events acknowledged by Kafka",
+            ["table", "change_type"],
+            registry=self.registry,
+        )
+        self.partitions = Gauge(
+            "spanner_cdc_producer_partitions",
+            "Change-stream partitions by state",
+            ["state"],
+            registry=self.registry,
+        )
+        self.low_watermark_lag = Gauge(
+            "spanner_cdc_producer_low_watermark_lag_seconds",
+            "Now minus the low watermark over unfinished partitions",
+            registry=self.registry,
+        )
+        self.commit_to_ack = Histogram(
+            "spanner_cdc_producer_commit_to_ack_seconds",
+            "Spanner commit timestamp to Kafka acknowledgement",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.delivery_errors = Counter(
+            "spanner_cdc_producer_delivery_errors", "Events Kafka did not acknowledge", registry=self.registry
+        )
+        self.queries_started = Counter(
+            "spanner_cdc_producer_queries_started",
+            "Change-stream queries started",
+            ["kind"],
+            registry=self.registry,
+        )
+
+    def serve(self, port: int) -> None:
+        """Expose /metrics on ``port`` (0 disables it) until :meth:`close`."""
+        if port:
+            self._server, _ = start_http_server(port, addr="0.0.0.0", registry=self.registry)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server = None

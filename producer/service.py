@@ -1,0 +1,339 @@
+"""The producer: partitions scheduled by lineage, read concurrently, published, checkpointed.
+
+One asyncio task per running partition. A partition's life (DESIGN §4, §5):
+
+1. it runs once every parent finished, at most ``max_queries`` at a time, started no faster
+   than ``query_start_rate``;
+2. its records become events produced to Kafka; children it reports are written to the
+   checkpoint topic, acknowledged, before anything else happens;
+3. when its query ends normally and every event is acknowledged, it is FINISHED (persisted),
+   and the children it unblocks start.
+
+Transient Spanner errors, stalls and failed deliveries restart the partition's query from its
+checkpoint with backoff; anything else stops the producer with one clear error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from asyncio_throttle.throttler import Throttler
+from confluent_kafka import KafkaError, Message
+
+from producer.acks import AckTracker
+from producer.config import ProducerConfig
+from producer.kafka import KafkaPublisher, topic_for
+from producer.metrics import ProducerMetrics
+from producer.partitions import Partition, PartitionScheduler, PartitionState
+from producer.query import ChangeStreamQuery
+from producer.reader import TRANSIENT_ERRORS, QueryStalledError, QueryStream
+from producer.records import ChangeStreamRecord, ChildPartitionsRecord, HeartbeatRecord
+from producer.spanner_source import SpannerSource
+from schemas.errors import ContractError
+from schemas.events import DataChangeRecord, Event, EventBuilder
+from schemas.table import TableSchema
+from schemas.wire import WriterSchema, encode
+
+log = logging.getLogger(__name__)
+MAX_BACKOFF_SECONDS = 30.0
+FLUSH_TIMEOUT_SECONDS = 60.0
+
+
+class ProducerError(RuntimeError):
+    """A non-retryable error: the message is the one line the user sees."""
+
+
+class DeliveryFailedError(Exception):
+    """Kafka did not acknowledge an event of this partition run."""
+
+
+RETRYABLE: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, QueryStalledError, DeliveryFailedError)
+
+
+@dataclass
+class Progress:
+    """Counters the progress line and the tests read."""
+
+    events_acked: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+
+
+class ProducerService:
+    def __init__(
+        self,
+        config: ProducerConfig,
+        *,
+        source: SpannerSource,
+        publisher: KafkaPublisher,
+        scheduler: PartitionScheduler,
+        builder: EventBuilder,
+        metrics: ProducerMetrics,
+    ) -> None:
+        self.config = config
+        self.source = source
+        self.publisher = publisher
+        self.scheduler = scheduler
+        self.builder = builder
+        self.metrics = metrics
+        self.progress = Progress()
+        self.query = ChangeStreamQuery(
+            config.change_stream, source.dialect, config.heartbeat_ms, config.end_timestamp_micros
+        )
+        self._slots = asyncio.Semaphore(config.max_queries)
+        self._throttler = Throttler(rate_limit=max(1, round(config.query_start_rate)), period=1.0)
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._trackers: dict[str, AckTracker] = {}
+        self._writers: dict[tuple[str, str], tuple[WriterSchema, WriterSchema]] = {}
+        self._stop = asyncio.Event()
+        self._failure: str | None = None
+        self._stall_seconds = config.stall_heartbeats * config.heartbeat_ms / 1000
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """SIGINT/SIGTERM: stop reading, flush, checkpoint, return normally."""
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Until stopped, failed, or (with an end timestamp) every partition finished."""
+        poller_stop = asyncio.Event()
+        poller = asyncio.create_task(self.publisher.run_poller(poller_stop))
+        checkpointer = asyncio.create_task(self._checkpoint_periodically())
+        try:
+            for partition in self.scheduler.resumable():
+                self._launch(partition)
+            self._launch_runnable()
+            if self.scheduler.all_finished():
+                self._stop.set()
+            await self._stop.wait()
+        finally:
+            checkpointer.cancel()
+            for task in self._tasks.values():
+                task.cancel()
+            await asyncio.gather(checkpointer, *self._tasks.values(), return_exceptions=True)
+            undelivered = await self.publisher.flush(FLUSH_TIMEOUT_SECONDS)
+            if undelivered:
+                log.warning(
+                    "%d events still undelivered at shutdown; their partitions resume before them",
+                    undelivered,
+                )
+            await self._write_checkpoints(force=True)
+            poller_stop.set()
+            await poller
+        if self._failure:
+            raise ProducerError(self._failure)
+
+    def _fail(self, message: str) -> None:
+        if self._failure is None:
+            self._failure = message
+            log.error("stopping: %s", message)
+        self._stop.set()
+
+    def _launch_runnable(self) -> None:
+        for partition in self.scheduler.runnable():
+            self._launch(partition)
+        if self.scheduler.all_finished() and self.config.end_timestamp_micros is not None:
+            log.info("every partition finished at the end timestamp")
+            self._stop.set()
+
+    def _launch(self, partition: Partition) -> None:
+        if partition.token in self._tasks:
+            return
+        if partition.state == PartitionState.CREATED:
+            partition.state = PartitionState.RUNNING  # claimed: runnable() will not offer it again
+        task = asyncio.create_task(self._run_partition(partition), name=f"partition {partition.token[:12]}")
+        self._tasks[partition.token] = task
+        task.add_done_callback(self._partition_done)
+
+    def _partition_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        self._tasks = {token: t for token, t in self._tasks.items() if t is not task}
+        error = task.exception()
+        if error is not None:
+            self._fail(str(error) if isinstance(error, ProducerError | ContractError) else repr(error))
+
+    # --- one partition ----------------------------------------------------------------------
+
+    async def _run_partition(self, partition: Partition) -> None:
+        async with self._slots:
+            async with self._throttler:
+                pass
+            self.scheduler.mark_running(partition)
+            self.metrics.queries_started.labels("first").inc()
+            attempt = 0
+            while True:
+                tracker = AckTracker()
+                self._trackers[partition.token] = tracker
+                partition.watermark_micros = partition.resume_micros
+                try:
+                    await self._read(partition, tracker)
+                    await tracker.drained()
+                    if tracker.failed:
+                        raise DeliveryFailedError(tracker.failed)
+                    break
+                except RETRYABLE as exc:
+                    attempt += 1
+                    delay = min(MAX_BACKOFF_SECONDS, 0.5 * 2 ** min(attempt, 6))
+                    log.warning(
+                        "partition %s: %s; restarting from checkpoint in %.1fs",
+                        partition.token[:16],
+                        exc,
+                        delay,
+                    )
+                    await asyncio.sleep(delay)
+                    self.scheduler.note_retry(partition)
+                    self.metrics.queries_started.labels("retry").inc()
+                except ContractError:
+                    raise
+                except Exception as exc:
+                    message = getattr(exc, "message", None) or str(exc)
+                    raise ProducerError(f"partition query failed: {type(exc).__name__}: {message}") from exc
+        partition.checkpoint_micros = max(partition.checkpoint_micros, partition.watermark_micros)
+        self.scheduler.mark_finished(partition)
+        await self.publisher.write_checkpoints([partition.to_json()])
+        del self._trackers[partition.token]
+        self._launch_runnable()
+
+    async def _read(self, partition: Partition, tracker: AckTracker) -> None:
+        stream = QueryStream(
+            partition.token,
+            lambda: self.source.read(self.query, partition.query_token, partition.resume_micros),
+        )
+        stream.start()
+        try:
+            while (records := await stream.next(self._stall_seconds)) is not None:
+                for record in records:
+                    await self._handle(partition, tracker, record)
+                if tracker.failed:
+                    raise DeliveryFailedError(tracker.failed)
+        finally:
+            stream.stop()
+
+    async def _handle(self, partition: Partition, tracker: AckTracker, record: ChangeStreamRecord) -> None:
+        if isinstance(record, DataChangeRecord):
+            if self._wanted(record.table_name):
+                await self._publish(record, partition, tracker)
+            partition.watermark_micros = max(partition.watermark_micros, record.commit_timestamp_micros)
+        elif isinstance(record, HeartbeatRecord):
+            partition.watermark_micros = max(partition.watermark_micros, record.timestamp_micros)
+        elif isinstance(record, ChildPartitionsRecord):
+            added = self.scheduler.register_children(record, partition.token)
+            if added:
+                await self.publisher.write_checkpoints([child.to_json() for child in added])
+
+    def _wanted(self, table: str) -> bool:
+        include, exclude = self.config.include_tables, self.config.exclude_tables
+        if include and not any(fnmatch.fnmatchcase(table, pattern) for pattern in include):
+            return False
+        return not any(fnmatch.fnmatchcase(table, pattern) for pattern in exclude)
+
+    async def _publish(self, record: DataChangeRecord, partition: Partition, tracker: AckTracker) -> None:
+        read_millis = int(time.time() * 1000)
+        events = self.builder.build(record, partition.query_token, read_millis)
+        if not events:
+            return
+        table = events[0].table
+        topic = topic_for(self.config.topic_prefix, record.table_name)
+        writer, key_writer = await self._writers_for(table, topic)
+        commit = record.commit_timestamp_micros
+        for event in events:
+            tracker.sent(commit)
+            self.publisher.produce(
+                topic,
+                encode(key_writer, event.key),
+                encode(writer, event.value),
+                self._on_delivery(tracker, event),
+            )
+        self.publisher.poll()
+
+    async def _writers_for(self, table: TableSchema, topic: str) -> tuple[WriterSchema, WriterSchema]:
+        cache_key = (table.table, table.schema_key)
+        writers = self._writers.get(cache_key)
+        if writers is None:
+            writers = (
+                WriterSchema.from_schema(table.event_schema),
+                WriterSchema.from_schema(table.key_schema),
+            )
+            await self.publisher.ensure_topic(topic)
+            for writer in writers:
+                await self.publisher.ensure_schema(writer)
+            self._writers[cache_key] = writers
+            log.info(
+                "table %s: schema %s published (fingerprint %s)",
+                table.table,
+                table.schema_key[:12],
+                writers[0].fingerprint_hex,
+            )
+        return writers
+
+    def _on_delivery(self, tracker: AckTracker, event: Event) -> Callable[[KafkaError | None, Message], None]:
+        metadata = event.value["source_metadata"]
+        commit = metadata["commit_timestamp"]
+        table, change_type = metadata["table"], metadata["change_type"]
+
+        def delivered(error: KafkaError | None, _message: Message) -> None:
+            if error is not None:
+                self.metrics.delivery_errors.inc()
+                tracker.delivery_failed(error.str())
+                return
+            tracker.acknowledged(commit)
+            self.progress.events_acked += 1
+            self.metrics.events.labels(table, change_type).inc()
+            self.metrics.commit_to_ack.observe(max(0.0, time.time() - commit / 1_000_000))
+
+        return delivered
+
+    # --- checkpoints and metrics ------------------------------------------------------------
+
+    async def _checkpoint_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.checkpoint_interval)
+            await self._write_checkpoints(force=False)
+
+    async def _write_checkpoints(self, force: bool) -> None:
+        changed = []
+        for partition in self.scheduler.partitions.values():
+            tracker = self._trackers.get(partition.token)
+            if partition.state != PartitionState.RUNNING or tracker is None:
+                continue
+            advanced = max(partition.checkpoint_micros, tracker.checkpoint(partition.watermark_micros))
+            if advanced != partition.checkpoint_micros or force:
+                partition.checkpoint_micros = advanced
+                changed.append(partition.to_json())
+        if changed:
+            await self.publisher.write_checkpoints(changed)
+        self._update_gauges()
+
+    def _update_gauges(self) -> None:
+        for state, count in self.scheduler.count_by_state().items():
+            self.metrics.partitions.labels(state.value).set(count)
+        low = self.scheduler.low_watermark_micros()
+        if low is not None:
+            self.metrics.low_watermark_lag.set(max(0.0, time.time() - low / 1_000_000))
+
+    async def wait_until(self, condition: Callable[[], bool], timeout: float) -> None:
+        """For callers that drive the service (tests, the demo): poll ``condition``."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if self._stop.is_set():
+                raise ProducerError(self._failure or "producer stopped")
+            if time.monotonic() > deadline:
+                raise TimeoutError("condition not reached")
+            await asyncio.sleep(0.1)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[ProducerService]:
+        """Run in the background for the duration of the block, then stop and wait."""
+        task = asyncio.create_task(self.run())
+        try:
+            yield self
+        finally:
+            self.request_stop()
+            await task

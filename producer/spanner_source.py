@@ -1,0 +1,99 @@
+"""The Spanner side of the producer: open the database, check the stream, run its queries."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from google.api_core import exceptions as google_exceptions
+from google.cloud import spanner
+
+from producer.query import GOOGLE_STANDARD_SQL, POSTGRESQL, ChangeStreamQuery
+from producer.records import ChangeStreamRecord, records_from_googlesql_row, records_from_json
+from spanner_cdc.spanner_client import emulator_client
+
+CONNECT_TIMEOUT_SECONDS = 30.0
+#: Dialect enum values of the admin API (DatabaseDialect).
+DIALECTS = {1: GOOGLE_STANDARD_SQL, 2: POSTGRESQL}
+
+
+class SpannerSetupError(RuntimeError):
+    """The database or change stream cannot be used; one clear line for the user."""
+
+
+@dataclass
+class SpannerSource:
+    database: Any
+    dialect: str
+    database_path: str
+
+    @classmethod
+    async def open(
+        cls, project: str, instance: str, database: str, emulator_host: str | None
+    ) -> SpannerSource:
+        host = emulator_host or os.environ.get("SPANNER_EMULATOR_HOST")
+        client = emulator_client(host, project) if host else spanner.Client(project=project)
+        handle = client.instance(instance).database(database)
+        path = f"projects/{project}/instances/{instance}/databases/{database}"
+        try:
+            await asyncio.wait_for(asyncio.to_thread(handle.reload), CONNECT_TIMEOUT_SECONDS)
+        except TimeoutError:
+            raise SpannerSetupError(
+                f"Spanner does not answer within {CONNECT_TIMEOUT_SECONDS:.0f}s ({path})"
+            ) from None
+        except google_exceptions.NotFound:
+            raise SpannerSetupError(f"database {path} does not exist") from None
+        except google_exceptions.GoogleAPICallError as exc:
+            raise SpannerSetupError(f"cannot open {path}: {exc.message}") from None
+        dialect = DIALECTS.get(int(handle.database_dialect), GOOGLE_STANDARD_SQL)
+        return cls(handle, dialect, path)
+
+    def _query(self, sql: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
+        types = {name: spanner.param_types.STRING for name in params or {}}
+        with self.database.snapshot() as snapshot:
+            return [list(row) for row in snapshot.execute_sql(sql, params=params, param_types=types)]
+
+    async def check_change_stream(self, stream: str) -> None:
+        """A missing stream is one clear error at start, not a failing query per partition."""
+        if self.dialect == POSTGRESQL:
+            sql = "SELECT 1 FROM information_schema.change_streams WHERE change_stream_name = $1"
+            params = {"p1": stream}
+        else:
+            sql = "SELECT 1 FROM INFORMATION_SCHEMA.CHANGE_STREAMS WHERE CHANGE_STREAM_NAME = @s"
+            params = {"s": stream}
+        if not await asyncio.to_thread(self._query, sql, params):
+            raise SpannerSetupError(f"change stream {stream!r} does not exist in {self.database_path}")
+
+    async def commit_timestamp_columns(self) -> dict[str, frozenset[str]]:
+        """Table → columns that accept commit timestamps (the emulator reports them as 9999-…)."""
+        if self.dialect == POSTGRESQL:
+            sql = (
+                "SELECT table_schema, table_name, column_name FROM information_schema.columns "
+                "WHERE spanner_type = 'spanner.commit_timestamp'"
+            )
+        else:
+            sql = (
+                "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME FROM INFORMATION_SCHEMA.COLUMN_OPTIONS "
+                "WHERE OPTION_NAME = 'allow_commit_timestamp' AND OPTION_VALUE = 'TRUE'"
+            )
+        columns: dict[str, set[str]] = {}
+        for schema, table, column in await asyncio.to_thread(self._query, sql):
+            qualified = table if schema in ("", "public") else f"{schema}.{table}"
+            columns.setdefault(qualified, set()).add(column)
+        return {table: frozenset(names) for table, names in columns.items()}
+
+    def read(
+        self, query: ChangeStreamQuery, token: str | None, start_micros: int
+    ) -> Iterator[list[ChangeStreamRecord]]:
+        """The query's rows as parsed records, one list per row (runs on a worker thread)."""
+        params, types = query.params(token, start_micros)
+        with self.database.snapshot() as snapshot:
+            results = snapshot.execute_sql(query.sql, params=params, param_types=types)
+            for row in results:
+                if self.dialect == POSTGRESQL:
+                    yield list(records_from_json(row[0]))
+                else:
+                    yield list(records_from_googlesql_row(row, results.fields))

@@ -7,6 +7,7 @@ import datetime as dt
 import signal
 import time
 
+from producer.catalog import TableCatalog
 from producer.config import ProducerConfig
 from producer.kafka import KafkaPublisher
 from producer.metrics import ProducerMetrics
@@ -22,11 +23,13 @@ async def build_service(config: ProducerConfig) -> ProducerService:
     """Check Spanner and Kafka, restore or start the partition table, and build the service."""
     source = await SpannerSource.open(config.project, config.instance, config.database, config.emulator_host)
     await source.check_change_stream(config.change_stream)
+    catalog = TableCatalog(source.dialect, source.load_catalog)
+    await asyncio.to_thread(catalog.refresh)
     builder = EventBuilder(
         stream_name=config.stream_name,
         database=config.database,
         default_schema="public" if source.dialect == POSTGRESQL else "",
-        commit_timestamp_columns=await source.commit_timestamp_columns(),
+        commit_timestamp_columns=catalog.commit_timestamp_columns,
     )
     publisher = KafkaPublisher(
         config.kafka_bootstrap,
@@ -50,6 +53,7 @@ async def build_service(config: ProducerConfig) -> ProducerService:
         publisher=publisher,
         scheduler=scheduler,
         builder=builder,
+        catalog=catalog,
         metrics=ProducerMetrics(),
     )
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import fnmatch
 import logging
 import time
@@ -27,6 +28,7 @@ from asyncio_throttle.throttler import Throttler
 from confluent_kafka import KafkaError, Message
 
 from producer.acks import AckTracker
+from producer.catalog import TableCatalog
 from producer.config import ProducerConfig
 from producer.kafka import KafkaPublisher, topic_for
 from producer.metrics import ProducerMetrics
@@ -73,6 +75,7 @@ class ProducerService:
         publisher: KafkaPublisher,
         scheduler: PartitionScheduler,
         builder: EventBuilder,
+        catalog: TableCatalog,
         metrics: ProducerMetrics,
     ) -> None:
         self.config = config
@@ -80,6 +83,7 @@ class ProducerService:
         self.publisher = publisher
         self.scheduler = scheduler
         self.builder = builder
+        self.catalog = catalog
         self.metrics = metrics
         self.progress = Progress()
         self.query = ChangeStreamQuery(
@@ -234,9 +238,19 @@ class ProducerService:
             return False
         return not any(fnmatch.fnmatchcase(table, pattern) for pattern in exclude)
 
+    async def _complete(self, record: DataChangeRecord) -> DataChangeRecord:
+        """The record with every column of its table listed (see producer.catalog)."""
+        columns = self.catalog.cached(record.table_name, record.column_types)
+        if columns is None:
+            if self.catalog.needs_refresh(record.table_name, record.column_types):
+                log.info("table %s: columns differ from the catalog; reading it again", record.table_name)
+                await asyncio.to_thread(self.catalog.refresh)
+            columns = self.catalog.complete(record.table_name, record.column_types)
+        return dataclasses.replace(record, column_types=columns)
+
     async def _publish(self, record: DataChangeRecord, partition: Partition, tracker: AckTracker) -> None:
         read_millis = int(time.time() * 1000)
-        events = self.builder.build(record, partition.query_token, read_millis)
+        events = self.builder.build(await self._complete(record), partition.query_token, read_millis)
         if not events:
             return
         table = events[0].table

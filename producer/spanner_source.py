@@ -11,6 +11,7 @@ from typing import Any
 from google.api_core import exceptions as google_exceptions
 from google.cloud import spanner
 
+from producer.catalog import NOT_CAPTURED, CatalogColumn
 from producer.query import GOOGLE_STANDARD_SQL, POSTGRESQL, ChangeStreamQuery
 from producer.records import ChangeStreamRecord, records_from_googlesql_row, records_from_json
 from spanner_cdc.spanner_client import emulator_client
@@ -67,23 +68,45 @@ class SpannerSource:
         if not await asyncio.to_thread(self._query, sql, params):
             raise SpannerSetupError(f"change stream {stream!r} does not exist in {self.database_path}")
 
-    async def commit_timestamp_columns(self) -> dict[str, frozenset[str]]:
-        """Table → columns that accept commit timestamps (the emulator reports them as 9999-…)."""
+    def load_catalog(self) -> tuple[dict[str, list[CatalogColumn]], dict[str, frozenset[str]]]:
+        """Columns per table and the columns that accept commit timestamps (blocking)."""
         if self.dialect == POSTGRESQL:
-            sql = (
+            columns_sql = (
+                "SELECT table_schema, table_name, column_name, ordinal_position, spanner_type "
+                "FROM information_schema.columns "
+                "WHERE table_schema NOT IN ('information_schema', 'spanner_sys', 'pg_catalog')"
+            )
+            commit_sql = (
                 "SELECT table_schema, table_name, column_name FROM information_schema.columns "
                 "WHERE spanner_type = 'spanner.commit_timestamp'"
             )
         else:
-            sql = (
+            columns_sql = (
+                "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, ORDINAL_POSITION, SPANNER_TYPE "
+                "FROM INFORMATION_SCHEMA.COLUMNS "
+                "WHERE TABLE_SCHEMA NOT IN ('INFORMATION_SCHEMA', 'SPANNER_SYS')"
+            )
+            commit_sql = (
                 "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME FROM INFORMATION_SCHEMA.COLUMN_OPTIONS "
                 "WHERE OPTION_NAME = 'allow_commit_timestamp' AND OPTION_VALUE = 'TRUE'"
             )
-        columns: dict[str, set[str]] = {}
-        for schema, table, column in await asyncio.to_thread(self._query, sql):
-            qualified = table if schema in ("", "public") else f"{schema}.{table}"
-            columns.setdefault(qualified, set()).add(column)
-        return {table: frozenset(names) for table, names in columns.items()}
+        columns: dict[str, list[CatalogColumn]] = {}
+        for schema, table, column, position, type_text in self._query(columns_sql):
+            if type_text in NOT_CAPTURED:
+                continue
+            name = self._qualified(schema, table)
+            columns.setdefault(name, []).append(
+                CatalogColumn.parse(column, int(position), type_text, self.dialect, name)
+            )
+        commit_columns: dict[str, set[str]] = {}
+        for schema, table, column in self._query(commit_sql):
+            commit_columns.setdefault(self._qualified(schema, table), set()).add(column)
+        return columns, {table: frozenset(names) for table, names in commit_columns.items()}
+
+    @staticmethod
+    def _qualified(schema: str, table: str) -> str:
+        """Table names as change records spell them: ``schema.table`` for named schemas only."""
+        return table if schema in ("", "public") else f"{schema}.{table}"
 
     def read(
         self, query: ChangeStreamQuery, token: str | None, start_micros: int

@@ -17,3 +17,14 @@ def stack() -> Iterator[EmbeddedStack]:
             yield started
         finally:
             started.stop()
+
+
+@pytest.fixture(scope="session")
+def churn_spanner() -> Iterator[str]:
+    """A second emulator whose partition tokens live 2-4 s: splits and merges within seconds."""
+    with stop_on_signals():
+        started = EmbeddedStack.start(names=("spanner",), churn_seconds=2)
+        try:
+            yield started.endpoint("spanner")
+        finally:
+            started.stop()

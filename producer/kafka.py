@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from schemas.wire import WriterSchema
+from spanner_cdc.blocking import call_with_deadline
 
 log = logging.getLogger(__name__)
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}\Z")
@@ -65,8 +66,9 @@ class KafkaPublisher:
             raise KafkaSetupError(
                 f"--kafka-config may not set {', '.join(overridden)}: ordering depends on them"
             )
-        self.client_settings: dict[str, str | int | float | bool] = {
+        self.client_settings: dict[str, Any] = {
             "bootstrap.servers": bootstrap,
+            "logger": logging.getLogger("librdkafka"),  # its logs join ours instead of raw stderr
             **extra_settings,
         }
         self.producer = Producer({**TUNED_DEFAULTS, **self.client_settings, **GUARANTEED_SETTINGS})
@@ -83,7 +85,7 @@ class KafkaPublisher:
 
     async def check_reachable(self, timeout: float = 10.0) -> None:
         try:
-            await asyncio.to_thread(self.admin.list_topics, timeout=timeout)
+            await call_with_deadline(lambda: self.admin.list_topics(timeout=timeout), timeout + 5)
         except KafkaException as exc:
             raise KafkaSetupError(
                 f"Kafka at {self.client_settings['bootstrap.servers']} does not answer: {exc.args[0].str()}"

@@ -14,8 +14,9 @@ from producer.metrics import ProducerMetrics
 from producer.partitions import Partition, PartitionScheduler, PartitionState
 from producer.query import POSTGRESQL
 from producer.service import ProducerService
-from producer.spanner_source import SpannerSource
+from producer.spanner_source import CONNECT_TIMEOUT_SECONDS, SpannerSource
 from schemas.events import EventBuilder
+from spanner_cdc.blocking import call_with_deadline
 from spanner_cdc.progress import show_progress
 
 
@@ -24,7 +25,7 @@ async def build_service(config: ProducerConfig) -> ProducerService:
     source = await SpannerSource.open(config.project, config.instance, config.database, config.emulator_host)
     await source.check_change_stream(config.change_stream)
     catalog = TableCatalog(source.dialect, source.load_catalog)
-    await asyncio.to_thread(catalog.refresh)
+    await call_with_deadline(catalog.refresh, CONNECT_TIMEOUT_SECONDS)
     builder = EventBuilder(
         stream_name=config.stream_name,
         database=config.database,
@@ -41,7 +42,7 @@ async def build_service(config: ProducerConfig) -> ProducerService:
     await publisher.check_reachable()
     await publisher.ensure_topic(publisher.schemas_topic, compacted=True)
     await publisher.ensure_topic(publisher.checkpoints_topic, compacted=True)
-    states = await asyncio.to_thread(publisher.read_checkpoints)
+    states = await call_with_deadline(publisher.read_checkpoints, 60)
     scheduler = (
         PartitionScheduler.restored(Partition.from_json(state) for state in states)
         if states

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -10,15 +9,20 @@ from typing import Any
 
 from google.api_core import exceptions as google_exceptions
 from google.cloud import spanner
+from google.cloud.spanner_admin_database_v1.types import DatabaseDialect
 
 from producer.catalog import NOT_CAPTURED, CatalogColumn
 from producer.query import GOOGLE_STANDARD_SQL, POSTGRESQL, ChangeStreamQuery
 from producer.records import ChangeStreamRecord, records_from_googlesql_row, records_from_json
+from spanner_cdc.blocking import call_with_deadline
 from spanner_cdc.spanner_client import emulator_client
 
 CONNECT_TIMEOUT_SECONDS = 30.0
-#: Dialect enum values of the admin API (DatabaseDialect).
-DIALECTS = {1: GOOGLE_STANDARD_SQL, 2: POSTGRESQL}
+DIALECTS = {GOOGLE_STANDARD_SQL: DatabaseDialect.GOOGLE_STANDARD_SQL, POSTGRESQL: DatabaseDialect.POSTGRESQL}
+#: Valid in both dialects: unquoted identifiers are case-insensitive in each.
+DIALECT_SQL = (
+    "SELECT option_value FROM information_schema.database_options WHERE option_name = 'database_dialect'"
+)
 
 
 class SpannerSetupError(RuntimeError):
@@ -40,7 +44,7 @@ class SpannerSource:
         handle = client.instance(instance).database(database)
         path = f"projects/{project}/instances/{instance}/databases/{database}"
         try:
-            await asyncio.wait_for(asyncio.to_thread(handle.reload), CONNECT_TIMEOUT_SECONDS)
+            await call_with_deadline(handle.reload, CONNECT_TIMEOUT_SECONDS)
         except TimeoutError:
             raise SpannerSetupError(
                 f"Spanner does not answer within {CONNECT_TIMEOUT_SECONDS:.0f}s ({path})"
@@ -49,7 +53,11 @@ class SpannerSource:
             raise SpannerSetupError(f"database {path} does not exist") from None
         except google_exceptions.GoogleAPICallError as exc:
             raise SpannerSetupError(f"cannot open {path}: {exc.message}") from None
-        dialect = DIALECTS.get(int(handle.database_dialect), GOOGLE_STANDARD_SQL)
+        probe = cls(handle, GOOGLE_STANDARD_SQL, path)
+        [[dialect]] = await call_with_deadline(lambda: probe._query(DIALECT_SQL), CONNECT_TIMEOUT_SECONDS)
+        # The emulator's GetDatabase leaves the dialect unset, and the client re-reads the
+        # database on every access while it is unset: give the handle the dialect we found.
+        handle = client.instance(instance).database(database, database_dialect=DIALECTS[dialect])
         return cls(handle, dialect, path)
 
     def _query(self, sql: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
@@ -65,7 +73,7 @@ class SpannerSource:
         else:
             sql = "SELECT 1 FROM INFORMATION_SCHEMA.CHANGE_STREAMS WHERE CHANGE_STREAM_NAME = @s"
             params = {"s": stream}
-        if not await asyncio.to_thread(self._query, sql, params):
+        if not await call_with_deadline(lambda: self._query(sql, params), CONNECT_TIMEOUT_SECONDS):
             raise SpannerSetupError(f"change stream {stream!r} does not exist in {self.database_path}")
 
     def load_catalog(self) -> tuple[dict[str, list[CatalogColumn]], dict[str, frozenset[str]]]:

@@ -16,12 +16,13 @@ import uuid
 from typing import Any
 
 import pytest
-from google.cloud.spanner import KeySet
+from google.cloud.spanner import COMMIT_TIMESTAMP, KeySet
+from google.cloud.spanner_v1.data_types import JsonObject
 
 from producer.config import ProducerConfig
 from producer.main import build_service
 from producer.partitions import ROOT, PartitionScheduler
-from producer.records import timestamp_micros
+from producer.records import micros_to_datetime, timestamp_micros
 from producer.service import ProducerService
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.services import EMULATOR_PROJECT
@@ -299,3 +300,74 @@ def test_value_capture_types_give_the_contract_payloads(
     assert delete["source_metadata"]["changed_columns"] == delete_changed
     assert all(e["source_metadata"]["value_capture_type"] == capture for e in (insert, update, delete))
     assert len({e["schema_key"] for e in (insert, update, delete)}) == 1, "one schema per table version"
+
+
+DOC = JsonObject({"k": [1]})  # type: ignore[no-untyped-call]
+
+
+def test_postgresql_dialect_end_to_end(stack: EmbeddedStack) -> None:
+    database = create_database(
+        stack.endpoint("spanner"),
+        [
+            "CREATE TABLE accounts (id varchar(36) PRIMARY KEY, balance bigint, rate numeric, doc jsonb, "
+            "tags text[], updated spanner.commit_timestamp)",
+            "CREATE CHANGE STREAM bank FOR accounts WITH (value_capture_type = 'NEW_ROW')",
+        ],
+        dialect="POSTGRESQL",
+    )
+    start = now_micros()
+    with database.batch() as batch:
+        batch.insert(
+            "accounts",
+            columns=["id", "balance", "rate", "doc", "tags", "updated"],
+            values=[["a", 10, decimal.Decimal("12345678901234567890.000000005"), DOC, ["x", "y"],
+                     COMMIT_TIMESTAMP]],
+        )  # fmt: skip
+    commit = timestamp_micros(batch.committed)
+    with database.batch() as batch:
+        batch.delete("accounts", keyset=KeySet(keys=[["a"]]))  # type: ignore[no-untyped-call]
+    end = now_micros() + 500_000
+    wait_past(end)
+    config = producer_config(
+        stack.endpoint("spanner"), stack.endpoint("kafka"), database, "bank",
+        start_timestamp_micros=start, end_timestamp_micros=end,
+    )  # fmt: skip
+    asyncio.run(produce_until_end(config))
+    insert, delete = (e.value for e in read_events(stack.endpoint("kafka"), config.topic_prefix, "accounts"))
+    assert insert["payload"] == {
+        "id": "a",
+        "balance": 10,
+        "rate": "12345678901234567890.000000005",
+        "doc": '{"k": [1]}',
+        "tags": ["x", "y"],
+        "updated": micros_to_datetime(commit),
+    }
+    assert insert["source_metadata"]["schema"] == "public" and insert["object"] == "accounts"
+    assert insert["stream_name"].endswith(f"/databases/{database.database_id}/changeStreams/bank")
+    assert delete["source_metadata"]["is_deleted"] is True and delete["payload"]["id"] == "a"
+
+
+def test_commit_timestamp_columns_carry_the_commit_timestamp(stack: EmbeddedStack) -> None:
+    """PENDING_COMMIT_TIMESTAMP() columns (seed 001): the emulator reports 9999-12-31; events don't."""
+    database = create_database(stack.endpoint("spanner"), ACCOUNTS_DDL)
+    start = now_micros()
+    commits = []
+    for balance in (1, 2):
+        with database.batch() as batch:
+            batch.insert_or_update(
+                "Accounts", columns=["Id", "Balance", "LastUpdate"], values=[["x", balance, COMMIT_TIMESTAMP]]
+            )
+        commits.append(timestamp_micros(batch.committed))
+    end = now_micros() + 500_000
+    wait_past(end)
+    config = producer_config(
+        stack.endpoint("spanner"), stack.endpoint("kafka"), database, "Bank",
+        start_timestamp_micros=start, end_timestamp_micros=end,
+    )  # fmt: skip
+    asyncio.run(produce_until_end(config))
+    events = read_events(stack.endpoint("kafka"), config.topic_prefix, "Accounts")
+    assert [e.value["payload"]["LastUpdate"] for e in events] == [micros_to_datetime(c) for c in commits]
+    # The emulator reports the *old* value of a commit-timestamp column truncated to the second
+    # (real Spanner: exact), so only its second is checked.
+    old = events[1].value["source_metadata"]["old_values"]["LastUpdate"]
+    assert old == micros_to_datetime(commits[0] // 1_000_000 * 1_000_000)

@@ -1,0 +1,165 @@
+"""Bad input and unreachable services: one clear line, a non-zero exit, no traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spanner_cdc.stack import EmbeddedStack
+from spanner_cdc.stack.process import free_port
+from tests.integration.test_producer import ACCOUNTS_DDL, produce_command
+from tests.support.kafka_read import read_events
+from tests.support.spanner_db import create_database
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def bank(stack: EmbeddedStack) -> Any:
+    return create_database(stack.endpoint("spanner"), ACCOUNTS_DDL)
+
+
+def run_produce(
+    stack: EmbeddedStack, database: Any, *extra: str, stream: str = "Bank", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    command = produce_command(
+        stack.endpoint("spanner"),
+        stack.endpoint("kafka"),
+        database,
+        stream,
+        f"err-{uuid.uuid4().hex[:6]}",
+        *extra,
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SPANNER_CDC_")}
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env={**clean, **(env or {})},
+                          check=False)  # fmt: skip
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int, *phrases: str) -> None:
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    for phrase in phrases:
+        assert phrase in last, last
+
+
+@pytest.mark.parametrize(
+    ("extra", "stream", "phrases"),
+    [
+        ((), "Bank; DROP TABLE Accounts", ("not a valid identifier",)),
+        ((), "Bank'--", ("not a valid identifier",)),
+        ((), "my stream", ("not a valid identifier",)),
+        (("--heartbeat-ms", "999"), "Bank", ("--heartbeat-ms", "between 1000 and 300000")),
+        (("--heartbeat-ms", "soon"), "Bank", ("--heartbeat-ms", "'soon'")),
+        (("--start-timestamp", "2999-01-01T00:00:00Z"), "Bank", ("in the future",)),
+        (("--start-timestamp", "yesterday"), "Bank", ("--start-timestamp", "RFC 3339")),
+        (("--end-timestamp", "2000-01-01T00:00:00Z"), "Bank", ("before --start-timestamp",)),
+        (("--include-tables", "Accounts'; --"), "Bank", ("--include-tables",)),
+        (("--kafka-config", "acks"), "Bank", ("KEY=VALUE",)),
+        (("--topic-partitions", "0"), "Bank", ("--topic-partitions",)),
+    ],
+)
+def test_invalid_options_exit_2(stack: EmbeddedStack, bank: Any, extra: tuple[str, ...], stream: str,
+                                phrases: tuple[str, ...]) -> None:  # fmt: skip
+    assert_one_line_error(run_produce(stack, bank, *extra, stream=stream), 2, *phrases)
+
+
+def test_invalid_environment_value_names_the_variable(stack: EmbeddedStack, bank: Any) -> None:
+    result = run_produce(stack, bank, env={"SPANNER_CDC_MAX_QUERIES": "many"})
+    assert_one_line_error(result, 2, "SPANNER_CDC_MAX_QUERIES", "'many'")
+
+
+def test_config_file_values_and_mistakes(stack: EmbeddedStack, bank: Any, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[produce]\nmax_queries = 0\n")
+    assert_one_line_error(run_produce(stack, bank, "--config", str(bad)), 2, "max_queries", "'0'")
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text("[produce]\nheartbeat = 1000\n")
+    assert_one_line_error(
+        run_produce(stack, bank, "--config", str(unknown)), 2, "unknown option", "heartbeat"
+    )
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[produce\n")
+    assert_one_line_error(run_produce(stack, bank, "--config", str(broken)), 2, "not valid TOML")
+
+
+def test_missing_required_option(stack: EmbeddedStack) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SPANNER_CDC_")}
+    result = subprocess.run([sys.executable, "-m", "spanner_cdc.cli", "produce", "--project", "p"],
+                            capture_output=True, text=True, env=clean, check=False)  # fmt: skip
+    assert_one_line_error(result, 2, "--instance is required")
+
+
+def test_missing_change_stream(stack: EmbeddedStack, bank: Any) -> None:
+    assert_one_line_error(run_produce(stack, bank, stream="NoSuchStream"), 1, "'NoSuchStream' does not exist")
+
+
+def test_missing_database(stack: EmbeddedStack) -> None:
+    class Missing:
+        database_id = "no-such-db"
+
+    assert_one_line_error(run_produce(stack, Missing()), 1, "no-such-db does not exist")
+
+
+def test_start_outside_retention(stack: EmbeddedStack, bank: Any) -> None:
+    result = run_produce(stack, bank, "--start-timestamp", "2020-01-01T00:00:00Z")
+    assert_one_line_error(result, 1, "too far in the past")
+
+
+def test_unreachable_broker(stack: EmbeddedStack, bank: Any) -> None:
+    command = produce_command(stack.endpoint("spanner"), f"127.0.0.1:{free_port()}", bank, "Bank", "x")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert_one_line_error(result, 1, "does not answer")
+
+
+def test_unreachable_spanner(stack: EmbeddedStack, bank: Any) -> None:
+    command = produce_command(f"127.0.0.1:{free_port()}", stack.endpoint("kafka"), bank, "Bank", "x")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+    assert_one_line_error(result, 1, "Spanner")
+
+
+def scrape(port: int, wanted: str, timeout: float = 60) -> str:
+    """/metrics once it contains ``wanted`` (or what it had when time ran out)."""
+    deadline = time.monotonic() + timeout
+    metrics = ""
+    while wanted not in metrics and time.monotonic() < deadline:
+        time.sleep(0.3)
+        try:
+            metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        except OSError:
+            continue
+    return metrics
+
+
+def test_sigterm_flushes_checkpoints_and_exits_0(stack: EmbeddedStack, bank: Any) -> None:
+    """SIGTERM stops reading, flushes and checkpoints; metrics were served while it ran."""
+    prefix = f"term-{uuid.uuid4().hex[:6]}"
+    port = free_port()
+    command = produce_command(stack.endpoint("spanner"), stack.endpoint("kafka"), bank, "Bank", prefix,
+                              "--metrics-port", str(port))  # fmt: skip
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "queries_started_total" in scrape(port, "queries_started_total"), "the producer never started"
+        with bank.batch() as batch:
+            batch.insert_or_update("Accounts", columns=["Id", "Balance"], values=[["term", 1]])
+        metrics = scrape(port, "spanner_cdc_producer_events_total{")
+        assert 'spanner_cdc_producer_events_total{change_type="INSERT",table="Accounts"} 1.0' in metrics
+        assert "spanner_cdc_producer_commit_to_ack_seconds_count 1.0" in metrics
+        assert 'spanner_cdc_producer_partitions{state="RUNNING"}' in metrics
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert [e.value["payload"]["Id"] for e in read_events(stack.endpoint("kafka"), prefix, "Accounts")] == [
+        "term"
+    ]
+    assert "Traceback" not in stderr

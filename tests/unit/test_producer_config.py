@@ -1,0 +1,125 @@
+"""Option resolution, catalog type parsing and query text: the producer's pure parts."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from producer.catalog import TableCatalog, parse_catalog_type
+from producer.config import PRODUCE_OPTIONS
+from producer.query import ChangeStreamQuery, InvalidStreamNameError, validate_stream_name
+from schemas.errors import UnsupportedTypeError
+from schemas.spanner_types import SpannerType
+from spanner_cdc.config import ConfigError, add_options, resolve
+
+pytestmark = pytest.mark.unit
+REQUIRED = [
+    "--project",
+    "p",
+    "--instance",
+    "i",
+    "--database",
+    "d",
+    "--change-stream",
+    "S",
+    "--kafka-bootstrap",
+    "k:1",
+]
+
+
+def parse(argv: list[str]) -> dict[str, object]:
+    parser = argparse.ArgumentParser(prog="spanner-cdc produce")
+    add_options(parser, PRODUCE_OPTIONS)
+    return resolve(parser.parse_args(argv), PRODUCE_OPTIONS, "produce")
+
+
+def test_precedence_cli_over_env_over_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[produce]\nheartbeat_ms = 3000\nmax-queries = 7\ninclude_tables = ["A", "B*"]\n')
+    monkeypatch.setenv("SPANNER_CDC_HEARTBEAT_MS", "4000")
+    values = parse([*REQUIRED, "--config", str(config)])
+    assert (
+        values["heartbeat_ms"] == 4000
+        and values["max_queries"] == 7
+        and values["include_tables"] == ["A", "B*"]
+    )
+    assert parse([*REQUIRED, "--config", str(config), "--heartbeat-ms", "5000"])["heartbeat_ms"] == 5000
+
+
+def test_defaults_and_repeated_options() -> None:
+    values = parse([*REQUIRED, "--kafka-config", "security.protocol=SSL", "--kafka-config", "a=b"])
+    assert values["kafka_config"] == [("security.protocol", "SSL"), ("a", "b")]
+    assert values["heartbeat_ms"] == 2000 and values["end_timestamp"] is None
+
+
+def test_errors_name_the_source() -> None:
+    with pytest.raises(ConfigError, match=r"--heartbeat-ms: invalid value '99999999'"):
+        parse([*REQUIRED, "--heartbeat-ms", "99999999"])
+    with pytest.raises(ConfigError, match="--database is required"):
+        parse(["--project", "p", "--instance", "i"])
+
+
+@pytest.mark.parametrize("name", ["Bank", "_s1", "a" * 128])
+def test_valid_stream_names(name: str) -> None:
+    assert validate_stream_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "1abc", "Bank; DROP TABLE x", 'x"y', "a b", "a" * 129, "Bank)--"])
+def test_stream_names_that_could_inject_sql_are_refused(name: str) -> None:
+    with pytest.raises(InvalidStreamNameError):
+        validate_stream_name(name)
+
+
+def test_query_text_per_dialect() -> None:
+    google = ChangeStreamQuery("Bank", "GOOGLE_STANDARD_SQL", 1000, None)
+    assert google.sql.startswith("SELECT ChangeRecord FROM READ_Bank(")
+    params, _ = google.params(None, 0)
+    assert params["token"] is None and params["heartbeat"] == 1000 and params["end"] is None
+    postgres = ChangeStreamQuery("bank", "POSTGRESQL", 2000, 5)
+    assert postgres.sql == 'SELECT * FROM "spanner"."read_json_bank"($1, $2, $3, $4, null)'
+    assert list(postgres.params("t", 0)[0]) == ["p1", "p2", "p3", "p4"]
+
+
+@pytest.mark.parametrize(
+    ("text", "dialect", "expected"),
+    [
+        ("STRING(MAX)", "GOOGLE_STANDARD_SQL", SpannerType("STRING")),
+        ("ARRAY<BYTES(10)>", "GOOGLE_STANDARD_SQL", SpannerType("ARRAY", None, SpannerType("BYTES"))),
+        ("PROTO<a.B>", "GOOGLE_STANDARD_SQL", SpannerType("PROTO")),
+        ("numeric", "POSTGRESQL", SpannerType("NUMERIC", "PG_NUMERIC")),
+        ("character varying(36)", "POSTGRESQL", SpannerType("STRING")),
+        ("bigint[]", "POSTGRESQL", SpannerType("ARRAY", None, SpannerType("INT64"))),
+        ("spanner.commit_timestamp", "POSTGRESQL", SpannerType("TIMESTAMP")),
+    ],
+)
+def test_catalog_types(text: str, dialect: str, expected: SpannerType) -> None:
+    assert parse_catalog_type(text, dialect, "T", "C") == expected
+
+
+def test_unknown_catalog_type_is_an_error() -> None:
+    with pytest.raises(UnsupportedTypeError, match="INTERVAL"):
+        parse_catalog_type("INTERVAL", "GOOGLE_STANDARD_SQL", "T", "C")
+
+
+def test_catalog_completes_partial_column_lists() -> None:
+    from producer.catalog import CatalogColumn
+
+    columns = [CatalogColumn.parse(n, p, t, "GOOGLE_STANDARD_SQL", "T") for n, p, t in
+               [("Id", 1, "INT64"), ("A", 2, "STRING(MAX)"), ("B", 3, "INT64")]]  # fmt: skip
+    catalog = TableCatalog("GOOGLE_STANDARD_SQL", lambda: ({"T": columns}, {}))
+    catalog.refresh()
+    partial = [
+        {"name": "Id", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1},
+        {"name": "B", "type": {"code": "INT64"}, "is_primary_key": False, "ordinal_position": 3},
+    ]
+    assert not catalog.needs_refresh("T", partial)
+    completed = catalog.complete("T", partial)
+    assert [c["name"] for c in completed] == ["Id", "A", "B"]
+    assert catalog.cached("T", partial) is completed
+    added = [
+        *partial,
+        {"name": "New", "type": {"code": "BOOL"}, "is_primary_key": False, "ordinal_position": 4},
+    ]
+    assert catalog.needs_refresh("T", added), "a column the catalog lacks means the table changed"

@@ -1,27 +1,58 @@
-"""Prints every benchmark's figures; targets from the issues are printed beside them."""
+"""``make bench``: prints every benchmark's figures beside baselines measured in the same run."""
 
 from __future__ import annotations
 
 import argparse
 import resource
 
-from bench import contract
+from bench import producer
+from bench.producer import Figure, percentile
+from spanner_cdc.stack import EmbeddedStack, stop_on_signals
+
+PRODUCER_TARGET_EVENTS_PER_SECOND = 60_000
+
+
+def print_figures(figures: list[Figure]) -> None:
+    for figure in figures:
+        rate = f"{figure.per_second:11,.0f} ev/s"
+        print(f"  {figure.name:52} {figure.events:8d} ev {figure.seconds:7.2f} s {rate}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("--events", type=int, default=50_000, help="events per measurement")
+    parser.add_argument("--events", type=int, default=50_000, help="events for the pipeline measurement (a)")
+    parser.add_argument(
+        "--rows", type=int, default=20_000, help="rows committed for the emulator measurement (b)"
+    )
+    parser.add_argument(
+        "--rate", type=float, default=100.0, help="transactions/s for the latency measurement (c)"
+    )
+    parser.add_argument("--seconds", type=float, default=20.0, help="length of the latency measurement (c)")
     args = parser.parse_args()
 
-    figures = contract.run(args.events)
-    baseline = figures[0]
-    print(f"{'measurement':45} {'events':>9} {'seconds':>8} {'events/s':>11} {'vs baseline':>11}")
-    for figure in figures:
-        ratio = figure.per_second / baseline.per_second
-        rate = f"{figure.per_second:11,.0f}"
-        print(f"{figure.name:45} {figure.events:9d} {figure.seconds:8.2f} {rate} {ratio:10.2f}x")
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak RSS: {peak_mib:.0f} MiB")
+    with stop_on_signals():
+        stack = EmbeddedStack.start(names=("spanner", "kafka"))
+        try:
+            print("producer (issue 3)")
+            figures = producer.pipeline_figures(stack.endpoint("kafka"), args.events)
+            print_figures(figures)
+            fastavro_alone, kafka_alone, pipeline = figures
+            print(
+                f"  pipeline/fastavro alone {pipeline.per_second / fastavro_alone.per_second:.2f}x, "
+                f"pipeline/confluent-kafka alone {pipeline.per_second / kafka_alone.per_second:.2f}x, "
+                f"pipeline/target {PRODUCER_TARGET_EVENTS_PER_SECOND:,} ev/s "
+                f"{pipeline.per_second / PRODUCER_TARGET_EVENTS_PER_SECOND:.0%}"
+            )
+            backlog, latencies = producer.emulator_figures(stack, args.rows, args.rate, args.seconds)
+            print_figures([backlog])
+            p50, p99 = percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000
+            print(
+                f"  (c) commit → ack at {args.rate:.0f} tx/s for {args.seconds:.0f} s: "
+                f"p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(latencies)} events"
+            )
+        finally:
+            stack.stop()
+    print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
 
 if __name__ == "__main__":

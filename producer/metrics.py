@@ -13,6 +13,8 @@ class ProducerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self._server: Any = None
+        #: Exact commit→ack latencies, kept only when a benchmark asks for percentiles.
+        self.latency_samples: list[float] | None = None
         self.events = Counter(
             "spanner_cdc_producer_events",
             "Events acknowledged by Kafka",
@@ -45,6 +47,11 @@ class ProducerMetrics:
             ["kind"],
             registry=self.registry,
         )
+
+    def observe_commit_to_ack(self, seconds: float) -> None:
+        self.commit_to_ack.observe(seconds)
+        if self.latency_samples is not None:
+            self.latency_samples.append(seconds)
 
     def serve(self, port: int) -> None:
         """Expose /metrics on ``port`` (0 disables it) until :meth:`close`."""

@@ -32,6 +32,7 @@ from producer.catalog import TableCatalog
 from producer.config import ProducerConfig
 from producer.kafka import KafkaPublisher, topic_for
 from producer.metrics import ProducerMetrics
+from producer.ordering import CommitOrderBuffer
 from producer.partitions import Partition, PartitionScheduler, PartitionState
 from producer.query import ChangeStreamQuery
 from producer.reader import TRANSIENT_ERRORS, QueryStalledError, QueryStream
@@ -45,6 +46,8 @@ from schemas.wire import WriterSchema, encode
 log = logging.getLogger(__name__)
 MAX_BACKOFF_SECONDS = 30.0
 FLUSH_TIMEOUT_SECONDS = 60.0
+#: Records held for commit-order release before partitions ahead of the low watermark pause.
+MAX_HELD_RECORDS = 100_000
 
 
 class ProducerError(RuntimeError):
@@ -94,6 +97,8 @@ class ProducerService:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._trackers: dict[str, AckTracker] = {}
         self._writers: dict[tuple[str, str], tuple[WriterSchema, WriterSchema]] = {}
+        self._held = CommitOrderBuffer()
+        self._release_lock = asyncio.Lock()
         self._stop = asyncio.Event()
         self._failure: str | None = None
         self._stall_seconds = config.stall_heartbeats * config.heartbeat_ms / 1000
@@ -178,11 +183,13 @@ class ProducerService:
                 partition.watermark_micros = partition.resume_micros
                 try:
                     await self._read(partition, tracker)
+                    await self._published(tracker)
                     await tracker.drained()
                     if tracker.failed:
                         raise DeliveryFailedError(tracker.failed)
                     break
                 except RETRYABLE as exc:
+                    self._held.discard(tracker)
                     attempt += 1
                     delay = min(MAX_BACKOFF_SECONDS, 0.5 * 2 ** min(attempt, 6))
                     log.warning(
@@ -212,25 +219,62 @@ class ProducerService:
         )
         stream.start()
         try:
-            while (records := await stream.next(self._stall_seconds)) is not None:
+            while True:
+                await self._wait_for_room(partition)
+                records = await stream.next(self._stall_seconds)
+                if records is None:
+                    break
                 for record in records:
                     await self._handle(partition, tracker, record)
+                await self._release()
                 if tracker.failed:
                     raise DeliveryFailedError(tracker.failed)
         finally:
             stream.stop()
+        if self.config.end_timestamp_micros is not None:
+            # A query that ended normally returned everything up to the end timestamp.
+            partition.watermark_micros = max(partition.watermark_micros, self.config.end_timestamp_micros)
 
     async def _handle(self, partition: Partition, tracker: AckTracker, record: ChangeStreamRecord) -> None:
+        """Watermarks say what is complete: everything before a record's commit timestamp,
+        everything at or before a heartbeat, everything before a child partition's start."""
         if isinstance(record, DataChangeRecord):
             if self._wanted(record.table_name):
-                await self._publish(record, partition, tracker)
-            partition.watermark_micros = max(partition.watermark_micros, record.commit_timestamp_micros)
+                self._held.hold(record, partition, tracker)
+            partition.watermark_micros = max(partition.watermark_micros, record.commit_timestamp_micros - 1)
         elif isinstance(record, HeartbeatRecord):
             partition.watermark_micros = max(partition.watermark_micros, record.timestamp_micros)
         elif isinstance(record, ChildPartitionsRecord):
+            partition.watermark_micros = max(partition.watermark_micros, record.start_timestamp_micros - 1)
             added = self.scheduler.register_children(record, partition.token)
             if added:
                 await self.publisher.write_checkpoints([child.to_json() for child in added])
+
+    async def _release(self) -> None:
+        """Publish held records the low watermark has passed, in commit order (see ordering)."""
+        if not len(self._held):
+            return
+        async with self._release_lock:
+            for held in self._held.release(self.scheduler.low_watermark_micros()):
+                await self.publish(held.record, held.partition, held.tracker)
+
+    async def _published(self, tracker: AckTracker) -> None:
+        """After a query ended: wait until the other partitions' progress released its records."""
+        while self._held.holds(tracker):
+            await self._release()
+            await asyncio.sleep(0.02)
+
+    async def _wait_for_room(self, partition: Partition) -> None:
+        """Back-pressure: while too much is held, partitions ahead of the low watermark pause.
+
+        The partitions holding the low watermark back never wait, so the buffer always drains.
+        """
+        while len(self._held) > MAX_HELD_RECORDS:
+            low = self.scheduler.low_watermark_micros()
+            if low is None or partition.watermark_micros <= low:
+                return
+            await self._release()
+            await asyncio.sleep(0.02)
 
     def _wanted(self, table: str) -> bool:
         include, exclude = self.config.include_tables, self.config.exclude_tables
@@ -248,7 +292,8 @@ class ProducerService:
             columns = self.catalog.complete(record.table_name, record.column_types)
         return dataclasses.replace(record, column_types=columns)
 
-    async def _publish(self, record: DataChangeRecord, partition: Partition, tracker: AckTracker) -> None:
+    async def publish(self, record: DataChangeRecord, partition: Partition, tracker: AckTracker) -> None:
+        """One data change record's events, produced; their acks are counted by ``tracker``."""
         read_millis = int(time.time() * 1000)
         events = self.builder.build(await self._complete(record), partition.query_token, read_millis)
         if not events:
@@ -300,7 +345,7 @@ class ProducerService:
             tracker.acknowledged(commit)
             self.progress.events_acked += 1
             self.metrics.events.labels(table, change_type).inc()
-            self.metrics.commit_to_ack.observe(max(0.0, time.time() - commit / 1_000_000))
+            self.metrics.observe_commit_to_ack(max(0.0, time.time() - commit / 1_000_000))
 
         return delivered
 
@@ -317,7 +362,11 @@ class ProducerService:
             tracker = self._trackers.get(partition.token)
             if partition.state != PartitionState.RUNNING or tracker is None:
                 continue
-            advanced = max(partition.checkpoint_micros, tracker.checkpoint(partition.watermark_micros))
+            safe = tracker.checkpoint(partition.watermark_micros)
+            oldest_held = self._held.oldest(tracker)
+            if oldest_held is not None:
+                safe = min(safe, oldest_held - 1)
+            advanced = max(partition.checkpoint_micros, safe)
             if advanced != partition.checkpoint_micros or force:
                 partition.checkpoint_micros = advanced
                 changed.append(partition.to_json())

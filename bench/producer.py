@@ -1,0 +1,231 @@
+"""Producer benchmarks (issue 3): figures beside raw baselines measured in the same run.
+
+(a) pipeline from recorded change records: conversion, envelope, Avro, produce until Kafka
+    acknowledged, through ProducerService.publish — beside fastavro encoding alone and
+    confluent-kafka producing the same bytes alone;
+(b) emulator → Kafka: rows committed first, then read and published to the end timestamp;
+(c) commit → ack latency percentiles under a steady write rate;
+peak RSS is printed by the runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import fastavro
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from producer.acks import AckTracker
+from producer.catalog import CatalogColumn, TableCatalog
+from producer.config import ProducerConfig
+from producer.kafka import GUARANTEED_SETTINGS, TUNED_DEFAULTS, KafkaPublisher
+from producer.main import build_service
+from producer.metrics import ProducerMetrics
+from producer.partitions import Partition, PartitionScheduler
+from producer.service import ProducerService
+from producer.spanner_source import SpannerSource
+from schemas.events import DataChangeRecord, EventBuilder
+from schemas.wire import WriterSchema
+from spanner_cdc.stack import EmbeddedStack
+from spanner_cdc.stack.services import EMULATOR_PROJECT
+from tests.support.records import STREAM_NAME, account_transfer_records
+from tests.support.spanner_db import INSTANCE, create_database
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    events: int
+    seconds: float
+
+    @property
+    def per_second(self) -> float:
+        return self.events / self.seconds
+
+
+def synthetic_records(count: int) -> list[dict[str, Any]]:
+    """``count`` one-mod UPDATE records shaped like seed 000's transfer, distinct keys and values."""
+    template = account_transfer_records()[0]
+    return [
+        {
+            **template,
+            "record_sequence": f"{index:08d}",
+            "mods": [
+                {
+                    "keys": {"AccountId": f"acct-{index:07d}"},
+                    "new_values": {"LastUpdate": "2022-09-27T12:30:00.123456Z", "Balance": str(index)},
+                    "old_values": {"LastUpdate": "2022-09-26T11:28:00.189413Z", "Balance": str(index + 1)},
+                }
+            ],
+        }
+        for index in range(count)
+    ]
+
+
+def timed(name: str, events: int, work: Callable[[], None]) -> Figure:
+    started = time.perf_counter()
+    work()
+    return Figure(name, events, time.perf_counter() - started)
+
+
+def pipeline_figures(bootstrap: str, count: int) -> list[Figure]:
+    """(a): the per-record path of the producer against its two raw baselines."""
+    records = [DataChangeRecord.from_json(r) for r in synthetic_records(count)]
+    builder = EventBuilder(STREAM_NAME, "bank")
+    events = [e for r in records for e in builder.build(r, "p", 0)]
+    writer = WriterSchema.from_schema(events[0].table.event_schema)
+    encoded = [fastavro_bytes(writer, e.value) for e in events]
+
+    def fastavro_alone() -> None:
+        buffer = io.BytesIO()
+        for event in events:
+            fastavro.schemaless_writer(buffer, writer.parsed, event.value)
+
+    def kafka_alone() -> None:
+        producer = Producer({**TUNED_DEFAULTS, "bootstrap.servers": bootstrap, **GUARANTEED_SETTINGS})
+        topic = f"bench-raw-{uuid.uuid4().hex[:6]}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, 6, 1)])[topic].result(30)
+        for index, value in enumerate(encoded):
+            while True:
+                try:
+                    producer.produce(topic, value=value, key=str(index).encode())
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.flush(120)
+
+    service = offline_service(bootstrap)
+
+    def through_producer() -> None:
+        asyncio.run(publish_all(service, records))
+
+    return [
+        timed("(a) baseline: fastavro encode alone", count, fastavro_alone),
+        timed("(a) baseline: confluent-kafka produce alone", count, kafka_alone),
+        timed("(a) producer: record → event → Avro → Kafka ack", count, through_producer),
+    ]
+
+
+def fastavro_bytes(writer: WriterSchema, value: dict[str, Any]) -> bytes:
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, writer.parsed, value)
+    return buffer.getvalue()
+
+
+def offline_service(bootstrap: str) -> ProducerService:
+    """A producer whose Spanner side is replaced by recorded records: only publish() is used."""
+    config = ProducerConfig(
+        project="bench", instance="bench", database="bank", change_stream="Bank", kafka_bootstrap=bootstrap,
+        start_timestamp_micros=0, topic_prefix=f"bench-{uuid.uuid4().hex[:6]}", progress=False,
+    )  # fmt: skip
+    shape = (("AccountId", 1, "STRING(MAX)"), ("LastUpdate", 2, "TIMESTAMP"), ("Balance", 3, "INT64"))
+    columns = [CatalogColumn.parse(n, p, t, "GOOGLE_STANDARD_SQL", "AccountBalance") for n, p, t in shape]
+    catalog = TableCatalog("GOOGLE_STANDARD_SQL", lambda: ({"AccountBalance": columns}, {}))
+    catalog.refresh()
+    publisher = KafkaPublisher(bootstrap, config.topic_prefix, {}, 6, 1)
+    return ProducerService(
+        config,
+        source=SpannerSource(
+            database=None, dialect="GOOGLE_STANDARD_SQL", database_path=config.database_path
+        ),
+        publisher=publisher,
+        scheduler=PartitionScheduler.starting_at(0),
+        builder=EventBuilder(config.stream_name, "bank"),
+        catalog=catalog,
+        metrics=ProducerMetrics(),
+    )
+
+
+async def publish_all(service: ProducerService, records: list[DataChangeRecord]) -> None:
+    partition = Partition("bench", (), 0)
+    tracker = AckTracker()
+    for record in records:
+        await service.publish(record, partition, tracker)
+    while tracker.pending:
+        service.publisher.poll()
+        await asyncio.sleep(0.001)
+
+
+def emulator_figures(
+    stack: EmbeddedStack, rows: int, rate: float, seconds: float
+) -> tuple[Figure, list[float]]:
+    """(b) backlog read throughput, and (c) latency samples under ``rate`` transactions/s."""
+    spanner, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
+    database = create_database(
+        spanner,
+        [
+            "CREATE TABLE Accounts (Id STRING(36) NOT NULL, Balance INT64) PRIMARY KEY (Id)",
+            "CREATE CHANGE STREAM Bank FOR Accounts OPTIONS (value_capture_type='NEW_ROW')",
+        ],
+    )
+    start = int(time.time() * 1_000_000)
+    for first in range(0, rows, 1000):
+        with database.batch() as batch:
+            batch.insert_or_update(
+                "Accounts",
+                columns=["Id", "Balance"],
+                values=[[f"a{i}", i] for i in range(first, first + 1000)],
+            )
+    end = int(time.time() * 1_000_000) + 200_000
+    time.sleep(0.5)
+    config = bench_config(
+        spanner, kafka, database.database_id, start_timestamp_micros=start, end_timestamp_micros=end
+    )
+    service = asyncio.run(build_service(config))
+    backlog = timed(
+        "(b) emulator → Kafka, backlog of committed rows", rows, lambda: asyncio.run(service.run())
+    )
+    return backlog, asyncio.run(steady_latency(database, spanner, kafka, rate, seconds))
+
+
+def bench_config(spanner: str, kafka: str, database: str, **overrides: Any) -> ProducerConfig:
+    options: dict[str, Any] = {
+        "project": EMULATOR_PROJECT, "instance": INSTANCE, "database": database, "change_stream": "Bank",
+        "kafka_bootstrap": kafka, "emulator_host": spanner, "start_timestamp_micros": int(time.time() * 1e6),
+        "heartbeat_ms": 1000, "topic_prefix": f"bench-{uuid.uuid4().hex[:6]}", "progress": False,
+    }  # fmt: skip
+    return ProducerConfig(**{**options, **overrides})
+
+
+async def steady_latency(database: Any, spanner: str, kafka: str, rate: float, seconds: float) -> list[float]:
+    service = await build_service(bench_config(spanner, kafka, database.database_id))
+    service.metrics.latency_samples = []
+    stop = threading.Event()
+
+    def write() -> None:
+        interval, index = 1.0 / rate, 0
+        next_at = time.monotonic()
+        while not stop.is_set():
+            with database.batch() as batch:
+                batch.insert_or_update(
+                    "Accounts", columns=["Id", "Balance"], values=[[f"s{index % 500}", index]]
+                )
+            index += 1
+            next_at += interval
+            time.sleep(max(0.0, next_at - time.monotonic()))
+
+    async with service.running():
+        await asyncio.sleep(1.0)
+        writer = threading.Thread(target=write)
+        writer.start()
+        await asyncio.sleep(seconds)
+        stop.set()
+        await asyncio.to_thread(writer.join)
+        await asyncio.sleep(2.0)
+    return service.metrics.latency_samples
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    return (
+        statistics.quantiles(samples, n=1000)[int(fraction * 1000) - 1] if len(samples) > 1 else float("nan")
+    )

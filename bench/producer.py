@@ -147,13 +147,16 @@ def offline_service(bootstrap: str) -> ProducerService:
 
 
 async def publish_all(service: ProducerService, records: list[DataChangeRecord]) -> None:
+    """Every record through ProducerService.publish, until Kafka acknowledged all events."""
     partition = Partition("bench", (), 0)
     tracker = AckTracker()
+    stop = asyncio.Event()
+    poller = asyncio.create_task(service.publisher.run_poller(stop))  # serves acks, as in run()
     for record in records:
         await service.publish(record, partition, tracker)
-    while tracker.pending:
-        service.publisher.poll()
-        await asyncio.sleep(0.001)
+    await tracker.drained()
+    stop.set()
+    await poller
 
 
 def emulator_figures(

@@ -16,6 +16,7 @@ import uuid
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient
 from google.cloud.spanner import COMMIT_TIMESTAMP, KeySet
 from google.cloud.spanner_v1.data_types import JsonObject
 
@@ -371,3 +372,36 @@ def test_commit_timestamp_columns_carry_the_commit_timestamp(stack: EmbeddedStac
     # (real Spanner: exact), so only its second is checked.
     old = events[1].value["source_metadata"]["old_values"]["LastUpdate"]
     assert old == micros_to_datetime(commits[0] // 1_000_000 * 1_000_000)
+
+
+def test_table_filters(stack: EmbeddedStack) -> None:
+    database = create_database(
+        stack.endpoint("spanner"),
+        [
+            "CREATE TABLE Accounts (Id STRING(36) NOT NULL, Balance INT64) PRIMARY KEY (Id)",
+            "CREATE TABLE AuditLog (Id INT64 NOT NULL, Note STRING(MAX)) PRIMARY KEY (Id)",
+            "CREATE TABLE AuditArchive (Id INT64 NOT NULL) PRIMARY KEY (Id)",
+            "CREATE CHANGE STREAM Everything FOR ALL",
+        ],
+    )
+    start = now_micros()
+    with database.batch() as batch:
+        batch.insert("Accounts", columns=["Id", "Balance"], values=[["a", 1]])
+        batch.insert("AuditLog", columns=["Id", "Note"], values=[[1, "x"]])
+        batch.insert("AuditArchive", columns=["Id"], values=[[1]])
+    end = now_micros() + 500_000
+    wait_past(end)
+    config = producer_config(
+        stack.endpoint("spanner"), stack.endpoint("kafka"), database, "Everything",
+        start_timestamp_micros=start, end_timestamp_micros=end,
+        include_tables=("Accounts", "Audit*"), exclude_tables=("AuditArchive",),
+    )  # fmt: skip
+    asyncio.run(produce_until_end(config))
+    topics = AdminClient({"bootstrap.servers": stack.endpoint("kafka")}).list_topics(timeout=10).topics
+    assert {t for t in topics if t.startswith(config.topic_prefix + ".")} == {
+        f"{config.topic_prefix}.Accounts",
+        f"{config.topic_prefix}.AuditLog",
+        f"{config.topic_prefix}._schemas",
+        f"{config.topic_prefix}._checkpoints",
+    }
+    assert len(read_events(stack.endpoint("kafka"), config.topic_prefix, "AuditLog")) == 1

@@ -100,8 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "demo",
         help="run the whole pipeline on the embedded stack",
-        description="Starts the embedded stack and checks every service answers. The producer "
-        "and consumer stages are not built yet; the demo says so and exits.",
+        description="Starts the embedded stack and checks every service answers. The consumer "
+        "stage is not built yet, so there is no whole pipeline to run; the demo says so and exits.",
     )
     return parser
 
@@ -165,8 +165,8 @@ def _run_demo() -> int:
     finally:
         stack.stop()
     print(
-        "spanner-cdc demo: the embedded stack starts and answers; the producer and consumer "
-        "are not built yet, so there is no pipeline to run.",
+        "spanner-cdc demo: the embedded stack starts and answers; the producer is built "
+        "(spanner-cdc produce), the consumer is not built yet, so there is no whole pipeline to run.",
         file=sys.stderr,
     )
     return 0

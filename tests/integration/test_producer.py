@@ -221,6 +221,20 @@ def wait_past(micros: int) -> None:
     time.sleep(max(0.0, (micros - now_micros()) / 1_000_000) + 0.2)
 
 
+def produce_since(
+    stack: EmbeddedStack, database: Any, stream: str, start: int, **overrides: Any
+) -> ProducerConfig:
+    """Produce everything committed from ``start`` until now, to the end timestamp."""
+    end = now_micros() + 500_000
+    wait_past(end)
+    config = producer_config(
+        stack.endpoint("spanner"), stack.endpoint("kafka"), database, stream,
+        start_timestamp_micros=start, end_timestamp_micros=end, **overrides,
+    )  # fmt: skip
+    asyncio.run(produce_until_end(config))
+    return config
+
+
 CAPTURE_TYPES = ("NEW_ROW", "NEW_ROW_AND_OLD_VALUES", "OLD_AND_NEW_VALUES", "NEW_VALUES")
 
 
@@ -327,13 +341,7 @@ def test_postgresql_dialect_end_to_end(stack: EmbeddedStack) -> None:
     commit = timestamp_micros(batch.committed)
     with database.batch() as batch:
         batch.delete("accounts", keyset=KeySet(keys=[["a"]]))  # type: ignore[no-untyped-call]
-    end = now_micros() + 500_000
-    wait_past(end)
-    config = producer_config(
-        stack.endpoint("spanner"), stack.endpoint("kafka"), database, "bank",
-        start_timestamp_micros=start, end_timestamp_micros=end,
-    )  # fmt: skip
-    asyncio.run(produce_until_end(config))
+    config = produce_since(stack, database, "bank", start)
     insert, delete = (e.value for e in read_events(stack.endpoint("kafka"), config.topic_prefix, "accounts"))
     assert insert["payload"] == {
         "id": "a",
@@ -359,13 +367,7 @@ def test_commit_timestamp_columns_carry_the_commit_timestamp(stack: EmbeddedStac
                 "Accounts", columns=["Id", "Balance", "LastUpdate"], values=[["x", balance, COMMIT_TIMESTAMP]]
             )
         commits.append(timestamp_micros(batch.committed))
-    end = now_micros() + 500_000
-    wait_past(end)
-    config = producer_config(
-        stack.endpoint("spanner"), stack.endpoint("kafka"), database, "Bank",
-        start_timestamp_micros=start, end_timestamp_micros=end,
-    )  # fmt: skip
-    asyncio.run(produce_until_end(config))
+    config = produce_since(stack, database, "Bank", start)
     events = read_events(stack.endpoint("kafka"), config.topic_prefix, "Accounts")
     assert [e.value["payload"]["LastUpdate"] for e in events] == [micros_to_datetime(c) for c in commits]
     # The emulator reports the *old* value of a commit-timestamp column truncated to the second
@@ -389,14 +391,14 @@ def test_table_filters(stack: EmbeddedStack) -> None:
         batch.insert("Accounts", columns=["Id", "Balance"], values=[["a", 1]])
         batch.insert("AuditLog", columns=["Id", "Note"], values=[[1, "x"]])
         batch.insert("AuditArchive", columns=["Id"], values=[[1]])
-    end = now_micros() + 500_000
-    wait_past(end)
-    config = producer_config(
-        stack.endpoint("spanner"), stack.endpoint("kafka"), database, "Everything",
-        start_timestamp_micros=start, end_timestamp_micros=end,
-        include_tables=("Accounts", "Audit*"), exclude_tables=("AuditArchive",),
-    )  # fmt: skip
-    asyncio.run(produce_until_end(config))
+    config = produce_since(
+        stack,
+        database,
+        "Everything",
+        start,
+        include_tables=("Accounts", "Audit*"),
+        exclude_tables=("AuditArchive",),
+    )
     topics = AdminClient({"bootstrap.servers": stack.endpoint("kafka")}).list_topics(timeout=10).topics
     assert {t for t in topics if t.startswith(config.topic_prefix + ".")} == {
         f"{config.topic_prefix}.Accounts",

@@ -189,7 +189,7 @@ class ProducerService:
                         raise DeliveryFailedError(tracker.failed)
                     break
                 except RETRYABLE as exc:
-                    self._held.discard(tracker)
+                    self._abandon(partition, tracker)
                     attempt += 1
                     delay = min(MAX_BACKOFF_SECONDS, 0.5 * 2 ** min(attempt, 6))
                     log.warning(
@@ -211,6 +211,17 @@ class ProducerService:
         await self.publisher.write_checkpoints([partition.to_json()])
         del self._trackers[partition.token]
         self._launch_runnable()
+
+    def _abandon(self, partition: Partition, tracker: AckTracker) -> None:
+        """Forget a failed run before its retry, so nothing it did can move the checkpoint.
+
+        Its held records are dropped (the retry reads them again) and its tracker leaves the
+        checkpoint loop: a stale tracker with nothing pending would otherwise report the run's
+        watermark as safe while the records behind it were never published.
+        """
+        self._held.discard(tracker)
+        self._trackers.pop(partition.token, None)
+        partition.watermark_micros = partition.resume_micros
 
     async def _read(self, partition: Partition, tracker: AckTracker) -> None:
         stream = QueryStream(

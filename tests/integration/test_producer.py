@@ -407,3 +407,36 @@ def test_table_filters(stack: EmbeddedStack) -> None:
         f"{config.topic_prefix}._checkpoints",
     }
     assert len(read_events(stack.endpoint("kafka"), config.topic_prefix, "AuditLog")) == 1
+
+
+def test_stalled_spanner_restarts_partitions_from_their_checkpoints(stack: EmbeddedStack) -> None:
+    """SIGSTOP the emulator longer than the stall limit: queries restart, nothing is lost."""
+    own = EmbeddedStack.start(names=("spanner",))
+    try:
+        spanner, pgid = own.endpoint("spanner"), own.services["spanner"].pgid
+        assert pgid is not None
+        database = create_database(spanner, ACCOUNTS_DDL)
+        config = producer_config(spanner, stack.endpoint("kafka"), database, "Bank", stall_heartbeats=3)
+        writer = AccountWriter(database)
+
+        async def scenario() -> ProducerService:
+            service = await build_service(config)
+            async with service.running():
+                await asyncio.to_thread(writer.run, 3)
+                os.killpg(pgid, signal.SIGSTOP)
+                try:
+                    await asyncio.sleep(8)  # > 3 heartbeat intervals: every query is declared stalled
+                finally:
+                    os.killpg(pgid, signal.SIGCONT)
+                await asyncio.to_thread(writer.run, 3)
+                last = max(c.commit_micros for c in writer.committed)
+                await service.wait_until(lambda: (service.scheduler.low_watermark_micros() or 0) > last, 120)
+            return service
+
+        service = asyncio.run(scenario())
+    finally:
+        own.stop()
+    assert service.scheduler.query_retries, "the stall was never detected"
+    events = read_events(stack.endpoint("kafka"), config.topic_prefix, "Accounts")
+    assert_exactly_the_committed_changes(events, writer.committed)
+    assert_per_key_commit_order(events, replays=True)

@@ -42,7 +42,6 @@ class QueryStream:
     """
 
     def __init__(self, name: str, rows: Callable[[], Iterator[list[ChangeStreamRecord]]]) -> None:
-        self._name = name
         self._rows = rows
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[Any] = asyncio.Queue()

@@ -21,6 +21,7 @@ from typing import Any
 from producer.query import POSTGRESQL
 from schemas.errors import UnsupportedTypeError
 from schemas.spanner_types import SpannerType
+from schemas.table import TableSchema
 
 _LENGTH = re.compile(r"\(\s*(?:\d+|MAX)\s*\)", re.IGNORECASE)
 _GOOGLESQL_CODES = {
@@ -97,6 +98,7 @@ class TableCatalog:
     columns: dict[str, list[CatalogColumn]] = field(default_factory=dict)
     commit_timestamp_columns: dict[str, frozenset[str]] = field(default_factory=dict)
     _completed: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    _schemas: dict[tuple[str, str], TableSchema] = field(default_factory=dict)
 
     def refresh(self) -> None:
         columns, commit_columns = self.load()
@@ -104,6 +106,7 @@ class TableCatalog:
         self.commit_timestamp_columns.clear()
         self.commit_timestamp_columns.update(commit_columns)
         self._completed.clear()
+        self._schemas.clear()
 
     def needs_refresh(self, table: str, column_types: Sequence[Mapping[str, Any]]) -> bool:
         """True when the record lists a column the catalog lacks or types differently."""
@@ -113,6 +116,19 @@ class TableCatalog:
             if column is None or column.type != SpannerType.from_json(entry["type"]):
                 return True
         return False
+
+    def cached_schema(self, table: str, column_types: Sequence[Mapping[str, Any]]) -> TableSchema | None:
+        """The table version for a record shape seen before: one dict lookup on the hot path."""
+        return self._schemas.get((table, repr(column_types)))
+
+    def table_schema(self, table: str, column_types: Sequence[Mapping[str, Any]]) -> TableSchema:
+        """The table version of a record: its columns completed from the catalog."""
+        cache_key = (table, repr(column_types))
+        schema = self._schemas.get(cache_key)
+        if schema is None:
+            schema = TableSchema.from_column_types(table, self.complete(table, column_types))
+            self._schemas[cache_key] = schema
+        return schema
 
     def cached(self, table: str, column_types: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]] | None:
         """The completed column list for a record shape seen before (the hot path)."""

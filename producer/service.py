@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import fnmatch
 import logging
 import time
@@ -293,23 +292,23 @@ class ProducerService:
             return False
         return not any(fnmatch.fnmatchcase(table, pattern) for pattern in exclude)
 
-    async def _complete(self, record: DataChangeRecord) -> DataChangeRecord:
-        """The record with every column of its table listed (see producer.catalog)."""
-        columns = self.catalog.cached(record.table_name, record.column_types)
-        if columns is None:
+    async def _table_schema(self, record: DataChangeRecord) -> TableSchema:
+        """The record's table version, every column listed (see producer.catalog)."""
+        table = self.catalog.cached_schema(record.table_name, record.column_types)
+        if table is None:
             if self.catalog.needs_refresh(record.table_name, record.column_types):
                 log.info("table %s: columns differ from the catalog; reading it again", record.table_name)
                 await asyncio.to_thread(self.catalog.refresh)
-            columns = self.catalog.complete(record.table_name, record.column_types)
-        return dataclasses.replace(record, column_types=columns)
+            table = self.catalog.table_schema(record.table_name, record.column_types)
+        return table
 
     async def publish(self, record: DataChangeRecord, partition: Partition, tracker: AckTracker) -> None:
         """One data change record's events, produced; their acks are counted by ``tracker``."""
         read_millis = int(time.time() * 1000)
-        events = self.builder.build(await self._complete(record), partition.query_token, read_millis)
+        table = await self._table_schema(record)
+        events = self.builder.build(record, partition.query_token, read_millis, table)
         if not events:
             return
-        table = events[0].table
         topic = topic_for(self.config.topic_prefix, record.table_name)
         writer, key_writer = await self._writers_for(table, topic)
         commit = record.commit_timestamp_micros

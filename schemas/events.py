@@ -127,10 +127,18 @@ class EventBuilder:
         return schema
 
     def build(
-        self, record: DataChangeRecord, partition_token: str | None, read_timestamp_millis: int
+        self,
+        record: DataChangeRecord,
+        partition_token: str | None,
+        read_timestamp_millis: int,
+        table: TableSchema | None = None,
     ) -> list[Event]:
-        """Every mod of ``record`` as an event, in mod order."""
-        table = self.table_schema(record.table_name, record.column_types)
+        """Every mod of ``record`` as an event, in mod order.
+
+        ``table`` is the record's table version when the caller already resolved it (the
+        producer does, from the catalog); otherwise it is looked up from ``column_types``.
+        """
+        table = table or self.table_schema(record.table_name, record.column_types)
         schema_name, _, _ = record.table_name.rpartition(".")
         commit_millis = record.commit_timestamp_micros // 1000
         primary_keys = [c.name for c in table.key_columns]

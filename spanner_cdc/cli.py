@@ -11,14 +11,15 @@ import asyncio
 import os
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from producer.config import PRODUCE_OPTIONS, ProducerConfig
 from producer.kafka import KafkaSetupError
 from producer.service import ProducerError
 from producer.spanner_source import SpannerSetupError
-from spanner_cdc.config import ConfigError, add_options, resolve
+from spanner_cdc.config import ConfigError, add_options, integer_in, resolve
 from spanner_cdc.logs import configure as configure_logging
 from spanner_cdc.stack import SERVICES, EmbeddedStack, ServiceError, stop_on_signals
 
@@ -39,14 +40,16 @@ def _services(text: str) -> tuple[str, ...]:
     return names
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number above 0, got {value}")
-    return value
+def _argument(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A shared option parser as an argparse type, keeping its error message."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{exc}, got {text!r}") from None
+
+    return convert
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument(
         "--churn-seconds",
-        type=_positive_int,
+        type=_argument(integer_in(1, 3600)),
         default=None,
         help="emulator partition tokens live N to 2N seconds instead of 20 to 40",
     )

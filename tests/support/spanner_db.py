@@ -9,7 +9,7 @@ from typing import Any
 from google.cloud import spanner
 from google.cloud.spanner_admin_database_v1.types import DatabaseDialect
 
-from schemas.spanner_types import parse_timestamp_micros
+from producer.records import micros_to_datetime, timestamp_micros
 from spanner_cdc.spanner_client import emulator_client
 from spanner_cdc.stack.services import EMULATOR_PROJECT
 
@@ -36,10 +36,6 @@ def create_database(emulator_host: str, ddl: list[str], dialect: str = "GOOGLE_S
         database = instance.database(name, ddl_statements=ddl)
         database.create().result(60)
     return database
-
-
-def timestamp_from_text(text: str) -> dt.datetime:
-    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=parse_timestamp_micros(text))
 
 
 def read_pg_change_stream(
@@ -75,5 +71,5 @@ def read_pg_change_stream(
                     if child["token"] not in seen:
                         seen.add(child["token"])
                         child_start = change_record["child_partitions_record"]["start_timestamp"]
-                        pending.append((child["token"], timestamp_from_text(child_start)))
+                        pending.append((child["token"], micros_to_datetime(timestamp_micros(child_start))))
     return records

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from prometheus_client import Counter, Gauge, Histogram
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from spanner_cdc.metrics import ServedMetrics
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 
-class ProducerMetrics:
+class ProducerMetrics(ServedMetrics):
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self._server: Any = None
+        super().__init__()
         #: Exact commit→ack latencies, kept only when a benchmark asks for percentiles.
         self.latency_samples: list[float] | None = None
         self.events = Counter(
@@ -52,13 +51,3 @@ class ProducerMetrics:
         self.commit_to_ack.observe(seconds)
         if self.latency_samples is not None:
             self.latency_samples.append(seconds)
-
-    def serve(self, port: int) -> None:
-        """Expose /metrics on ``port`` (0 disables it) until :meth:`close`."""
-        if port:
-            self._server, _ = start_http_server(port, addr="0.0.0.0", registry=self.registry)
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server = None

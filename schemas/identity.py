@@ -28,9 +28,17 @@ def backfill_uuid(
     stream_name: str, snapshot_timestamp_micros: int, table: str, key: Mapping[str, Any]
 ) -> str:
     """uuid of a snapshot row: the same snapshot of the same row always gets the same uuid."""
-    canonical_key = json.dumps(dict(key), separators=(",", ":"), sort_keys=True, default=str)
-    name = _SEPARATOR.join([stream_name, str(snapshot_timestamp_micros), table, canonical_key])
+    name = _SEPARATOR.join([stream_name, str(snapshot_timestamp_micros), table, _canonical_key(key)])
     return str(uuid.uuid5(EVENT_NAMESPACE, name))
+
+
+def row_id(table: str, key: Mapping[str, Any]) -> str:
+    """Stable id of one row of one table (the changelog's ``change$row_id``): same key, same id."""
+    return str(uuid.uuid5(EVENT_NAMESPACE, _SEPARATOR.join(["row", table, _canonical_key(key)])))
+
+
+def _canonical_key(key: Mapping[str, Any]) -> str:
+    return json.dumps(dict(key), separators=(",", ":"), sort_keys=True, default=str)
 
 
 def sort_keys(

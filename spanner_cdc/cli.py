@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from consumer.config import CONSUME_OPTIONS, ConsumerConfig
+from consumer.errors import ConsumerError
 from producer.config import PRODUCE_OPTIONS, ProducerConfig
 from producer.kafka import KafkaSetupError
 from producer.service import ProducerError
@@ -100,6 +102,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_options(produce, PRODUCE_OPTIONS)
 
+    consume = commands.add_parser(
+        "consume",
+        help="read the producer's topics with Spark and write the changelog and replica",
+        description="A Spark Structured Streaming job: decodes every event (undecodable messages go to "
+        "quarantine with the reason), drops duplicates by uuid, orders each key's changes by sort_keys, "
+        "and writes an append-only Parquet changelog and a merged replica (DuckDB or PostgreSQL), "
+        "exactly once across restarts. Every option can also be set as an environment variable or in a "
+        "TOML file.",
+    )
+    add_options(consume, CONSUME_OPTIONS)
+
     commands.add_parser(
         "demo",
         help="run the whole pipeline on the embedded stack",
@@ -117,11 +130,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _run_stack(args)
             if args.command == "produce":
                 return _run_produce(args)
+            if args.command == "consume":
+                return _run_consume(args)
             return _run_demo()
     except ConfigError as exc:
         print(f"spanner-cdc {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (ServiceError, SpannerSetupError, KafkaSetupError, ProducerError) as exc:
+    except (
+        ServiceError,
+        SpannerSetupError,
+        KafkaSetupError,
+        ProducerError,
+        ConsumerError,
+    ) as exc:
         print(f"spanner-cdc: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
@@ -134,6 +155,15 @@ def _run_produce(args: argparse.Namespace) -> int:
     config = ProducerConfig.from_options(resolve(args, PRODUCE_OPTIONS, "produce"))
     configure_logging(config.log_format)
     asyncio.run(produce(config))
+    return 0
+
+
+def _run_consume(args: argparse.Namespace) -> int:
+    from consumer.main import consume
+
+    config = ConsumerConfig.from_options(resolve(args, CONSUME_OPTIONS, "consume"))
+    configure_logging(config.log_format)
+    consume(config)
     return 0
 
 

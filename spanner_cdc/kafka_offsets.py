@@ -9,6 +9,7 @@ one round trip per non-empty partition.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from confluent_kafka import Consumer, TopicPartition
@@ -31,3 +32,39 @@ def end_offsets(
             ends[partition] = max(listed, fetched)
     consumer.unassign()
     return ends
+
+
+def read_to_end(
+    consumer: Consumer, topic: str, positions: dict[int, int], timeout: float = 60.0
+) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """(partition, offset, key, value) of every message after ``positions``, up to the end now.
+
+    ``positions`` (partition → next offset) is updated in place, so calling again reads only
+    what arrived since. Partitions missing from it are read from offset 0.
+    """
+    metadata = consumer.list_topics(topic, timeout=timeout)
+    partitions = sorted(metadata.topics[topic].partitions)
+    highs = end_offsets(consumer, topic, partitions, timeout=timeout)
+    for partition in partitions:
+        positions.setdefault(partition, 0)
+    wanted = {p for p in partitions if positions[p] < highs[p]}
+    if not wanted:
+        return []
+    consumer.assign([TopicPartition(topic, p, positions[p]) for p in wanted])
+    out = []
+    deadline = time.monotonic() + timeout
+    try:
+        while any(positions[p] < highs[p] for p in wanted):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: read up to {positions}, expected {highs}")
+            message = consumer.poll(0.5)
+            if message is None or message.error() is not None:
+                continue
+            partition, offset = message.partition(), message.offset()
+            if partition is None or offset is None:
+                continue
+            positions[partition] = offset + 1
+            out.append((partition, offset, message.key(), message.value()))
+    finally:
+        consumer.unassign()
+    return out

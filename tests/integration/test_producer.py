@@ -22,56 +22,16 @@ from google.cloud.spanner_v1.data_types import JsonObject
 
 from producer.config import ProducerConfig
 from producer.main import build_service
-from producer.partitions import ROOT, PartitionScheduler
 from producer.records import micros_to_datetime, timestamp_micros
 from producer.service import ProducerService
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.services import EMULATOR_PROJECT
+from tests.support.churn import ACCOUNTS_DDL, lineage_depth, now_micros, producer_config, run_churn
 from tests.support.kafka_read import Received, read_events
 from tests.support.spanner_db import INSTANCE, create_database
 from tests.support.workload import AccountWriter, Committed
 
 pytestmark = pytest.mark.integration
-
-ACCOUNTS_DDL = [
-    "CREATE TABLE Accounts (Id STRING(36) NOT NULL, Balance INT64, "
-    "LastUpdate TIMESTAMP OPTIONS (allow_commit_timestamp=true)) PRIMARY KEY (Id)",
-    "CREATE CHANGE STREAM Bank FOR Accounts OPTIONS (value_capture_type='NEW_ROW_AND_OLD_VALUES')",
-]
-
-
-def now_micros() -> int:
-    return int(time.time() * 1_000_000)
-
-
-def producer_config(spanner: str, kafka: str, database: Any, stream: str, **overrides: Any) -> ProducerConfig:
-    options: dict[str, Any] = {
-        "project": EMULATOR_PROJECT,
-        "instance": INSTANCE,
-        "database": database.database_id,
-        "change_stream": stream,
-        "kafka_bootstrap": kafka,
-        "emulator_host": spanner,
-        "start_timestamp_micros": now_micros(),
-        "heartbeat_ms": 1000,
-        "topic_prefix": f"{stream}-{uuid.uuid4().hex[:8]}",
-        "progress": False,
-        "checkpoint_interval": 0.2,
-    }
-    return ProducerConfig(**{**options, **overrides})
-
-
-def lineage_depth(scheduler: PartitionScheduler) -> int:
-    """Generations below the initial query: how many churn cycles the run went through."""
-    depth: dict[str, int] = {ROOT: 0}
-
-    def of(token: str) -> int:
-        if token not in depth:
-            parents = scheduler.partitions[token].parents
-            depth[token] = 1 + max(of(parent) for parent in parents)
-        return depth[token]
-
-    return max(of(token) for token in scheduler.partitions)
 
 
 def assert_exactly_the_committed_changes(events: list[Received], committed: list[Committed]) -> None:
@@ -108,28 +68,6 @@ def assert_per_key_commit_order(events: list[Received], replays: bool = False) -
         assert sort_keys == sorted(sort_keys), f"{key}: changes out of commit order in Kafka"
 
 
-async def run_churn(
-    spanner: str, kafka: str, min_seconds: float, max_seconds: float
-) -> tuple[ProducerService, list[Received], AccountWriter]:
-    database = create_database(spanner, ACCOUNTS_DDL)
-    config = producer_config(spanner, kafka, database, "Bank")
-    service = await build_service(config)
-    writer = AccountWriter(database)
-    async with service.running():
-        writing = asyncio.create_task(asyncio.to_thread(writer.run, max_seconds))
-        started = time.monotonic()
-        while not writing.done():
-            await asyncio.sleep(0.5)
-            churned = service.scheduler.merges_seen and lineage_depth(service.scheduler) >= 4
-            if time.monotonic() - started >= min_seconds and churned:
-                writer.stop()
-        await writing
-        last_commit = max(c.commit_micros for c in writer.committed)
-        await service.wait_until(lambda: (service.scheduler.low_watermark_micros() or 0) > last_commit, 120)
-    events = read_events(kafka, config.topic_prefix, "Accounts")
-    return service, events, writer
-
-
 def check_churn_run(service: ProducerService, events: list[Received], writer: AccountWriter) -> None:
     assert len(writer.committed) > 100
     assert_exactly_the_committed_changes(events, writer.committed)
@@ -143,14 +81,14 @@ def check_churn_run(service: ProducerService, events: list[Received], writer: Ac
 
 
 def test_churn_fast_every_change_once_in_order(churn_spanner: str, stack: EmbeddedStack) -> None:
-    service, events, writer = asyncio.run(run_churn(churn_spanner, stack.endpoint("kafka"), 10, 60))
+    service, events, writer, _ = asyncio.run(run_churn(churn_spanner, stack.endpoint("kafka"), 10, 60))
     check_churn_run(service, events, writer)
 
 
 @pytest.mark.slow
 def test_churn_default_speed(stack: EmbeddedStack) -> None:
     """At the emulator's own pace (tokens live 20-40 s), for at least 70 s."""
-    service, events, writer = asyncio.run(
+    service, events, writer, _ = asyncio.run(
         run_churn(stack.endpoint("spanner"), stack.endpoint("kafka"), 70, 150)
     )
     check_churn_run(service, events, writer)

@@ -16,7 +16,8 @@ import pytest
 
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
-from tests.integration.test_producer import ACCOUNTS_DDL, produce_command
+from tests.integration.test_producer import produce_command
+from tests.support.churn import ACCOUNTS_DDL
 from tests.support.kafka_read import read_events
 from tests.support.spanner_db import create_database
 

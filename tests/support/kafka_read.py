@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer
 
 from schemas.wire import SchemaStore
-from spanner_cdc.kafka_offsets import end_offsets
+from spanner_cdc.kafka_offsets import read_to_end
 
 
 @dataclass(frozen=True)
@@ -26,27 +24,9 @@ def read_all(
     bootstrap: str, topic: str, timeout: float = 60.0
 ) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """(partition, offset, key, value) of every message now in ``topic``."""
-    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
-    partitions = sorted(metadata.topics[topic].partitions)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tests", "enable.auto.commit": False})
     try:
-        highs = end_offsets(consumer, topic, partitions)
-        wanted = {p for p, high in highs.items() if high > 0}
-        consumer.assign([TopicPartition(topic, p, 0) for p in wanted])
-        out = []
-        positions = dict.fromkeys(wanted, 0)
-        deadline = time.monotonic() + timeout
-        while any(positions[p] < highs[p] for p in wanted):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"read {positions} of {highs} in {topic}")
-            message = consumer.poll(0.5)
-            if message is None or message.error() is not None:
-                continue
-            partition, offset = message.partition(), message.offset()
-            assert partition is not None and offset is not None
-            positions[partition] = offset + 1
-            out.append((partition, offset, message.key(), message.value()))
-        return out
+        return read_to_end(consumer, topic, {}, timeout)
     finally:
         consumer.close()
 

@@ -1,0 +1,139 @@
+"""One micro-batch, start to finish: decode, quarantine, dedupe, order, write every sink.
+
+The order of writes is what makes a crash at any point harmless. Spark replays an unfinished
+batch with the same offsets, and every step repeats its first attempt's result:
+
+1. changelog files and the quarantine file are named by batch id and replaced whole;
+2. the replica transaction records the batch id with the data, and skips a batch it has;
+3. the delivered-uuid memory is saved last, tagged with the batch id; once it has the batch,
+   a replay is skipped entirely.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from consumer.change_rows import TableChanges, sort_key
+from consumer.changelog import ChangelogSink
+from consumer.decode import BatchDecoder, DecodedEvent, Quarantined, quarantine_table
+from consumer.dedupe import DeliveredChanges
+from consumer.errors import BadMessageError
+from consumer.metrics import ConsumerMetrics
+from consumer.parquet_files import batch_file_name, write_atomically
+from consumer.replica.merge import ReplicaMerge
+
+log = logging.getLogger("spanner_cdc.consumer")
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    batch_id: int
+    received: int
+    delivered: int
+    duplicates: int
+    quarantined: int
+    beyond_horizon: int
+    skipped: bool = False
+
+
+@dataclass
+class BatchProcessor:
+    decoder: BatchDecoder
+    delivered: DeliveredChanges
+    changelog: ChangelogSink | None
+    replica: ReplicaMerge | None
+    quarantine_dir: Path
+    fail_on_bad_message: bool
+    metrics: ConsumerMetrics
+    #: Spark's checkpoint of the query; its ``metadata`` file holds the query id.
+    spark_checkpoint: Path | None = None
+
+    @property
+    def query_id(self) -> str:
+        """Spark's id for the query, kept in its checkpoint across restarts (the replica's marker key).
+
+        Spark writes it before the first micro-batch, so it is always there when a batch runs.
+        """
+        if self.spark_checkpoint is None:
+            return "spanner-cdc"
+        return str(json.loads((self.spark_checkpoint / "metadata").read_text())["id"])
+
+    def __call__(self, batch: Any, batch_id: int) -> None:
+        """The ``foreachBatch`` function: a Spark DataFrame of Kafka rows and its batch id."""
+        self.process(batch.select("key", "value", "topic", "partition", "offset").toArrow(), batch_id)
+
+    def process(self, rows: pa.Table, batch_id: int) -> BatchReport:
+        started = time.monotonic()
+        if self.delivered.committed(batch_id):
+            self.metrics.batches.labels("replayed-skipped").inc()
+            log.info("batch %d was already written by an earlier attempt; skipped", batch_id)
+            return BatchReport(batch_id, rows.num_rows, 0, 0, 0, 0, skipped=True)
+        events, quarantined = self.decoder.decode(rows)
+        if quarantined and self.fail_on_bad_message:
+            first = quarantined[0]
+            raise BadMessageError(
+                f"{first.topic}[{first.partition}] offset {first.offset}: {first.reason} ({first.detail}); "
+                f"{len(quarantined)} undecodable message(s) in batch {batch_id}"
+            )
+        fresh = self._deduplicate(batch_id, events)
+        horizon = self.delivered.oldest_remembered(batch_id)
+        beyond = sum(1 for e in fresh if horizon is not None and sort_key(e)[0] < horizon)
+        tables = _by_table(fresh)
+        if self.changelog is not None:
+            for changes in tables:
+                self.changelog.write(batch_id, changes)
+        if self.replica is not None:
+            self.replica.apply(self.query_id, batch_id, tables)
+        if quarantined:
+            write_atomically(self.quarantine_dir / batch_file_name(batch_id), quarantine_table(quarantined))
+        self.delivered.remember(batch_id, [e.record["uuid"] for e in fresh], [sort_key(e)[0] for e in fresh])
+        report = BatchReport(
+            batch_id, rows.num_rows, len(fresh), len(events) - len(fresh), len(quarantined), beyond
+        )
+        self._observe(report, fresh, quarantined, time.monotonic() - started)
+        return report
+
+    def _deduplicate(self, batch_id: int, events: list[DecodedEvent]) -> list[DecodedEvent]:
+        keep = self.delivered.fresh(
+            batch_id, [e.record["uuid"] for e in events], [sort_key(e)[0] for e in events]
+        )
+        return [event for event, kept in zip(events, keep, strict=True) if kept]
+
+    def _observe(
+        self, report: BatchReport, fresh: list[DecodedEvent], quarantined: list[Quarantined], seconds: float
+    ) -> None:
+        metrics = self.metrics
+        metrics.batches.labels("written").inc()
+        metrics.batch_seconds.observe(seconds)
+        metrics.duplicates.inc(report.duplicates)
+        metrics.beyond_horizon.inc(report.beyond_horizon)
+        counts = Counter((e.record["object"], e.record["source_metadata"]["change_type"]) for e in fresh)
+        for (table, change_type), count in counts.items():
+            metrics.events.labels(table, change_type).inc(count)
+        for reason, count in Counter(q.reason for q in quarantined).items():
+            metrics.quarantined.labels(reason).inc(count)
+            log.warning("batch %d: quarantined %d message(s): %s", report.batch_id, count, reason)
+        if fresh:
+            newest = max(sort_key(e)[0] for e in fresh)
+            metrics.commit_lag.set(max(0.0, time.time() - newest / 1_000_000))
+        if report.beyond_horizon:
+            log.warning(
+                "batch %d: %d event(s) older than the dedupe horizon were delivered without a uuid check",
+                report.batch_id,
+                report.beyond_horizon,
+            )
+
+
+def _by_table(events: list[DecodedEvent]) -> list[TableChanges]:
+    grouped: dict[str, list[DecodedEvent]] = defaultdict(list)
+    for event in events:
+        grouped[event.record["object"]].append(event)
+    return [TableChanges(table, grouped[table]) for table in sorted(grouped)]

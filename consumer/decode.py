@@ -1,0 +1,144 @@
+"""Kafka rows → decoded events, or quarantine rows that say why a message could not be decoded.
+
+The writer schema of every message is looked up by fingerprint in ``{prefix}._schemas``; the
+producer publishes a schema before the first event that uses it, so an unknown fingerprint
+first re-reads that topic and only then counts as undecodable. Nothing is dropped: a message
+either becomes an event or a quarantine row with topic, partition, offset, raw bytes and reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer
+
+from consumer.table_version import TableVersion
+from schemas.errors import ContractError, DecodeError
+from schemas.wire import SchemaStore, WriterSchema, read_fingerprint
+from spanner_cdc.kafka_offsets import read_to_end
+
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("reason", pa.string()),
+        ("detail", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class DecodedEvent:
+    """One event and where it came from."""
+
+    topic: str
+    partition: int
+    offset: int
+    version: TableVersion
+    record: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    reason: str
+    detail: str
+
+
+class SchemaTopic:
+    """The writer schemas on ``{prefix}._schemas``, read incrementally on demand."""
+
+    def __init__(self, client_config: dict[str, str], prefix: str) -> None:
+        self.topic = f"{prefix}._schemas"
+        self.store = SchemaStore()
+        self._client_config = client_config
+        self._positions: dict[int, int] = {}
+
+    def refresh(self) -> None:
+        consumer = Consumer(
+            {**self._client_config, "group.id": "spanner-cdc-schemas", "enable.auto.commit": False}
+        )
+        try:
+            for _, _, _, value in read_to_end(consumer, self.topic, self._positions):
+                if value:
+                    self.store.add(value.decode())
+        finally:
+            consumer.close()
+
+    def knows(self, fingerprint: int) -> bool:
+        return fingerprint in self.store.schemas
+
+
+@dataclass
+class BatchDecoder:
+    """Decodes micro-batches; keeps one TableVersion per writer schema and key."""
+
+    schemas: SchemaTopic
+    _versions: dict[tuple[int, tuple[str, ...]], TableVersion] = field(default_factory=dict)
+
+    def decode(self, rows: pa.Table) -> tuple[list[DecodedEvent], list[Quarantined]]:
+        values = rows.column("value").to_pylist()
+        self._learn_schemas(values)
+        keys = rows.column("key").to_pylist()
+        topics = rows.column("topic").to_pylist()
+        partitions = rows.column("partition").to_pylist()
+        offsets = rows.column("offset").to_pylist()
+        events: list[DecodedEvent] = []
+        quarantined: list[Quarantined] = []
+        for key, value, topic, partition, offset in zip(
+            keys, values, topics, partitions, offsets, strict=True
+        ):
+            try:
+                record, version = self._decode_one(value)
+            except DecodeError as exc:
+                quarantined.append(Quarantined(topic, partition, offset, key, value, exc.reason, str(exc)))
+                continue
+            events.append(DecodedEvent(topic, partition, offset, version, record))
+        return events, quarantined
+
+    def _learn_schemas(self, values: Iterable[bytes | None]) -> None:
+        """Re-read the schema topic once when the batch has a fingerprint not seen yet."""
+        for value in values:
+            try:
+                fingerprint = read_fingerprint(value or b"")
+            except DecodeError:
+                continue
+            if not self.schemas.knows(fingerprint):
+                self.schemas.refresh()
+                return
+
+    def _decode_one(self, value: bytes | None) -> tuple[dict[str, Any], TableVersion]:
+        if not value:
+            raise DecodeError("empty", "the message has no value (a tombstone or an empty message)")
+        record = self.schemas.store.decode(value)
+        writer = self.schemas.store.schemas[read_fingerprint(value)]
+        return record, self._version(writer, record)
+
+    def _version(self, writer: WriterSchema, record: dict[str, Any]) -> TableVersion:
+        try:
+            primary_keys = tuple(record["source_metadata"]["primary_keys"])
+            cache_key = (writer.fingerprint, primary_keys)
+            version = self._versions.get(cache_key)
+            if version is None:
+                version = self._versions[cache_key] = TableVersion.from_writer(writer, primary_keys)
+        except (KeyError, TypeError, ContractError) as exc:
+            raise DecodeError("not-an-event", f"decodes, but is not a change event: {exc}") from exc
+        return version
+
+
+def quarantine_table(rows: Iterable[Quarantined]) -> pa.Table:
+    listed = list(rows)
+    return pa.table(
+        {name: [getattr(row, name) for row in listed] for name in QUARANTINE_SCHEMA.names},
+        schema=QUARANTINE_SCHEMA,
+    )

@@ -1,0 +1,191 @@
+"""Wiring of ``spanner-cdc consume``: a Spark session, the Kafka source, and the batch processor."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException
+
+from consumer.batch import BatchProcessor
+from consumer.changelog import ChangelogSink
+from consumer.config import ConsumerConfig
+from consumer.decode import BatchDecoder, SchemaTopic
+from consumer.dedupe import DeliveredChanges
+from consumer.errors import ConsumerError
+from consumer.kafka_source import SOURCE_NAME, KafkaSource
+from consumer.metrics import ConsumerMetrics
+from consumer.replica.backends import DuckDbBackend, PostgresBackend, SqlBackend
+from consumer.replica.merge import ReplicaMerge
+
+log = logging.getLogger("spanner_cdc.consumer")
+KAFKA_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+STOP_POLL_SECONDS = 0.5
+PYTHON_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): .*$", re.MULTILINE)
+
+
+def spark_session(config: ConsumerConfig) -> Any:
+    """A session for the consumer; Python workers run this interpreter (it has the project)."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(config.spark_master)
+        .appName(f"spanner-cdc-consume-{config.topic_prefix}")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    for key, value in config.spark_conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.dataSource.register(KafkaSource)
+    return session
+
+
+def source_format(spark: Any, wanted: str) -> str:
+    """``kafka`` when asked for or (``auto``) when Spark's connector is on the classpath."""
+    if wanted != "auto":
+        return wanted
+    try:
+        spark._jvm.java.lang.Class.forName(KAFKA_PROVIDER_CLASS)
+    except Exception:  # py4j raises its own error type for ClassNotFoundException
+        return SOURCE_NAME
+    return "kafka"
+
+
+def check_kafka(config: ConsumerConfig) -> None:
+    consumer = Consumer(
+        {**config.client_config, "group.id": "spanner-cdc-check", "socket.timeout.ms": 10_000}
+    )
+    try:
+        consumer.list_topics(timeout=15)
+    except KafkaException as exc:
+        raise ConsumerError(f"Kafka at {config.kafka_bootstrap} is unreachable: {exc}") from None
+    finally:
+        consumer.close()
+
+
+def replica_backend(config: ConsumerConfig) -> SqlBackend:
+    if config.replica == "postgres":
+        assert config.postgres_dsn is not None  # ConsumerConfig checks it
+        return PostgresBackend(config.postgres_dsn)
+    return DuckDbBackend(config.duckdb_path)
+
+
+@dataclass
+class ConsumerJob:
+    """Everything one running consumer holds; :meth:`close` releases it."""
+
+    config: ConsumerConfig
+    processor: BatchProcessor
+    backend: SqlBackend | None
+
+    @classmethod
+    def open(cls, config: ConsumerConfig) -> ConsumerJob:
+        check_kafka(config)
+        backend = replica_backend(config) if "replica" in config.sinks else None
+        schemas = SchemaTopic(config.client_config, config.topic_prefix)
+        processor = BatchProcessor(
+            decoder=BatchDecoder(schemas),
+            delivered=DeliveredChanges(
+                config.checkpoint_dir / "dedupe", config.dedupe_horizon_seconds * 1_000_000
+            ),
+            changelog=ChangelogSink(config.changelog_dir) if "changelog" in config.sinks else None,
+            replica=ReplicaMerge(backend) if backend is not None else None,
+            quarantine_dir=config.quarantine_dir,
+            fail_on_bad_message=config.on_bad_message == "fail",
+            metrics=ConsumerMetrics(),
+        )
+        return cls(config, processor, backend)
+
+    def start(self, spark: Any) -> Any:
+        """Start the streaming query (Spark keeps its offsets and id under ``<checkpoint-dir>/spark``)."""
+        config = self.config
+        reader = (
+            spark.readStream.format(source_format(spark, config.source))
+            .option("kafka.bootstrap.servers", config.kafka_bootstrap)
+            .option("startingOffsets", config.starting_offsets)
+            .option("maxOffsetsPerTrigger", str(config.max_events_per_batch))
+            .option("failOnDataLoss", "true")
+        )
+        for key, value in config.kafka_config.items():
+            reader = reader.option(f"kafka.{key}", value)
+        if config.tables:
+            reader = reader.option("subscribe", ",".join(f"{config.topic_prefix}.{t}" for t in config.tables))
+        else:
+            reader = reader.option("subscribePattern", config.topic_pattern)
+        spark_checkpoint = config.checkpoint_dir / "spark"
+        self.processor.spark_checkpoint = spark_checkpoint
+        writer = (
+            reader.load()
+            .writeStream.foreachBatch(self.processor)
+            .option("checkpointLocation", str(spark_checkpoint))
+            .queryName(f"spanner_cdc_{config.topic_prefix}")
+        )
+        if config.available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
+        return writer.start()
+
+    def close(self) -> None:
+        self.processor.delivered.close()
+        self.processor.metrics.close()
+        if self.backend is not None:
+            self.backend.close()
+
+
+def run_until_stopped(query: Any, stop: threading.Event) -> None:
+    """Wait for the query; on ``stop`` let a running micro-batch finish, then stop it."""
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        while query.isActive and not stop.is_set():
+            query.awaitTermination(STOP_POLL_SECONDS)
+        while query.isActive and query.status.get("isTriggerActive"):
+            query.awaitTermination(STOP_POLL_SECONDS)
+        query.stop()
+    except StreamingQueryException as exc:
+        raise ConsumerError(f"the streaming query failed: {python_error(str(exc))}") from None
+
+
+@contextmanager
+def stop_requested() -> Iterator[threading.Event]:
+    """SIGINT/SIGTERM set the event instead of killing the process mid-batch."""
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def consume(config: ConsumerConfig) -> None:
+    """The whole command: runs until stopped, or until Kafka is drained with ``available_now``."""
+    job = ConsumerJob.open(config)
+    spark = spark_session(config)
+    try:
+        job.processor.metrics.serve(config.metrics_port)
+        with stop_requested() as stop:
+            query = job.start(spark)
+            log.info("consuming %s.* into %s", config.topic_prefix, ", ".join(config.sinks))
+            run_until_stopped(query, stop)
+    finally:
+        job.close()
+        spark.stop()
+
+
+def python_error(text: str) -> str:
+    """The Python exception line inside Spark's report (its traceback is noise for a user)."""
+    found = PYTHON_ERROR_LINE.findall(text)
+    return found[-1].strip() if found else text.strip().splitlines()[0]

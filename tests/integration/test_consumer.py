@@ -1,0 +1,220 @@
+"""The consumer against real Spark (local[2]), the embedded broker and PostgreSQL/DuckDB.
+
+Events are built and published exactly as the producer does (tests/support/synthetic.py), so
+each test can set up the situation it is about: duplicates, out-of-order changes, partial
+updates, undecodable messages, a column added mid-stream.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from consumer.config import ConsumerConfig
+from consumer.errors import ConsumerError
+from schemas.wire import WriterSchema, encode
+from spanner_cdc.stack import EmbeddedStack
+from tests.support.consumer_run import (
+    REPLICAS,
+    changelog_rows,
+    consumer_config,
+    quarantine_rows,
+    replica_rows,
+    run_consumer,
+    unique_prefix,
+)
+from tests.support.synthetic import ChangeFactory, publish
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+ConfigFactory = Callable[..., ConsumerConfig]
+
+
+def fresh_postgres_database(dsn: str) -> str:
+    name = f"replica_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(f"CREATE DATABASE {name}")
+    return make_conninfo(dsn, dbname=name)
+
+
+@pytest.fixture(params=REPLICAS)
+def configure(request: pytest.FixtureRequest, stack: EmbeddedStack, tmp_path: Path) -> ConfigFactory:
+    """A consumer configuration per test: its own topics, output directory and replica database."""
+    replica = str(request.param)
+    dsn = fresh_postgres_database(stack.endpoint("postgres")) if replica == "postgres" else None
+    prefix = unique_prefix("T")
+
+    def make(**overrides: Any) -> ConsumerConfig:
+        return consumer_config(stack.endpoint("kafka"), prefix, tmp_path / "out", replica, dsn, **overrides)
+
+    return make
+
+
+def test_duplicates_in_one_batch_and_across_batches_are_delivered_once(
+    spark: Any, stack: EmbeddedStack, configure: ConfigFactory
+) -> None:
+    config = configure()
+    factory = ChangeFactory()
+    first = factory.events(
+        factory.record("INSERT", {"Id": "a"}, {"Balance": "1", "Note": "x"}),
+        factory.record("INSERT", {"Id": "b"}, {"Balance": "2", "Note": "y"}),
+        factory.record("UPDATE", {"Id": "a"}, {"Balance": "3", "Note": "x"}),
+    )
+    publish(config.kafka_bootstrap, config.topic_prefix, first + first)  # duplicates within one batch
+    run_consumer(spark, config)
+    publish(config.kafka_bootstrap, config.topic_prefix, first[1:])  # re-sent after a "producer restart"
+    run_consumer(spark, config)
+
+    uuids = [row[0] for row in changelog_rows(config, '"envelope$uuid"')]
+    assert uuids == [e.value["uuid"] for e in first]
+    assert replica_rows(config, "Accounts", '"Id", "Balance", "Note"') == [("a", 3, "x"), ("b", 2, "y")]
+
+
+def test_out_of_order_events_never_overwrite_newer_state(
+    spark: Any, stack: EmbeddedStack, configure: ConfigFactory
+) -> None:
+    config = configure()
+    factory = ChangeFactory()
+    base = 1_760_000_000_000_000
+    old_update = factory.record(
+        "UPDATE", {"Id": "a"}, {"Balance": "10", "Note": "old"}, commit_micros=base + 1
+    )
+    new_update = factory.record(
+        "UPDATE", {"Id": "a"}, {"Balance": "20", "Note": "new"}, commit_micros=base + 2
+    )
+    old_insert = factory.record(
+        "INSERT", {"Id": "d"}, {"Balance": "1", "Note": "stale"}, commit_micros=base + 3
+    )
+    delete = factory.record(
+        "DELETE", {"Id": "d"}, {}, {"Balance": "1", "Note": "stale"}, commit_micros=base + 4
+    )
+    publish(config.kafka_bootstrap, config.topic_prefix, factory.events(new_update, delete))
+    run_consumer(spark, config)
+    publish(config.kafka_bootstrap, config.topic_prefix, factory.events(old_update, old_insert))
+    run_consumer(spark, config)
+
+    # The late update is older than the stored row; the late insert is older than the delete.
+    assert replica_rows(config, "Accounts", '"Id", "Balance", "Note"') == [("a", 20, "new")]
+    assert len(changelog_rows(config, '"envelope$uuid"')) == 4, "late changes are recorded, not dropped"
+
+
+def test_partial_updates_keep_other_columns_deletes_remove_and_reinsert_works(
+    spark: Any, stack: EmbeddedStack, configure: ConfigFactory
+) -> None:
+    config = configure()
+    factory = ChangeFactory(capture="NEW_VALUES")
+    publish(
+        config.kafka_bootstrap,
+        config.topic_prefix,
+        factory.events(
+            factory.record("INSERT", {"Id": "a"}, {"Balance": "1", "Note": "keep me"}),
+            factory.record("INSERT", {"Id": "b"}, {"Balance": "5", "Note": "gone"}),
+            factory.record("UPDATE", {"Id": "a"}, {"Balance": "2"}),  # same batch as the insert
+            factory.record("DELETE", {"Id": "b"}, {}),
+            factory.record("INSERT", {"Id": "c"}, {"Balance": "7", "Note": "first life"}),
+            factory.record("DELETE", {"Id": "c"}, {}),
+            factory.record("INSERT", {"Id": "c"}, {"Balance": "8"}),  # re-insert in the same batch
+        ),
+    )
+    run_consumer(spark, config)
+    assert replica_rows(config, "Accounts", '"Id", "Balance", "Note"') == [
+        ("a", 2, "keep me"),
+        ("c", 8, None),
+    ]
+
+    publish(
+        config.kafka_bootstrap,
+        config.topic_prefix,
+        factory.events(
+            factory.record("UPDATE", {"Id": "a"}, {"Note": "changed"}),  # a later batch
+            factory.record("INSERT", {"Id": "b"}, {"Balance": "6", "Note": "back"}),
+        ),
+    )
+    run_consumer(spark, config)
+    assert replica_rows(config, "Accounts", '"Id", "Balance", "Note"') == [
+        ("a", 2, "changed"),
+        ("b", 6, "back"),
+        ("c", 8, None),
+    ]
+    actions = changelog_rows(config, '"Id", "change$action", "change$is_update"')
+    assert actions[:4] == [
+        ("a", "INSERT", False),
+        ("b", "INSERT", False),
+        ("a", "INSERT", True),
+        ("b", "DELETE", False),
+    ]
+
+
+def test_undecodable_messages_are_quarantined_while_good_events_flow(
+    spark: Any, stack: EmbeddedStack, configure: ConfigFactory
+) -> None:
+    config = configure()
+    factory = ChangeFactory()
+    events = factory.events(
+        factory.record("INSERT", {"Id": "a"}, {"Balance": "1", "Note": "x"}),
+        factory.record("INSERT", {"Id": "b"}, {"Balance": "2", "Note": "y"}),
+    )
+    writer = WriterSchema.from_schema(events[0].table.event_schema)
+    good_bytes = encode(writer, events[0].value)
+    topic = f"{config.topic_prefix}.Accounts"
+    bad = [
+        (topic, b"not avro at all"),
+        (topic, b"\xc3\x01" + (writer.fingerprint ^ 1).to_bytes(8, "little") + good_bytes[10:]),
+        (topic, good_bytes[: len(good_bytes) // 2]),
+    ]
+    publish(config.kafka_bootstrap, config.topic_prefix, events, raw=bad)
+    run_consumer(spark, config)
+
+    assert replica_rows(config, "Accounts", '"Id"') == [("a",), ("b",)]
+    quarantined = sorted(quarantine_rows(config), key=lambda row: str(row[1]))
+    assert [row[1] for row in quarantined] == ["bad-magic", "truncated", "unknown-fingerprint"]
+    assert {bytes(row[2]) for row in quarantined} == {value for _, value in bad}
+
+
+def test_fail_on_bad_message_stops_with_the_reason(
+    spark: Any, stack: EmbeddedStack, configure: ConfigFactory
+) -> None:
+    config = configure(on_bad_message="fail")
+    publish(
+        config.kafka_bootstrap,
+        config.topic_prefix,
+        [],
+        raw=[(f"{config.topic_prefix}.Accounts", b"plain text, not an event")],
+    )
+    with pytest.raises(ConsumerError, match="bad-magic"):
+        run_consumer(spark, config)
+    assert not config.quarantine_dir.exists()
+
+
+def test_a_column_added_mid_stream_reaches_both_sinks(
+    spark: Any, stack: EmbeddedStack, configure: ConfigFactory
+) -> None:
+    config = configure()
+    before = ChangeFactory()
+    after = ChangeFactory(columns=(*before.columns, ("Currency", "STRING", False)))
+    publish(
+        config.kafka_bootstrap,
+        config.topic_prefix,
+        before.events(before.record("INSERT", {"Id": "a"}, {"Balance": "1", "Note": "x"})),
+    )
+    run_consumer(spark, config)
+    publish(
+        config.kafka_bootstrap,
+        config.topic_prefix,
+        after.events(
+            after.record("INSERT", {"Id": "b"}, {"Balance": "2", "Note": "y", "Currency": "EUR"}),
+            after.record("UPDATE", {"Id": "a"}, {"Balance": "3", "Note": "x", "Currency": "CHF"}),
+        ),
+    )
+    run_consumer(spark, config)
+    assert replica_rows(config, "Accounts", '"Id", "Balance", "Currency"') == [
+        ("a", 3, "CHF"),
+        ("b", 2, "EUR"),
+    ]
+    assert changelog_rows(config, '"Id", "Currency"') == [("a", None), ("b", "EUR"), ("a", "CHF")]

@@ -1,0 +1,98 @@
+"""Change events built and published exactly as the producer does, without an emulator.
+
+Consumer tests need precise control (the same change twice, a key's changes out of order,
+a column added mid-stream), which a live change stream cannot give on demand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from producer.kafka import KafkaPublisher, topic_for
+from schemas.events import DataChangeRecord, Event, EventBuilder
+from schemas.wire import WriterSchema, encode
+
+STREAM = "projects/p/instances/i/databases/d/changeStreams/TestStream"
+BASE_MICROS = 1_750_000_000_000_000
+#: Shared by every factory: distinct transactions (and uuids) across tables and table versions.
+_TRANSACTIONS = itertools.count(1)
+ACCOUNT_COLUMNS = (("Id", "STRING", True), ("Balance", "INT64", False), ("Note", "STRING", False))
+
+
+@dataclass
+class ChangeFactory:
+    """Data change records of one table, each in its own transaction, commit time ascending."""
+
+    table: str = "Accounts"
+    columns: Sequence[tuple[str, str, bool]] = ACCOUNT_COLUMNS
+    capture: str = "NEW_ROW"
+
+    def record(
+        self,
+        mod_type: str,
+        keys: dict[str, Any],
+        new_values: dict[str, Any] | None = None,
+        old_values: dict[str, Any] | None = None,
+        commit_micros: int | None = None,
+    ) -> dict[str, Any]:
+        number = next(_TRANSACTIONS)
+        return {
+            "commit_timestamp": commit_micros if commit_micros is not None else BASE_MICROS + number * 1000,
+            "record_sequence": "00000000",
+            "server_transaction_id": f"tx-{number:06d}",
+            "is_last_record_in_transaction_in_partition": True,
+            "table_name": self.table,
+            "column_types": [
+                {"name": name, "type": {"code": code}, "is_primary_key": key, "ordinal_position": position}
+                for position, (name, code, key) in enumerate(self.columns, start=1)
+            ],
+            "mods": [{"keys": keys, "new_values": new_values or {}, "old_values": old_values or {}}],
+            "mod_type": mod_type,
+            "value_capture_type": self.capture,
+            "number_of_records_in_transaction": 1,
+            "number_of_partitions_in_transaction": 1,
+            "transaction_tag": "",
+            "is_system_transaction": False,
+        }
+
+    def events(self, *records: dict[str, Any]) -> list[Event]:
+        builder = EventBuilder(stream_name=STREAM, database="d")
+        return [e for r in records for e in builder.build(DataChangeRecord.from_json(r), "token", 1)]
+
+
+def publish(
+    bootstrap: str, prefix: str, events: Iterable[Event], raw: Iterable[tuple[str, bytes]] = ()
+) -> None:
+    """Schemas first, then every event (key and value single-object encoded), then raw messages."""
+
+    async def run() -> None:
+        publisher = KafkaPublisher(bootstrap, prefix, {}, topic_partitions=3, replication_factor=-1)
+        poller_stop = asyncio.Event()
+        poller = asyncio.create_task(publisher.run_poller(poller_stop))
+        await publisher.ensure_topic(publisher.schemas_topic, compacted=True)
+        pending = []
+        for event in events:
+            value_writer = WriterSchema.from_schema(event.table.event_schema)
+            key_writer = WriterSchema.from_schema(event.table.key_schema)
+            await publisher.ensure_schema(value_writer)
+            await publisher.ensure_schema(key_writer)
+            topic = topic_for(prefix, event.table.table)
+            await publisher.ensure_topic(topic)
+            pending.append(
+                publisher.produce_acknowledged(
+                    topic, encode(key_writer, event.key), encode(value_writer, event.value)
+                )
+            )
+        for topic, value in raw:
+            await publisher.ensure_topic(topic)
+            pending.append(publisher.produce_acknowledged(topic, b"raw", value))
+        await asyncio.gather(*pending)
+        poller_stop.set()
+        await poller
+        await publisher.flush(30)
+
+    asyncio.run(run())

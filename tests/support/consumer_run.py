@@ -14,7 +14,7 @@ import duckdb
 import psycopg
 
 from consumer.config import ConsumerConfig
-from consumer.main import ConsumerJob, run_until_stopped
+from consumer.main import ConsumerJob, drain
 
 REPLICAS = ("duckdb", "postgres")
 
@@ -48,7 +48,7 @@ def run_consumer(spark: Any, config: ConsumerConfig) -> None:
     """Process everything in Kafka now (Trigger.AvailableNow), then release the sinks."""
     job = ConsumerJob.open(config)
     try:
-        run_until_stopped(job.start(spark), threading.Event())
+        drain(job, spark, threading.Event())
     finally:
         job.close()
 

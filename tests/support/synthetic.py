@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -96,3 +97,21 @@ def publish(
         await publisher.flush(30)
 
     asyncio.run(run())
+
+
+def random_history(factory: ChangeFactory, changes: int, keys: int = 40, seed: int = 11) -> list[Event]:
+    """A valid history of inserts, updates and deletes over ``keys`` rows, commit time ascending."""
+    rng = random.Random(seed)
+    alive: set[str] = set()
+    records = []
+    for step in range(changes):
+        key = f"k{rng.randrange(keys):03d}"
+        if key not in alive:
+            records.append(factory.record("INSERT", {"Id": key}, {"Balance": str(step), "Note": f"n{step}"}))
+            alive.add(key)
+        elif rng.random() < 0.25:
+            records.append(factory.record("DELETE", {"Id": key}, {}))
+            alive.discard(key)
+        else:
+            records.append(factory.record("UPDATE", {"Id": key}, {"Balance": str(step), "Note": f"n{step}"}))
+    return factory.events(*records)

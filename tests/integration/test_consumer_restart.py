@@ -1,0 +1,104 @@
+"""The consumer killed (SIGKILL) mid-run, between and inside micro-batches, then restarted.
+
+Every sink must end up equal to an uninterrupted run over the same topics.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from consumer.config import ConsumerConfig
+from spanner_cdc.stack import EmbeddedStack
+from tests.support.consumer_run import (
+    changelog_rows,
+    consumer_config,
+    replica_rows,
+    run_consumer,
+    unique_prefix,
+)
+from tests.support.synthetic import ChangeFactory, publish, random_history
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+KILLS = 3
+
+
+def consume_command(config: ConsumerConfig, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "spanner_cdc.cli",
+        "consume",
+        "--kafka-bootstrap",
+        config.kafka_bootstrap,
+        "--topic-prefix",
+        config.topic_prefix,
+        "--output-dir",
+        str(config.output_dir),
+        "--source",
+        "spanner_cdc_kafka",
+        "--max-events-per-batch",
+        "150",
+        "--trigger-seconds",
+        "0.2",
+        *extra,
+    ]
+
+
+def sinks(config: ConsumerConfig) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    return (
+        replica_rows(config, "Accounts", '"Id", "Balance", "Note", "cdc$commit_micros"'),
+        changelog_rows(config, '"envelope$uuid", "Id", "change$action"'),
+    )
+
+
+def test_killed_consumer_restarts_to_the_same_sinks_as_an_uninterrupted_run(
+    spark: Any, stack: EmbeddedStack, tmp_path: Path
+) -> None:
+    prefix = unique_prefix("K")
+    kafka = stack.endpoint("kafka")
+    events = random_history(ChangeFactory(), 3000)
+    resent = random.Random(5).sample(events, 300)  # a producer restart's duplicates
+    publish(kafka, prefix, events + resent)
+
+    killed = consumer_config(kafka, prefix, tmp_path / "killed")
+    rng = random.Random(3)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    batches_before_kill = []
+    for _ in range(KILLS):
+        process = subprocess.Popen(
+            consume_command(killed), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            time.sleep(rng.uniform(20, 30))  # Spark starts in 10-20 s; then batches of 1-2 s each
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait(30)
+        batches_before_kill.append(len(list((killed.checkpoint_dir / "spark" / "commits").glob("[0-9]*"))))
+    finished = subprocess.run(
+        consume_command(killed, "--available-now", "true"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert finished.returncode == 0, finished.stderr[-2000:]
+
+    uninterrupted = consumer_config(kafka, prefix, tmp_path / "uninterrupted")
+    run_consumer(spark, uninterrupted)
+
+    assert batches_before_kill[-1] > 0, "the kills came before any batch committed"
+    killed_replica, killed_changelog = sinks(killed)
+    clean_replica, clean_changelog = sinks(uninterrupted)
+    assert killed_replica == clean_replica
+    assert sorted(killed_changelog) == sorted(clean_changelog)
+    assert len(clean_changelog) == len(events) == len({row[0] for row in clean_changelog})

@@ -7,14 +7,11 @@ updates, undecodable messages, a column added mid-stream.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
 
 from consumer.config import ConsumerConfig
 from consumer.errors import ConsumerError
@@ -24,6 +21,7 @@ from tests.support.consumer_run import (
     REPLICAS,
     changelog_rows,
     consumer_config,
+    fresh_postgres_database,
     quarantine_rows,
     replica_rows,
     run_consumer,
@@ -34,13 +32,6 @@ from tests.support.synthetic import ChangeFactory, publish
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 ConfigFactory = Callable[..., ConsumerConfig]
-
-
-def fresh_postgres_database(dsn: str) -> str:
-    name = f"replica_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(dsn, autocommit=True) as connection:
-        connection.execute(f"CREATE DATABASE {name}")
-    return make_conninfo(dsn, dbname=name)
 
 
 @pytest.fixture(params=REPLICAS)

@@ -12,6 +12,7 @@ from typing import Any
 
 import duckdb
 import psycopg
+from psycopg.conninfo import make_conninfo
 
 from consumer.config import ConsumerConfig
 from consumer.main import ConsumerJob, drain
@@ -21,6 +22,14 @@ REPLICAS = ("duckdb", "postgres")
 
 def unique_prefix(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def fresh_postgres_database(dsn: str) -> str:
+    """An empty database on the test server, so each test has its own replica tables."""
+    name = f"replica_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(f"CREATE DATABASE {name}")
+    return make_conninfo(dsn, dbname=name)
 
 
 def consumer_config(

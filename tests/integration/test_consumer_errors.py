@@ -1,0 +1,64 @@
+"""``spanner-cdc consume`` with bad options or unreachable services: one line, a non-zero exit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spanner_cdc.stack import EmbeddedStack
+from spanner_cdc.stack.process import free_port
+
+pytestmark = pytest.mark.integration
+EXIT_USAGE, EXIT_FAILURE = 2, 1
+
+
+def consume(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "spanner_cdc.cli", "consume", "--output-dir", str(tmp_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--topic-prefix", "P"], "--kafka-bootstrap is required"),
+        (["--kafka-bootstrap", "h:1"], "--topic-prefix is required"),
+        (
+            ["--kafka-bootstrap", "h:1", "--topic-prefix", "P", "--replica", "postgres"],
+            "needs --postgres-dsn",
+        ),
+        (["--kafka-bootstrap", "h:1", "--topic-prefix", "P", "--sinks", "replica,console"], "--sinks"),
+        (["--kafka-bootstrap", "h:1", "--topic-prefix", "P", "--tables", "x';drop"], "--tables"),
+        (["--kafka-bootstrap", "h:1", "--topic-prefix", "P", "--max-events-per-batch", "0"], "between 1"),
+        (["--kafka-bootstrap", "h:1", "--topic-prefix", "P", "--on-bad-message", "drop"], "quarantine, fail"),
+    ],
+)
+def test_bad_options_fail_fast_with_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    result = consume(tmp_path, *args)
+    assert result.returncode == EXIT_USAGE
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unreachable_kafka_is_one_line(tmp_path: Path) -> None:
+    result = consume(tmp_path, "--kafka-bootstrap", f"127.0.0.1:{free_port()}", "--topic-prefix", "P")
+    assert result.returncode == EXIT_FAILURE
+    assert "unreachable" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unreachable_postgres_replica_is_one_line(tmp_path: Path, stack: EmbeddedStack) -> None:
+    dsn = f"postgresql://nobody@127.0.0.1:{free_port()}/db"
+    args = ["--kafka-bootstrap", stack.endpoint("kafka"), "--topic-prefix", "P", "--replica", "postgres"]
+    result = consume(tmp_path, *args, "--postgres-dsn", dsn)
+    assert result.returncode == EXIT_FAILURE
+    assert "cannot connect to the PostgreSQL replica" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import resource
 
-from bench import producer
+from bench import consumer, producer
 from bench.producer import Figure, percentile
 from spanner_cdc.stack import EmbeddedStack, stop_on_signals
 
 PRODUCER_TARGET_EVENTS_PER_SECOND = 60_000
+CHANGELOG_TARGET_EVENTS_PER_SECOND = 50_000
+REPLICA_TARGET_EVENTS_PER_SECOND = 20_000
+PARTS = ("producer", "consumer")
 
 
 def print_figures(figures: list[Figure]) -> None:
@@ -28,31 +31,56 @@ def main() -> None:
         "--rate", type=float, default=100.0, help="transactions/s for the latency measurement (c)"
     )
     parser.add_argument("--seconds", type=float, default=20.0, help="length of the latency measurement (c)")
+    parser.add_argument("--changes", type=int, default=100_000, help="changes for the consumer measurement")
+    parser.add_argument("--only", choices=PARTS, help="run one part only")
     args = parser.parse_args()
 
     with stop_on_signals():
-        stack = EmbeddedStack.start(names=("spanner", "kafka"))
+        stack = EmbeddedStack.start(names=("spanner", "kafka", "postgres"))
         try:
-            print("producer (issue 3)")
-            figures = producer.pipeline_figures(stack.endpoint("kafka"), args.events)
-            print_figures(figures)
-            fastavro_alone, kafka_alone, pipeline = figures
-            print(
-                f"  pipeline/fastavro alone {pipeline.per_second / fastavro_alone.per_second:.2f}x, "
-                f"pipeline/confluent-kafka alone {pipeline.per_second / kafka_alone.per_second:.2f}x, "
-                f"pipeline/target {PRODUCER_TARGET_EVENTS_PER_SECOND:,} ev/s "
-                f"{pipeline.per_second / PRODUCER_TARGET_EVENTS_PER_SECOND:.0%}"
-            )
-            backlog, latencies = producer.emulator_figures(stack, args.rows, args.rate, args.seconds)
-            print_figures([backlog])
-            p50, p99 = percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000
-            print(
-                f"  (c) commit → ack at {args.rate:.0f} tx/s for {args.seconds:.0f} s: "
-                f"p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(latencies)} events"
-            )
+            if args.only != "consumer":
+                producer_part(stack, args)
+            if args.only != "producer":
+                consumer_part(stack, args)
         finally:
             stack.stop()
-    print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
+    print("consumer (issue 4), Spark local[2]")
+    figures = consumer.consumer_figures(stack.endpoint("kafka"), stack.endpoint("postgres"), args.changes)
+    print_figures(figures)
+    raw, changelog, duckdb_replica, postgres_replica = figures
+    for figure, target in (
+        (changelog, CHANGELOG_TARGET_EVENTS_PER_SECOND),
+        (duckdb_replica, REPLICA_TARGET_EVENTS_PER_SECOND),
+        (postgres_replica, REPLICA_TARGET_EVENTS_PER_SECOND),
+    ):
+        print(
+            f"  {figure.name.split(' (')[0]}: {figure.per_second / raw.per_second:.2f}x the raw read, "
+            f"{figure.per_second / target:.0%} of the {target:,} ev/s target"
+        )
+
+
+def producer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
+    print("producer (issue 3)")
+    figures = producer.pipeline_figures(stack.endpoint("kafka"), args.events)
+    print_figures(figures)
+    fastavro_alone, kafka_alone, pipeline = figures
+    print(
+        f"  pipeline/fastavro alone {pipeline.per_second / fastavro_alone.per_second:.2f}x, "
+        f"pipeline/confluent-kafka alone {pipeline.per_second / kafka_alone.per_second:.2f}x, "
+        f"pipeline/target {PRODUCER_TARGET_EVENTS_PER_SECOND:,} ev/s "
+        f"{pipeline.per_second / PRODUCER_TARGET_EVENTS_PER_SECOND:.0%}"
+    )
+    backlog, latencies = producer.emulator_figures(stack, args.rows, args.rate, args.seconds)
+    print_figures([backlog])
+    p50, p99 = percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000
+    print(
+        f"  (c) commit → ack at {args.rate:.0f} tx/s for {args.seconds:.0f} s: "
+        f"p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(latencies)} events"
+    )
 
 
 if __name__ == "__main__":

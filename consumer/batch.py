@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from consumer.change_rows import TableChanges, sort_key
+from consumer.change_rows import TableChanges
 from consumer.changelog import ChangelogSink
 from consumer.decode import BatchDecoder, DecodedEvent, Quarantined, quarantine_table
 from consumer.dedupe import DeliveredChanges
@@ -85,7 +85,7 @@ class BatchProcessor:
             )
         fresh = self._deduplicate(batch_id, events)
         horizon = self.delivered.oldest_remembered(batch_id)
-        beyond = sum(1 for e in fresh if horizon is not None and sort_key(e)[0] < horizon)
+        beyond = sum(1 for e in fresh if horizon is not None and e.commit_micros < horizon)
         tables = _by_table(fresh)
         if self.changelog is not None:
             for changes in tables:
@@ -94,7 +94,7 @@ class BatchProcessor:
             self.replica.apply(self.query_id, batch_id, tables)
         if quarantined:
             write_atomically(self.quarantine_dir / batch_file_name(batch_id), quarantine_table(quarantined))
-        self.delivered.remember(batch_id, [e.record["uuid"] for e in fresh], [sort_key(e)[0] for e in fresh])
+        self.delivered.remember(batch_id, [e.record["uuid"] for e in fresh], [e.commit_micros for e in fresh])
         report = BatchReport(
             batch_id, rows.num_rows, len(fresh), len(events) - len(fresh), len(quarantined), beyond
         )
@@ -103,7 +103,7 @@ class BatchProcessor:
 
     def _deduplicate(self, batch_id: int, events: list[DecodedEvent]) -> list[DecodedEvent]:
         keep = self.delivered.fresh(
-            batch_id, [e.record["uuid"] for e in events], [sort_key(e)[0] for e in events]
+            batch_id, [e.record["uuid"] for e in events], [e.commit_micros for e in events]
         )
         return [event for event, kept in zip(events, keep, strict=True) if kept]
 
@@ -122,7 +122,7 @@ class BatchProcessor:
             metrics.quarantined.labels(reason).inc(count)
             log.warning("batch %d: quarantined %d message(s): %s", report.batch_id, count, reason)
         if fresh:
-            newest = max(sort_key(e)[0] for e in fresh)
+            newest = max(e.commit_micros for e in fresh)
             metrics.commit_lag.set(max(0.0, time.time() - newest / 1_000_000))
         if report.beyond_horizon:
             log.warning(

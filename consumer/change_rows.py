@@ -75,11 +75,6 @@ _ENVELOPE_SCALARS = (
 )
 
 
-def sort_key(event: DecodedEvent) -> tuple[int, str, str, int]:
-    micros, tx_id, record_sequence, mod_index = event.record["sort_keys"]
-    return int(micros), str(tx_id), str(record_sequence), int(mod_index)
-
-
 @dataclass
 class TableChanges:
     """The deduplicated events of one table in one batch, in ``sort_keys`` order."""
@@ -88,7 +83,7 @@ class TableChanges:
     events: Sequence[DecodedEvent]
 
     def __post_init__(self) -> None:
-        self.events = sorted(self.events, key=sort_key)
+        self.events = sorted(self.events, key=lambda event: event.sort_key)
 
     @cached_property
     def versions(self) -> tuple[TableVersion, ...]:
@@ -122,16 +117,11 @@ class TableChanges:
         change_types = [e.record["source_metadata"]["change_type"] for e in self.events]
         columns[ACTION] = pa.array(["DELETE" if t == "DELETE" else "INSERT" for t in change_types])
         columns[IS_UPDATE] = pa.array([t == "UPDATE" for t in change_types])
-        columns[ROW_ID] = pa.array(
-            [
-                row_id(self.table, {k: e.record["payload"][_field_of(e.version, k)] for k in self.key})
-                for e in self.events
-            ]
-        )
+        columns[ROW_ID] = pa.array(self._row_ids(), type=pa.string())
         for name, arrow_type in _ENVELOPE_SCALARS:
             columns[f"envelope${name}"] = pa.array([e.record[name] for e in self.events], type=arrow_type)
         columns["envelope$sort_keys"] = pa.array(
-            [dict(zip(_SORT_KEYS_TYPE.names, sort_key(e), strict=True)) for e in self.events],
+            [dict(zip(_SORT_KEYS_TYPE.names, e.sort_key, strict=True)) for e in self.events],
             type=_SORT_KEYS_TYPE,
         )
         columns["envelope$source_metadata"] = pa.array(
@@ -147,6 +137,20 @@ class TableChanges:
         columns["kafka$offset"] = pa.array([e.offset for e in self.events], type=pa.int64())
         return pa.table(columns)
 
+    def _row_ids(self) -> list[str]:
+        """``change$row_id`` per event, computed once per key (a hash per event is measurable)."""
+        ids: dict[tuple[Any, ...], str] = {}
+        out = []
+        for event in self.events:
+            payload, fields = event.record["payload"], event.version.fields_by_name
+            key = {name: payload[fields[name]] for name in self.key}
+            signature = tuple(map(repr, key.values()))
+            found = ids.get(signature)
+            if found is None:
+                found = ids[signature] = row_id(self.table, key)
+            out.append(found)
+        return out
+
     def replica_stage(self) -> pa.Table:
         """Keys, values, ``set$`` flags, delete flag, sort key and commit timestamp per event."""
         deleted = [bool(e.record["source_metadata"]["is_deleted"]) for e in self.events]
@@ -160,7 +164,7 @@ class TableChanges:
                 flags.append(not is_delete and field in event.record["source_metadata"]["changed_columns"])
             columns[SET_PREFIX + column.name] = pa.array(flags, type=pa.bool_())
         columns[IS_DELETE] = pa.array(deleted, type=pa.bool_())
-        keys = [sort_key(e) for e in self.events]
+        keys = [e.sort_key for e in self.events]
         for index, (name, arrow_type) in enumerate(
             zip(SORT_COLUMNS, (pa.int64(), pa.string(), pa.string(), pa.int64()), strict=True)
         ):

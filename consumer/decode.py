@@ -18,7 +18,7 @@ from confluent_kafka import Consumer
 from consumer.table_version import TableVersion
 from schemas.errors import ContractError, DecodeError
 from schemas.wire import SchemaStore, WriterSchema, read_fingerprint
-from spanner_cdc.kafka_offsets import read_to_end
+from spanner_cdc.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
 
 QUARANTINE_SCHEMA = pa.schema(
     [
@@ -42,6 +42,12 @@ class DecodedEvent:
     offset: int
     version: TableVersion
     record: dict[str, Any]
+    #: ``sort_keys`` as a comparable tuple: (commit micros, tx id, record sequence, mod index).
+    sort_key: tuple[int, str, str, int]
+
+    @property
+    def commit_micros(self) -> int:
+        return self.sort_key[0]
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,12 @@ class SchemaTopic:
 
     def refresh(self) -> None:
         consumer = Consumer(
-            {**self._client_config, "group.id": "spanner-cdc-schemas", "enable.auto.commit": False}
+            {
+                **SHORT_FETCH_WAIT,
+                **self._client_config,
+                "group.id": "spanner-cdc-schemas",
+                "enable.auto.commit": False,
+            }
         )
         try:
             for _, _, _, value in read_to_end(consumer, self.topic, self._positions):
@@ -103,7 +114,9 @@ class BatchDecoder:
             except DecodeError as exc:
                 quarantined.append(Quarantined(topic, partition, offset, key, value, exc.reason, str(exc)))
                 continue
-            events.append(DecodedEvent(topic, partition, offset, version, record))
+            micros, tx_id, record_sequence, mod_index = record["sort_keys"]
+            order = (int(micros), str(tx_id), str(record_sequence), int(mod_index))
+            events.append(DecodedEvent(topic, partition, offset, version, record, order))
         return events, quarantined
 
     def _learn_schemas(self, values: Iterable[bytes | None]) -> None:

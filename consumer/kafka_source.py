@@ -25,7 +25,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from spanner_cdc.kafka_offsets import end_offsets
+from spanner_cdc.kafka_offsets import SHORT_FETCH_WAIT, end_offsets
 
 SOURCE_NAME = "spanner_cdc_kafka"
 #: The row schema of Spark's built-in kafka source.
@@ -102,6 +102,7 @@ class SourceOptions:
         # jump anywhere; data loss is decided by the driver (failOnDataLoss) before reading.
         return Consumer(
             {
+                **SHORT_FETCH_WAIT,
                 **self.client,
                 "group.id": "spanner-cdc-source",
                 "enable.auto.commit": False,

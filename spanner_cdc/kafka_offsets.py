@@ -14,6 +14,11 @@ from collections.abc import Iterable
 
 from confluent_kafka import Consumer, TopicPartition
 
+#: Settings for consumers that call :func:`end_offsets` or :func:`read_to_end`: the broker
+#: answers a fetch at once instead of holding it open for fetch.wait.max.ms (500 ms by default)
+#: per partition, which made finding the end of 3 partitions take 2 s (measured on Tansu).
+SHORT_FETCH_WAIT = {"fetch.wait.max.ms": "10"}
+
 
 def end_offsets(
     consumer: Consumer, topic: str, partitions: Iterable[int], timeout: float = 10.0
@@ -26,10 +31,15 @@ def end_offsets(
         if listed <= 0:
             continue
         consumer.assign([TopicPartition(topic, partition, listed - 1)])
-        message = consumer.poll(timeout)
-        if message is not None and message.error() is None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            message = consumer.poll(min(1.0, timeout))
+            # Only a message of this partition proves its high watermark is in the cache.
+            if message is None or message.error() is not None or message.partition() != partition:
+                continue
             _, fetched = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
             ends[partition] = max(listed, fetched)
+            break
     consumer.unassign()
     return ends
 

@@ -8,7 +8,7 @@ from typing import Any
 from confluent_kafka import Consumer
 
 from schemas.wire import SchemaStore
-from spanner_cdc.kafka_offsets import read_to_end
+from spanner_cdc.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,9 @@ def read_all(
     bootstrap: str, topic: str, timeout: float = 60.0
 ) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """(partition, offset, key, value) of every message now in ``topic``."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tests", "enable.auto.commit": False})
+    consumer = Consumer(
+        {**SHORT_FETCH_WAIT, "bootstrap.servers": bootstrap, "group.id": "tests", "enable.auto.commit": False}
+    )
     try:
         return read_to_end(consumer, topic, {}, timeout)
     finally:

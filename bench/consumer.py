@@ -1,0 +1,93 @@
+"""Consumer benchmarks (issue 4): events/s into each sink beside a raw read, in the same run.
+
+The same topic (a random insert/update/delete history over many keys, with a tenth re-sent as
+duplicates) is consumed by separate Trigger.AvailableNow queries on one local[2] session:
+
+- raw: the Kafka source into ``foreachBatch`` that only collects the rows as Arrow (no decode),
+  the ceiling for anything built on this source;
+- changelog: decode, dedupe, order, Parquet;
+- replica DuckDB / replica PostgreSQL: decode, dedupe, order, merge.
+
+Each figure is wall time from query start to its end, so it includes Spark's per-query start.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.producer import Figure
+from consumer.kafka_source import SOURCE_NAME
+from consumer.main import ConsumerJob, drain, spark_session
+from tests.support.consumer_run import consumer_config, fresh_postgres_database, unique_prefix
+from tests.support.synthetic import ChangeFactory, publish, random_history
+
+
+def raw_read(spark: Any, bootstrap: str, prefix: str, checkpoint: Path) -> int:
+    rows = 0
+
+    def collect(batch: Any, _batch_id: int) -> None:
+        nonlocal rows
+        rows += batch.toArrow().num_rows
+
+    query = (
+        spark.readStream.format(SOURCE_NAME)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribePattern", rf"{prefix}\.[A-Za-z].*")
+        .option("startingOffsets", "earliest")
+        .load()
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return rows
+
+
+def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> list[Figure]:
+    prefix = unique_prefix("Bench")
+    events = random_history(ChangeFactory(), changes, keys=max(10, changes // 5))
+    published = events + random.Random(1).sample(events, changes // 10)
+    publish(bootstrap, prefix, published)
+    work = Path(tempfile.mkdtemp(prefix="spanner-cdc-bench-"))
+    base = consumer_config(bootstrap, prefix, work / "unused")
+    spark = spark_session(base)
+    figures = []
+    try:
+        raw_read(spark, bootstrap, prefix, work / "warm-up")  # JVM and Python workers warm for every figure
+        started = time.perf_counter()
+        rows = raw_read(spark, bootstrap, prefix, work / "raw")
+        figures.append(
+            Figure("raw Spark read (source → Arrow, no decode)", rows, time.perf_counter() - started)
+        )
+        runs: list[tuple[str, dict[str, Any]]] = [
+            ("changelog (decode, dedupe, order, Parquet)", {"sinks": ("changelog",)}),
+            ("replica DuckDB (decode, dedupe, order, merge)", {"sinks": ("replica",)}),
+            (
+                "replica PostgreSQL (decode, dedupe, order, merge)",
+                {
+                    "sinks": ("replica",),
+                    "replica": "postgres",
+                    "postgres_dsn": fresh_postgres_database(postgres_dsn),
+                },
+            ),
+        ]
+        for name, overrides in runs:
+            config = consumer_config(
+                bootstrap, prefix, work / name.split(" (")[0].replace(" ", "-"), **overrides
+            )
+            job = ConsumerJob.open(config)
+            try:
+                started = time.perf_counter()
+                drain(job, spark, threading.Event())
+                figures.append(Figure(name, len(published), time.perf_counter() - started))
+            finally:
+                job.close()
+    finally:
+        spark.stop()
+    return figures

@@ -15,15 +15,13 @@ import pytest
 
 from consumer.config import ConsumerConfig
 from consumer.errors import ConsumerError
+from consumer.readers import changelog_rows, quarantine_rows, replica_rows
 from schemas.wire import WriterSchema, encode
 from spanner_cdc.stack import EmbeddedStack
 from tests.support.consumer_run import (
     REPLICAS,
-    changelog_rows,
     consumer_config,
     fresh_postgres_database,
-    quarantine_rows,
-    replica_rows,
     run_consumer,
     unique_prefix,
 )

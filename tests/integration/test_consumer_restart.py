@@ -17,14 +17,9 @@ from typing import Any
 import pytest
 
 from consumer.config import ConsumerConfig
+from consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.stack import EmbeddedStack
-from tests.support.consumer_run import (
-    changelog_rows,
-    consumer_config,
-    replica_rows,
-    run_consumer,
-    unique_prefix,
-)
+from tests.support.consumer_run import consumer_config, run_consumer, unique_prefix
 from tests.support.synthetic import ChangeFactory, publish, random_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from consumer.readers import replica_rows
 from spanner_cdc.stack import EmbeddedStack
 from tests.support.churn import run_churn
-from tests.support.consumer_run import consumer_config, fresh_postgres_database, replica_rows, run_consumer
+from tests.support.consumer_run import consumer_config, fresh_postgres_database, run_consumer
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

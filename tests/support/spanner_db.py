@@ -7,10 +7,9 @@ import itertools
 from typing import Any
 
 from google.cloud import spanner
-from google.cloud.spanner_admin_database_v1.types import DatabaseDialect
 
 from producer.records import micros_to_datetime, timestamp_micros
-from spanner_cdc.spanner_client import emulator_client
+from spanner_cdc.spanner_client import create_emulator_database
 from spanner_cdc.stack.services import EMULATOR_PROJECT
 
 INSTANCE = "test-instance"
@@ -19,23 +18,8 @@ _database_numbers = itertools.count()
 
 def create_database(emulator_host: str, ddl: list[str], dialect: str = "GOOGLE_STANDARD_SQL") -> Any:
     """A fresh database on the emulator (one instance per emulator, created on first use)."""
-    client = emulator_client(emulator_host, EMULATOR_PROJECT)
-    instance = client.instance(
-        INSTANCE,
-        configuration_name=f"projects/{EMULATOR_PROJECT}/instanceConfigs/emulator-config",
-        node_count=1,
-    )
-    if not instance.exists():
-        instance.create().result(60)
     name = f"db-{next(_database_numbers)}-{dt.datetime.now(dt.UTC):%H%M%S%f}"[:30]
-    if dialect == "POSTGRESQL":
-        database = instance.database(name, database_dialect=DatabaseDialect.POSTGRESQL)
-        database.create().result(60)
-        database.update_ddl(ddl).result(60)
-    else:
-        database = instance.database(name, ddl_statements=ddl)
-        database.create().result(60)
-    return database
+    return create_emulator_database(emulator_host, EMULATOR_PROJECT, INSTANCE, name, ddl, dialect=dialect)
 
 
 def read_pg_change_stream(

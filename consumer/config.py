@@ -7,7 +7,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spanner_cdc.config import ConfigError, Option, boolean, choice, integer_in, key_value, positive_float
+from spanner_cdc.config import (
+    SERVICE_OPTIONS,
+    ConfigError,
+    Option,
+    boolean,
+    choice,
+    integer_in,
+    key_value,
+    positive_float,
+)
 
 SINKS = ("changelog", "replica")
 SOURCES = ("auto", "kafka", "spanner_cdc_kafka")
@@ -95,8 +104,7 @@ CONSUME_OPTIONS = (
         repeated=True,
         metavar="KEY=VALUE",
     ),
-    Option("metrics-port", "Prometheus metrics HTTP port (0: off)", integer_in(0, 65535), default=0),
-    Option("log-format", "text or json", choice("text", "json"), default="text"),
+    *SERVICE_OPTIONS,
 )
 
 

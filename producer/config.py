@@ -9,7 +9,15 @@ from typing import Any
 
 from producer.query import MAX_HEARTBEAT_MS, MIN_HEARTBEAT_MS, validate_stream_name
 from producer.records import timestamp_micros
-from spanner_cdc.config import ConfigError, Option, boolean, choice, integer_in, key_value, positive_float
+from spanner_cdc.config import (
+    SERVICE_OPTIONS,
+    ConfigError,
+    Option,
+    boolean,
+    integer_in,
+    key_value,
+    positive_float,
+)
 
 #: How far in the future a start timestamp may be before it is an error (clock skew).
 FUTURE_START_TOLERANCE_MICROS = 5_000_000
@@ -89,8 +97,7 @@ PRODUCE_OPTIONS = (
         default=10,
     ),
     Option("checkpoint-interval", "seconds between checkpoint writes", positive_float, default=1.0),
-    Option("metrics-port", "Prometheus metrics HTTP port (0: off)", integer_in(0, 65535), default=0),
-    Option("log-format", "text or json", choice("text", "json"), default="text"),
+    *SERVICE_OPTIONS,
     Option("progress", "show a live progress line (true/false)", boolean, default=True),
 )
 

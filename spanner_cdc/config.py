@@ -183,3 +183,10 @@ def choice(*allowed: str) -> Callable[[str], str]:
         return text
 
     return parse
+
+
+#: Options every long-running command has.
+SERVICE_OPTIONS = (
+    Option("metrics-port", "Prometheus metrics HTTP port (0: off)", integer_in(0, 65535), default=0),
+    Option("log-format", "text or json", choice("text", "json"), default="text"),
+)

@@ -1,0 +1,71 @@
+"""Consumer parts that need no services: the uuid memory, configuration, error extraction."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from consumer.config import ConsumerConfig
+from consumer.dedupe import DeliveredChanges
+from consumer.main import python_error
+from spanner_cdc.config import ConfigError
+
+pytestmark = pytest.mark.unit
+HOUR = 3_600_000_000
+
+
+def test_memory_keeps_first_occurrences_and_forgets_nothing_within_the_horizon(tmp_path: Path) -> None:
+    memory = DeliveredChanges(tmp_path, HOUR)
+    assert memory.fresh(0, ["a", "b", "a"], [10, 20, 10]) == [True, True, False]
+    memory.remember(0, ["a", "b"], [10, 20])
+    assert memory.committed(0)
+    assert memory.fresh(1, ["b", "c"], [20, 30]) == [False, True]
+
+
+def test_a_replayed_batch_gets_the_answers_of_its_first_attempt(tmp_path: Path) -> None:
+    memory = DeliveredChanges(tmp_path, HOUR)
+    memory.remember(0, ["a"], [10])
+    first = memory.fresh(1, ["a", "b"], [10, 20])
+    memory.remember(1, ["b"], [20])  # the crash came after this, before Spark committed batch 1
+    assert memory.fresh(1, ["a", "b"], [10, 20]) == first == [False, True]
+    assert not memory.committed(2)
+
+
+def test_entries_behind_the_horizon_are_pruned(tmp_path: Path) -> None:
+    memory = DeliveredChanges(tmp_path, horizon_micros=100)
+    memory.remember(0, ["old"], [1_000])
+    memory.remember(1, ["new"], [2_000])
+    assert memory.oldest_remembered(2) == 1_900
+    assert memory.fresh(2, ["old", "new"], [1_000, 2_000]) == [True, False]
+
+
+def test_the_memory_survives_a_reopen(tmp_path: Path) -> None:
+    memory = DeliveredChanges(tmp_path, HOUR)
+    memory.remember(0, ["a"], [10])
+    memory.close()
+    assert DeliveredChanges(tmp_path, HOUR).fresh(1, ["a"], [10]) == [False]
+
+
+def test_the_topic_pattern_leaves_out_control_topics(tmp_path: Path) -> None:
+    config = ConsumerConfig("h:1", "Bank.Stream", tmp_path, tmp_path / "c")
+    pattern = re.compile(config.topic_pattern)
+    assert pattern.fullmatch("Bank.Stream.Accounts")
+    assert not pattern.fullmatch("Bank.Stream._schemas")
+    assert not pattern.fullmatch("BankxStream.Accounts")
+
+
+def test_postgres_replica_needs_a_dsn(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--postgres-dsn"):
+        ConsumerConfig("h:1", "P", tmp_path, tmp_path / "c", replica="postgres")
+
+
+def test_the_python_error_is_found_inside_sparks_report() -> None:
+    report = (
+        "[STREAM_FAILED] Query terminated with exception: Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in call\n'
+        "consumer.errors.BadMessageError: T.Accounts[2] offset 0: bad-magic\n"
+        " SQLSTATE: 39000"
+    )
+    assert python_error(report) == "consumer.errors.BadMessageError: T.Accounts[2] offset 0: bad-magic"

@@ -159,18 +159,3 @@ def test_failed_start_stops_what_was_started(tmp_path: Path, monkeypatch: pytest
         EmbeddedStack.start(workdir, ("kafka", "postgres"))
     assert (workdir / "kafka.log").exists(), "the broker was started first"
     assert processes_running_in(workdir) == []
-
-
-def test_demo_starts_the_stack_and_says_what_is_not_built() -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPANNER_CDC_", "SPANNER_EMULATOR"))}
-    demo = subprocess.run(
-        [sys.executable, "-m", "spanner_cdc.cli", "demo"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=180,
-        check=False,
-    )
-    assert demo.returncode == 0, demo.stderr
-    assert demo.stdout.count("ready") == 3
-    assert "not built yet" in demo.stderr

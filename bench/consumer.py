@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.producer import Figure
+from consumer.config import ConsumerConfig
 from consumer.kafka_source import SOURCE_NAME
 from consumer.main import ConsumerJob, drain, spark_session
 from tests.support.consumer_run import consumer_config, fresh_postgres_database, unique_prefix
 from tests.support.synthetic import ChangeFactory, publish, random_history
 
 
-def raw_read(spark: Any, bootstrap: str, prefix: str, checkpoint: Path) -> int:
+def raw_read(spark: Any, config: ConsumerConfig, checkpoint: Path) -> int:
     rows = 0
 
     def collect(batch: Any, _batch_id: int) -> None:
@@ -36,8 +37,8 @@ def raw_read(spark: Any, bootstrap: str, prefix: str, checkpoint: Path) -> int:
 
     query = (
         spark.readStream.format(SOURCE_NAME)
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribePattern", rf"{prefix}\.[A-Za-z].*")
+        .option("kafka.bootstrap.servers", config.kafka_bootstrap)
+        .option("subscribePattern", config.topic_pattern)
         .option("startingOffsets", "earliest")
         .load()
         .writeStream.foreachBatch(collect)
@@ -56,12 +57,12 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> list[Fi
     publish(bootstrap, prefix, published)
     work = Path(tempfile.mkdtemp(prefix="spanner-cdc-bench-"))
     base = consumer_config(bootstrap, prefix, work / "unused")
-    spark = spark_session(base)
+    spark = spark_session("local[2]", "spanner-cdc-bench")
     figures = []
     try:
-        raw_read(spark, bootstrap, prefix, work / "warm-up")  # JVM and Python workers warm for every figure
+        raw_read(spark, base, work / "warm-up")  # JVM and Python workers warm for every figure
         started = time.perf_counter()
-        rows = raw_read(spark, bootstrap, prefix, work / "raw")
+        rows = raw_read(spark, base, work / "raw")
         figures.append(
             Figure("raw Spark read (source → Arrow, no decode)", rows, time.perf_counter() - started)
         )

@@ -33,17 +33,6 @@ from consumer.replica.merge import ReplicaMerge
 log = logging.getLogger("spanner_cdc.consumer")
 
 
-@dataclass(frozen=True)
-class BatchReport:
-    batch_id: int
-    received: int
-    delivered: int
-    duplicates: int
-    quarantined: int
-    beyond_horizon: int
-    skipped: bool = False
-
-
 @dataclass
 class BatchProcessor:
     decoder: BatchDecoder
@@ -54,28 +43,30 @@ class BatchProcessor:
     fail_on_bad_message: bool
     metrics: ConsumerMetrics
     #: Spark's checkpoint of the query; its ``metadata`` file holds the query id.
-    spark_checkpoint: Path | None = None
+    spark_checkpoint: Path
+    _query_id: str | None = None
 
     @property
     def query_id(self) -> str:
         """Spark's id for the query, kept in its checkpoint across restarts (the replica's marker key).
 
-        Spark writes it before the first micro-batch, so it is always there when a batch runs.
+        Spark writes it before the first micro-batch, so it is there when a batch runs; it never
+        changes for a checkpoint, so it is read once.
         """
-        if self.spark_checkpoint is None:
-            return "spanner-cdc"
-        return str(json.loads((self.spark_checkpoint / "metadata").read_text())["id"])
+        if self._query_id is None:
+            self._query_id = str(json.loads((self.spark_checkpoint / "metadata").read_text())["id"])
+        return self._query_id
 
     def __call__(self, batch: Any, batch_id: int) -> None:
         """The ``foreachBatch`` function: a Spark DataFrame of Kafka rows and its batch id."""
         self.process(batch.select("key", "value", "topic", "partition", "offset").toArrow(), batch_id)
 
-    def process(self, rows: pa.Table, batch_id: int) -> BatchReport:
+    def process(self, rows: pa.Table, batch_id: int) -> None:
         started = time.monotonic()
         if self.delivered.committed(batch_id):
             self.metrics.batches.labels("replayed-skipped").inc()
             log.info("batch %d was already written by an earlier attempt; skipped", batch_id)
-            return BatchReport(batch_id, rows.num_rows, 0, 0, 0, 0, skipped=True)
+            return
         events, quarantined = self.decoder.decode(rows)
         if quarantined and self.fail_on_bad_message:
             first = quarantined[0]
@@ -85,7 +76,7 @@ class BatchProcessor:
             )
         fresh = self._deduplicate(batch_id, events)
         horizon = self.delivered.oldest_remembered(batch_id)
-        beyond = sum(1 for e in fresh if horizon is not None and e.commit_micros < horizon)
+        beyond_horizon = sum(1 for e in fresh if horizon is not None and e.commit_micros < horizon)
         tables = _by_table(fresh)
         if self.changelog is not None:
             for changes in tables:
@@ -95,11 +86,8 @@ class BatchProcessor:
         if quarantined:
             write_atomically(self.quarantine_dir / batch_file_name(batch_id), quarantine_table(quarantined))
         self.delivered.remember(batch_id, [e.record["uuid"] for e in fresh], [e.commit_micros for e in fresh])
-        report = BatchReport(
-            batch_id, rows.num_rows, len(fresh), len(events) - len(fresh), len(quarantined), beyond
-        )
-        self._observe(report, fresh, quarantined, time.monotonic() - started)
-        return report
+        self.metrics.duplicates.inc(len(events) - len(fresh))
+        self._observe(batch_id, fresh, quarantined, beyond_horizon, time.monotonic() - started)
 
     def _deduplicate(self, batch_id: int, events: list[DecodedEvent]) -> list[DecodedEvent]:
         keep = self.delivered.fresh(
@@ -108,27 +96,31 @@ class BatchProcessor:
         return [event for event, kept in zip(events, keep, strict=True) if kept]
 
     def _observe(
-        self, report: BatchReport, fresh: list[DecodedEvent], quarantined: list[Quarantined], seconds: float
+        self,
+        batch_id: int,
+        fresh: list[DecodedEvent],
+        quarantined: list[Quarantined],
+        beyond_horizon: int,
+        seconds: float,
     ) -> None:
         metrics = self.metrics
         metrics.batches.labels("written").inc()
         metrics.batch_seconds.observe(seconds)
-        metrics.duplicates.inc(report.duplicates)
-        metrics.beyond_horizon.inc(report.beyond_horizon)
+        metrics.beyond_horizon.inc(beyond_horizon)
         counts = Counter((e.record["object"], e.record["source_metadata"]["change_type"]) for e in fresh)
         for (table, change_type), count in counts.items():
             metrics.events.labels(table, change_type).inc(count)
         for reason, count in Counter(q.reason for q in quarantined).items():
             metrics.quarantined.labels(reason).inc(count)
-            log.warning("batch %d: quarantined %d message(s): %s", report.batch_id, count, reason)
+            log.warning("batch %d: quarantined %d message(s): %s", batch_id, count, reason)
         if fresh:
             newest = max(e.commit_micros for e in fresh)
             metrics.commit_lag.set(max(0.0, time.time() - newest / 1_000_000))
-        if report.beyond_horizon:
+        if beyond_horizon:
             log.warning(
                 "batch %d: %d event(s) older than the dedupe horizon were delivered without a uuid check",
-                report.batch_id,
-                report.beyond_horizon,
+                batch_id,
+                beyond_horizon,
             )
 
 

@@ -102,18 +102,20 @@ class TableChanges:
     def value_columns(self) -> tuple[PayloadColumn, ...]:
         return tuple(c for c in self.columns if c.name not in self.key)
 
-    def _payload_values(self, column: PayloadColumn, source: str = "payload") -> list[Any]:
-        values = []
-        for event in self.events:
-            field = _field_of(event.version, column.name)
-            row = event.record[source] if source == "payload" else event.record["source_metadata"][source]
-            values.append(row.get(field) if row is not None and field is not None else None)
-        return values
+    @cached_property
+    def payload_arrays(self) -> dict[str, pa.Array]:
+        """Each column's values, typed, one per event (both sinks start from these)."""
+        arrays = {}
+        for column in self.columns:
+            values = []
+            for event in self.events:
+                field = event.version.fields_by_name.get(column.name)
+                values.append(event.record["payload"].get(field) if field is not None else None)
+            arrays[column.name] = pa.array(values, type=column.type.arrow)
+        return arrays
 
     def changelog(self) -> pa.Table:
-        columns: dict[str, pa.Array] = {
-            c.name: pa.array(self._payload_values(c), type=c.type.arrow) for c in self.columns
-        }
+        columns = dict(self.payload_arrays)
         change_types = [e.record["source_metadata"]["change_type"] for e in self.events]
         columns[ACTION] = pa.array(["DELETE" if t == "DELETE" else "INSERT" for t in change_types])
         columns[IS_UPDATE] = pa.array([t == "UPDATE" for t in change_types])
@@ -154,14 +156,17 @@ class TableChanges:
     def replica_stage(self) -> pa.Table:
         """Keys, values, ``set$`` flags, delete flag, sort key and commit timestamp per event."""
         deleted = [bool(e.record["source_metadata"]["is_deleted"]) for e in self.events]
-        columns: dict[str, pa.Array] = {
-            c.name: pa.array(self._payload_values(c), type=c.type.arrow) for c in self.columns
-        }
+        # Deletes set nothing: their changed_columns name the old values they carry.
+        changed = [
+            set() if is_delete else set(e.record["source_metadata"]["changed_columns"])
+            for e, is_delete in zip(self.events, deleted, strict=True)
+        ]
+        columns = dict(self.payload_arrays)
         for column in self.value_columns:
-            flags = []
-            for event, is_delete in zip(self.events, deleted, strict=True):
-                field = _field_of(event.version, column.name)
-                flags.append(not is_delete and field in event.record["source_metadata"]["changed_columns"])
+            flags = [
+                e.version.fields_by_name.get(column.name) in fields
+                for e, fields in zip(self.events, changed, strict=True)
+            ]
             columns[SET_PREFIX + column.name] = pa.array(flags, type=pa.bool_())
         columns[IS_DELETE] = pa.array(deleted, type=pa.bool_())
         keys = [e.sort_key for e in self.events]
@@ -174,10 +179,6 @@ class TableChanges:
             type=pa.timestamp("us", tz="UTC"),
         )
         return pa.table(columns)
-
-
-def _field_of(version: TableVersion, name: str) -> str | None:
-    return version.fields_by_name.get(name)
 
 
 def _by_name(version: TableVersion, values: dict[str, Any] | None) -> dict[str, Any] | None:

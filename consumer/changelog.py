@@ -37,6 +37,8 @@ class ChangelogSink:
         rows_written: int = table.num_rows
         return rows_written
 
+    def table_dir(self, table: str) -> Path:
+        return self.root / f"object={quote(table, safe='')}"
+
     def _path(self, table: str, commit_date: dt.date, batch_id: int) -> Path:
-        directory = self.root / f"object={quote(table, safe='')}" / f"commit_date={commit_date.isoformat()}"
-        return directory / batch_file_name(batch_id)
+        return self.table_dir(table) / f"commit_date={commit_date.isoformat()}" / batch_file_name(batch_id)

@@ -143,6 +143,11 @@ class ConsumerConfig:
         return {"bootstrap.servers": self.kafka_bootstrap, **self.kafka_config}
 
     @property
+    def spark_checkpoint(self) -> Path:
+        """Spark's own checkpoint (offsets, commits, the query id) inside ``checkpoint_dir``."""
+        return self.checkpoint_dir / "spark"
+
+    @property
     def changelog_dir(self) -> Path:
         return self.output_dir / "changelog"
 

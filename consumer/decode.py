@@ -2,8 +2,9 @@
 
 The writer schema of every message is looked up by fingerprint in ``{prefix}._schemas``; the
 producer publishes a schema before the first event that uses it, so an unknown fingerprint
-first re-reads that topic and only then counts as undecodable. Nothing is dropped: a message
-either becomes an event or a quarantine row with topic, partition, offset, raw bytes and reason.
+first re-reads that topic (at most once per micro-batch) and only then counts as undecodable.
+Nothing is dropped: a message either becomes an event or a quarantine row with topic,
+partition, offset, raw bytes and reason.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from confluent_kafka import Consumer
 
 from consumer.table_version import TableVersion
 from schemas.errors import ContractError, DecodeError
-from schemas.wire import SchemaStore, WriterSchema, read_fingerprint
+from schemas.wire import SchemaStore, WriterSchema
 from spanner_cdc.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
 
+UNKNOWN_FINGERPRINT = "unknown-fingerprint"
 QUARANTINE_SCHEMA = pa.schema(
     [
         ("topic", pa.string()),
@@ -86,9 +88,6 @@ class SchemaTopic:
         finally:
             consumer.close()
 
-    def knows(self, fingerprint: int) -> bool:
-        return fingerprint in self.store.schemas
-
 
 @dataclass
 class BatchDecoder:
@@ -96,10 +95,11 @@ class BatchDecoder:
 
     schemas: SchemaTopic
     _versions: dict[tuple[int, tuple[str, ...]], TableVersion] = field(default_factory=dict)
+    _refreshed_in_batch: bool = False
 
     def decode(self, rows: pa.Table) -> tuple[list[DecodedEvent], list[Quarantined]]:
+        self._refreshed_in_batch = False
         values = rows.column("value").to_pylist()
-        self._learn_schemas(values)
         keys = rows.column("key").to_pylist()
         topics = rows.column("topic").to_pylist()
         partitions = rows.column("partition").to_pylist()
@@ -110,7 +110,8 @@ class BatchDecoder:
             keys, values, topics, partitions, offsets, strict=True
         ):
             try:
-                record, version = self._decode_one(value)
+                record, writer = self._read(value)
+                version = self._version(writer, record)
             except DecodeError as exc:
                 quarantined.append(Quarantined(topic, partition, offset, key, value, exc.reason, str(exc)))
                 continue
@@ -119,23 +120,18 @@ class BatchDecoder:
             events.append(DecodedEvent(topic, partition, offset, version, record, order))
         return events, quarantined
 
-    def _learn_schemas(self, values: Iterable[bytes | None]) -> None:
-        """Re-read the schema topic once when the batch has a fingerprint not seen yet."""
-        for value in values:
-            try:
-                fingerprint = read_fingerprint(value or b"")
-            except DecodeError:
-                continue
-            if not self.schemas.knows(fingerprint):
-                self.schemas.refresh()
-                return
-
-    def _decode_one(self, value: bytes | None) -> tuple[dict[str, Any], TableVersion]:
+    def _read(self, value: bytes | None) -> tuple[dict[str, Any], WriterSchema]:
+        """Decode; on an unknown fingerprint re-read the schema topic (once per batch) and retry."""
         if not value:
             raise DecodeError("empty", "the message has no value (a tombstone or an empty message)")
-        record = self.schemas.store.decode(value)
-        writer = self.schemas.store.schemas[read_fingerprint(value)]
-        return record, self._version(writer, record)
+        try:
+            return self.schemas.store.read(value)
+        except DecodeError as exc:
+            if exc.reason != UNKNOWN_FINGERPRINT or self._refreshed_in_batch:
+                raise
+        self._refreshed_in_batch = True
+        self.schemas.refresh()
+        return self.schemas.store.read(value)
 
     def _version(self, writer: WriterSchema, record: dict[str, Any]) -> TableVersion:
         try:

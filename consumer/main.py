@@ -8,7 +8,7 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,19 +33,20 @@ STOP_POLL_SECONDS = 0.5
 PYTHON_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): .*$", re.MULTILINE)
 
 
-def spark_session(config: ConsumerConfig) -> Any:
-    """A session for the consumer; Python workers run this interpreter (it has the project)."""
+def spark_session(master: str, app_name: str, extra_conf: Mapping[str, str] | None = None) -> Any:
+    """A session for the consumer (and its tests): the project's source registered, UTC, few
+    shuffle partitions; Python workers run this interpreter (it has the project installed)."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
-        SparkSession.builder.master(config.spark_master)
-        .appName(f"spanner-cdc-consume-{config.topic_prefix}")
+        SparkSession.builder.master(master)
+        .appName(app_name)
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
     )
-    for key, value in config.spark_conf.items():
+    for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.dataSource.register(KafkaSource)
@@ -105,6 +106,7 @@ class ConsumerJob:
             quarantine_dir=config.quarantine_dir,
             fail_on_bad_message=config.on_bad_message == "fail",
             metrics=ConsumerMetrics(),
+            spark_checkpoint=config.spark_checkpoint,
         )
         return cls(config, processor, backend)
 
@@ -124,11 +126,10 @@ class ConsumerJob:
             reader = reader.option("subscribe", ",".join(f"{config.topic_prefix}.{t}" for t in config.tables))
         else:
             reader = reader.option("subscribePattern", config.topic_pattern)
-        self.processor.spark_checkpoint = self.spark_checkpoint
         writer = (
             reader.load()
             .writeStream.foreachBatch(self.processor)
-            .option("checkpointLocation", str(self.spark_checkpoint))
+            .option("checkpointLocation", str(config.spark_checkpoint))
             .queryName(f"spanner_cdc_{config.topic_prefix}")
         )
         if config.available_now:
@@ -137,17 +138,14 @@ class ConsumerJob:
             writer = writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
         return writer.start()
 
-    @property
-    def spark_checkpoint(self) -> Path:
-        return self.config.checkpoint_dir / "spark"
-
     def has_pending_batch(self) -> bool:
         """Did the last run plan a micro-batch (``offsets/N``) that it never committed (``commits/N``)?
 
         Spark re-runs such a batch first on restart, and under ``Trigger.AvailableNow`` it then
         stops (measured with Spark 4.3 and a Python source), so a drain needs a second run.
         """
-        return _last_batch(self.spark_checkpoint / "offsets") > _last_batch(self.spark_checkpoint / "commits")
+        checkpoint = self.config.spark_checkpoint
+        return _last_batch(checkpoint / "offsets") > _last_batch(checkpoint / "commits")
 
     def close(self) -> None:
         self.processor.delivered.close()
@@ -198,7 +196,9 @@ def drain(job: ConsumerJob, spark: Any, stop: threading.Event) -> None:
 def consume(config: ConsumerConfig) -> None:
     """The whole command: runs until stopped, or until Kafka is drained with ``available_now``."""
     job = ConsumerJob.open(config)
-    spark = spark_session(config)
+    spark = spark_session(
+        config.spark_master, f"spanner-cdc-consume-{config.topic_prefix}", config.spark_conf
+    )
     try:
         job.processor.metrics.serve(config.metrics_port)
         with stop_requested() as stop:

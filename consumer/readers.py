@@ -9,6 +9,7 @@ from typing import Any
 import duckdb
 import psycopg
 
+from consumer.changelog import ChangelogSink
 from consumer.config import ConsumerConfig
 
 
@@ -33,8 +34,8 @@ def replica_rows(config: ConsumerConfig, table: str, columns: str) -> list[tuple
         ]
 
 
-def changelog_rows(config: ConsumerConfig, columns: str, table: str = "Accounts") -> list[tuple[Any, ...]]:
-    pattern = config.changelog_dir / f"object={table}" / "*" / "*.parquet"
+def changelog_rows(config: ConsumerConfig, table: str, columns: str) -> list[tuple[Any, ...]]:
+    pattern = ChangelogSink(config.changelog_dir).table_dir(table) / "*" / "*.parquet"
     query = (
         f"SELECT {columns} FROM read_parquet('{pattern}', hive_partitioning = true, union_by_name = true) "
         'ORDER BY "envelope$sort_keys"'

@@ -113,18 +113,9 @@ class TableVersion:
         return cls(writer, columns, primary_keys)
 
     @cached_property
-    def key_columns(self) -> tuple[PayloadColumn, ...]:
-        by_name = {c.name: c for c in self.columns}
-        return tuple(by_name[k] for k in self.key)
-
-    @cached_property
     def fields_by_name(self) -> dict[str, str]:
         """Spanner column name → Avro field name."""
         return {c.name: c.field for c in self.columns}
-
-    @cached_property
-    def value_columns(self) -> tuple[PayloadColumn, ...]:
-        return tuple(c for c in self.columns if c.name not in self.key)
 
 
 def merged_columns(versions: Sequence[TableVersion]) -> tuple[PayloadColumn, ...]:

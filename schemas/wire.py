@@ -83,6 +83,10 @@ class SchemaStore:
 
     def decode(self, message: bytes) -> dict[str, Any]:
         """Bytes → record, with DecodeError naming why it failed (never a partial record)."""
+        return self.read(message)[0]
+
+    def read(self, message: bytes) -> tuple[dict[str, Any], WriterSchema]:
+        """Bytes → record and the writer schema it was written with."""
         fingerprint = read_fingerprint(message)
         writer = self.schemas.get(fingerprint)
         if writer is None:
@@ -97,4 +101,4 @@ class SchemaStore:
             raise DecodeError("corrupt", f"{type(exc).__name__}: {exc}") from exc
         if body.tell() != len(message):
             raise DecodeError("corrupt", f"{len(message) - body.tell()} bytes left after the record")
-        return record
+        return record, writer

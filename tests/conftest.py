@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,21 +34,9 @@ def churn_spanner() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local[2] Spark session per test run, with the project's Kafka source registered."""
-    from pyspark.sql import SparkSession
+    from consumer.main import spark_session
 
-    from consumer.kafka_source import KafkaSource
-
-    # Python workers must run this virtualenv's interpreter (pyarrow, confluent-kafka, the project).
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("spanner-cdc-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.dataSource.register(KafkaSource)
+    session = spark_session("local[2]", "spanner-cdc-tests")
     try:
         yield session
     finally:

@@ -29,6 +29,8 @@ BATCHES_TABLE = "cdc$batches"
 TOMBSTONE_SUFFIX = "$deleted"
 STAGE = "cdc$stage"
 FOLDED = "cdc$folded"
+#: What the replica stores with each row (and tombstone) to order changes: sort key and commit time.
+ORDER_COLUMNS = (*SORT_COLUMNS, COMMIT_TIMESTAMP)
 _ORDER_SQL_TYPES = {
     "postgres": ("BIGINT", "TEXT", "TEXT", "BIGINT"),
     "duckdb": ("BIGINT", "VARCHAR", "VARCHAR", "BIGINT"),
@@ -91,7 +93,7 @@ class ReplicaMerge:
             f"ELSE t.{quote(c.name)} END"
             for c in changes.value_columns
         )
-        order_sets = ", ".join(f"{quote(n)} = f.{quote(n)}" for n in (*SORT_COLUMNS, COMMIT_TIMESTAMP))
+        order_sets = ", ".join(f"{quote(n)} = f.{quote(n)}" for n in ORDER_COLUMNS)
         self.backend.execute(
             f"DELETE FROM {target} AS t USING {quote(FOLDED)} AS f "
             f"WHERE {_match(key, 't', 'f')} AND (f.{quote(IS_DELETE)} OR f.{quote(_LAST_DELETE)} IS NOT NULL)"
@@ -106,9 +108,9 @@ class ReplicaMerge:
                 f"CASE WHEN f.{quote(SET_PREFIX + c.name)} THEN f.{quote(c.name)} END"
                 for c in changes.value_columns
             ),
-            *(f"f.{quote(n)}" for n in (*SORT_COLUMNS, COMMIT_TIMESTAMP)),
+            *(f"f.{quote(n)}" for n in ORDER_COLUMNS),
         ]
-        inserted = _names([*key, *(c.name for c in changes.value_columns), *SORT_COLUMNS, COMMIT_TIMESTAMP])
+        inserted = _names([*key, *(c.name for c in changes.value_columns), *ORDER_COLUMNS])
         stored = f"SELECT 1 FROM {target} AS t WHERE {_match(key, 't', 'f')}"
         self.backend.execute(
             f"INSERT INTO {target} ({inserted}) SELECT {', '.join(values)} FROM {quote(FOLDED)} AS f "
@@ -117,7 +119,7 @@ class ReplicaMerge:
         self.backend.execute(
             f"DELETE FROM {tombstones} AS t USING {quote(FOLDED)} AS f WHERE {_match(key, 't', 'f')}"
         )
-        tomb_columns = _names([*key, *SORT_COLUMNS, COMMIT_TIMESTAMP])
+        tomb_columns = _names([*key, *ORDER_COLUMNS])
         self.backend.execute(
             f"INSERT INTO {tombstones} ({tomb_columns}) SELECT {tomb_columns} FROM {quote(FOLDED)} "
             f"WHERE {quote(IS_DELETE)}"
@@ -128,10 +130,7 @@ class ReplicaMerge:
     def _ensure_tables(self, changes: TableChanges) -> None:
         """Create the table and its tombstones, or add the columns a new table version brought."""
         dialect = self.backend.dialect
-        order = [
-            *(f"{quote(n)} {t}" for n, t in zip(SORT_COLUMNS, _ORDER_SQL_TYPES[dialect], strict=True)),
-            f"{quote(COMMIT_TIMESTAMP)} TIMESTAMPTZ",
-        ]
+        order = _order_definitions(dialect)
         key_columns = [c for c in changes.columns if c.name in changes.key]
         primary_key = f"PRIMARY KEY ({_names(changes.key)})"
         for table, columns in (
@@ -168,14 +167,11 @@ class ReplicaMerge:
 
     def _stage(self, changes: TableChanges) -> None:
         dialect = self.backend.dialect
-        flags = [f"{quote(SET_PREFIX + c.name)} BOOLEAN" for c in changes.value_columns]
-        order = [f"{quote(n)} {t}" for n, t in zip(SORT_COLUMNS, _ORDER_SQL_TYPES[dialect], strict=True)]
         definitions = [
             *(_definition(c, dialect) for c in changes.columns),
-            *flags,
+            *(f"{quote(SET_PREFIX + c.name)} BOOLEAN" for c in changes.value_columns),
             f"{quote(IS_DELETE)} BOOLEAN",
-            *order,
-            f"{quote(COMMIT_TIMESTAMP)} TIMESTAMPTZ",
+            *_order_definitions(dialect),
         ]
         self.backend.execute(f"CREATE TEMP TABLE {quote(STAGE)} ({', '.join(definitions)})")
         self.backend.load(STAGE, changes.replica_stage())
@@ -190,7 +186,7 @@ class ReplicaMerge:
             f"bool_or({quote(SET_PREFIX + c.name)}) OVER ({by_key}) AS {quote(SET_PREFIX + c.name)}"
             for c in changes.value_columns
         )
-        carried = _names([*key, _N, _LAST, _LAST_DELETE, IS_DELETE, *SORT_COLUMNS, COMMIT_TIMESTAMP])
+        carried = _names([*key, _N, _LAST, _LAST_DELETE, IS_DELETE, *ORDER_COLUMNS])
         self.backend.execute(
             f"CREATE TEMP TABLE {quote(FOLDED)} AS "
             f"WITH ordered AS (SELECT *, row_number() OVER ({by_key} ORDER BY {_names(SORT_COLUMNS)}) "
@@ -213,6 +209,11 @@ def _match(key: Sequence[str], left: str = "s", right: str = "t") -> str:
 
 def _order(alias: str) -> str:
     return "(" + ", ".join(f"{alias}.{quote(n)}" for n in SORT_COLUMNS) + ")"
+
+
+def _order_definitions(dialect: str) -> list[str]:
+    types = (*_ORDER_SQL_TYPES[dialect], "TIMESTAMPTZ")
+    return [f"{quote(name)} {sql_type}" for name, sql_type in zip(ORDER_COLUMNS, types, strict=True)]
 
 
 def _definition(column: PayloadColumn, dialect: str) -> str:

@@ -60,7 +60,7 @@ def test_duplicates_in_one_batch_and_across_batches_are_delivered_once(
     publish(config.kafka_bootstrap, config.topic_prefix, first[1:])  # re-sent after a "producer restart"
     run_consumer(spark, config)
 
-    uuids = [row[0] for row in changelog_rows(config, '"envelope$uuid"')]
+    uuids = [row[0] for row in changelog_rows(config, "Accounts", '"envelope$uuid"')]
     assert uuids == [e.value["uuid"] for e in first]
     assert replica_rows(config, "Accounts", '"Id", "Balance", "Note"') == [("a", 3, "x"), ("b", 2, "y")]
 
@@ -90,7 +90,9 @@ def test_out_of_order_events_never_overwrite_newer_state(
 
     # The late update is older than the stored row; the late insert is older than the delete.
     assert replica_rows(config, "Accounts", '"Id", "Balance", "Note"') == [("a", 20, "new")]
-    assert len(changelog_rows(config, '"envelope$uuid"')) == 4, "late changes are recorded, not dropped"
+    assert len(changelog_rows(config, "Accounts", '"envelope$uuid"')) == 4, (
+        "late changes are recorded, not dropped"
+    )
 
 
 def test_partial_updates_keep_other_columns_deletes_remove_and_reinsert_works(
@@ -131,7 +133,7 @@ def test_partial_updates_keep_other_columns_deletes_remove_and_reinsert_works(
         ("b", 6, "back"),
         ("c", 8, None),
     ]
-    actions = changelog_rows(config, '"Id", "change$action", "change$is_update"')
+    actions = changelog_rows(config, "Accounts", '"Id", "change$action", "change$is_update"')
     assert actions[:4] == [
         ("a", "INSERT", False),
         ("b", "INSERT", False),
@@ -206,4 +208,4 @@ def test_a_column_added_mid_stream_reaches_both_sinks(
         ("a", 3, "CHF"),
         ("b", 2, "EUR"),
     ]
-    assert changelog_rows(config, '"Id", "Currency"') == [("a", None), ("b", "EUR"), ("a", "CHF")]
+    assert changelog_rows(config, "Accounts", '"Id", "Currency"') == [("a", None), ("b", "EUR"), ("a", "CHF")]

@@ -51,7 +51,7 @@ def consume_command(config: ConsumerConfig, *extra: str) -> list[str]:
 def sinks(config: ConsumerConfig) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     return (
         replica_rows(config, "Accounts", '"Id", "Balance", "Note", "cdc$commit_micros"'),
-        changelog_rows(config, '"envelope$uuid", "Id", "change$action"'),
+        changelog_rows(config, "Accounts", '"envelope$uuid", "Id", "change$action"'),
     )
 
 

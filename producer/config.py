@@ -97,6 +97,12 @@ PRODUCE_OPTIONS = (
         default=10,
     ),
     Option("checkpoint-interval", "seconds between checkpoint writes", positive_float, default=1.0),
+    Option(
+        "watermark-interval",
+        "seconds between watermark records on every event-topic partition (when it advanced)",
+        positive_float,
+        default=1.0,
+    ),
     *SERVICE_OPTIONS,
     Option("progress", "show a live progress line (true/false)", boolean, default=True),
 )
@@ -124,6 +130,7 @@ class ProducerConfig:
     query_start_rate: float = 50.0
     stall_heartbeats: int = 10
     checkpoint_interval: float = 1.0
+    watermark_interval: float = 1.0
     metrics_port: int = 0
     log_format: str = "text"
     progress: bool = True

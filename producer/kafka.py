@@ -91,6 +91,25 @@ class KafkaPublisher:
                 f"Kafka at {self.client_settings['bootstrap.servers']} does not answer: {exc.args[0].str()}"
             ) from None
 
+    async def event_topics(self, timeout: float = 10.0) -> dict[str, int]:
+        """Every event topic of the prefix on the broker, with its partition count.
+
+        Event topics are ``{prefix}.<table>`` (tables start with a letter); the control topics
+        ``{prefix}._…`` are left out. Topics created by an earlier run count too: a watermark
+        is a promise about all of them.
+        """
+        metadata = await call_with_deadline(lambda: self.admin.list_topics(timeout=timeout), timeout + 5)
+        start = self.prefix + "."
+        return {
+            name: len(topic.partitions)
+            for name, topic in metadata.topics.items()
+            if name.startswith(start) and name[len(start) : len(start) + 1].isalpha()
+        }
+
+    def created_event_topics(self) -> set[str]:
+        """The event topics this client created or found while producing."""
+        return {topic for topic in self._topics if topic not in (self.schemas_topic, self.checkpoints_topic)}
+
     async def ensure_topic(self, topic: str, compacted: bool = False) -> None:
         if topic in self._topics:
             return
@@ -121,7 +140,15 @@ class KafkaPublisher:
 
     # --- producing --------------------------------------------------------------------------
 
-    def produce_acknowledged(self, topic: str, key: bytes, value: bytes) -> asyncio.Future[None]:
+    def produce_acknowledged(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        *,
+        partition: int | None = None,
+        headers: dict[str, bytes] | None = None,
+    ) -> asyncio.Future[None]:
         """Produce one message; the future resolves on the broker's acknowledgement."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -133,14 +160,27 @@ class KafkaPublisher:
             else:
                 future.set_exception(KafkaException(error))
 
-        self.produce(topic, key, value, settle)
+        self.produce(topic, key, value, settle, partition=partition, headers=headers)
         return future
 
-    def produce(self, topic: str, key: bytes, value: bytes, on_delivery: DeliveryCallback) -> None:
-        """Queue one message; when the local queue is full, serve delivery reports until it is not."""
+    def produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        on_delivery: DeliveryCallback,
+        *,
+        partition: int | None = None,
+        headers: dict[str, bytes] | None = None,
+    ) -> None:
+        """Queue one message (to ``partition``, or the key's partition); when the local queue is
+        full, serve delivery reports until it is not."""
+        placement: dict[str, Any] = {} if partition is None else {"partition": partition}
+        if headers:
+            placement["headers"] = headers
         while True:
             try:
-                self.producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
+                self.producer.produce(topic, value=value, key=key, on_delivery=on_delivery, **placement)
                 return
             except BufferError:
                 self.producer.poll(0.05)

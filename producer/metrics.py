@@ -31,6 +31,11 @@ class ProducerMetrics(ServedMetrics):
             "Now minus the low watermark over unfinished partitions",
             registry=self.registry,
         )
+        self.published_watermark_lag = Gauge(
+            "spanner_cdc_producer_published_watermark_lag_seconds",
+            "Now minus the last watermark written to every event-topic partition",
+            registry=self.registry,
+        )
         self.commit_to_ack = Histogram(
             "spanner_cdc_producer_commit_to_ack_seconds",
             "Spanner commit timestamp to Kafka acknowledgement",
@@ -39,6 +44,11 @@ class ProducerMetrics(ServedMetrics):
         )
         self.delivery_errors = Counter(
             "spanner_cdc_producer_delivery_errors", "Events Kafka did not acknowledge", registry=self.registry
+        )
+        self.late_records = Counter(
+            "spanner_cdc_producer_late_records",
+            "Data change records older than their partition's watermark (a server-side ordering bug)",
+            registry=self.registry,
         )
         self.queries_started = Counter(
             "spanner_cdc_producer_queries_started",

@@ -58,6 +58,10 @@ class CommitOrderBuffer:
                 del self._by_run[held.tracker]
             yield held
 
+    def next_commit(self) -> int | None:
+        """Commit timestamp of the next record to leave: nothing at or after it is published yet."""
+        return self._heap[0].order[0] if self._heap else None
+
     def oldest(self, tracker: AckTracker) -> int | None:
         """Commit timestamp of the run's oldest held record: its checkpoint must stay below it."""
         run = self._by_run.get(tracker)

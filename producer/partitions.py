@@ -44,8 +44,10 @@ class Partition:
     watermark_micros: int = 0
 
     def __post_init__(self) -> None:
-        self.checkpoint_micros = max(self.checkpoint_micros, self.start_micros)
-        self.watermark_micros = max(self.watermark_micros, self.start_micros)
+        # Before its query runs, a partition has returned nothing: not even changes committed
+        # at its start timestamp, which belong to it.
+        self.checkpoint_micros = max(self.checkpoint_micros, self.start_micros - 1)
+        self.watermark_micros = max(self.watermark_micros, self.start_micros - 1)
 
     @property
     def query_token(self) -> str | None:

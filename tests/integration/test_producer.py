@@ -24,10 +24,11 @@ from producer.config import ProducerConfig
 from producer.main import build_service
 from producer.records import micros_to_datetime, timestamp_micros
 from producer.service import ProducerService
+from schemas.watermark import Watermark
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.services import EMULATOR_PROJECT
 from tests.support.churn import ACCOUNTS_DDL, lineage_depth, now_micros, producer_config, run_churn
-from tests.support.kafka_read import Received, read_events
+from tests.support.kafka_read import Received, read_events, read_topic
 from tests.support.spanner_db import INSTANCE, create_database
 from tests.support.workload import AccountWriter, Committed
 
@@ -68,6 +69,33 @@ def assert_per_key_commit_order(events: list[Received], replays: bool = False) -
         assert sort_keys == sorted(sort_keys), f"{key}: changes out of commit order in Kafka"
 
 
+def assert_watermarks_cover_what_precedes_them(
+    kafka: str, prefix: str, partitions: int, last_commit: int
+) -> None:
+    """Every partition carries watermarks, the newest at or past the last commit; an event
+    after a watermark W on its partition is either newer than W or a re-sent copy of an event
+    before it (same uuid) — never a change the watermark claimed was already there."""
+    events, watermarks = read_topic(kafka, prefix, "Accounts")
+    messages = sorted(
+        [(e.partition, e.offset, e) for e in events] + [(p, o, w) for p, o, w in watermarks],
+        key=lambda m: (m[0], m[1]),
+    )
+    newest: dict[int, int] = {}
+    seen: dict[int, set[str]] = collections.defaultdict(set)
+    for partition, offset, message in messages:
+        if isinstance(message, Watermark):
+            newest[partition] = max(newest.get(partition, -1), message.watermark_micros)
+            continue
+        commit = timestamp_micros(message.value["source_metadata"]["commit_timestamp"])
+        uuid_ = message.value["uuid"]
+        assert commit > newest.get(partition, -1) or uuid_ in seen[partition], (
+            f"partition {partition} offset {offset}: a change at {commit} after watermark {newest[partition]}"
+        )
+        seen[partition].add(uuid_)
+    assert set(newest) == set(range(partitions)), "a partition without watermark records"
+    assert min(newest.values()) >= last_commit
+
+
 def check_churn_run(service: ProducerService, events: list[Received], writer: AccountWriter) -> None:
     assert len(writer.committed) > 100
     assert_exactly_the_committed_changes(events, writer.committed)
@@ -78,6 +106,11 @@ def check_churn_run(service: ProducerService, events: list[Received], writer: Ac
     assert not service.scheduler.query_retries
     assert service.scheduler.merges_seen, "no merge was observed"
     assert lineage_depth(service.scheduler) >= 3
+    config = service.config
+    last_commit = max(c.commit_micros for c in writer.committed)
+    assert_watermarks_cover_what_precedes_them(
+        config.kafka_bootstrap, config.topic_prefix, config.topic_partitions, last_commit
+    )
 
 
 def test_churn_fast_every_change_once_in_order(churn_spanner: str, stack: EmbeddedStack) -> None:
@@ -145,6 +178,7 @@ def test_sigkill_mid_churn_then_restart_loses_nothing(churn_spanner: str, stack:
         uuids_by_change[(payload["Id"], payload["Balance"])].add(event.value["uuid"])
     assert all(len(uuids) == 1 for uuids in uuids_by_change.values()), "a re-sent change got a new uuid"
     assert_per_key_commit_order(events, replays=True)
+    assert_watermarks_cover_what_precedes_them(kafka, prefix, 6, end)
 
 
 async def produce_until_end(config: ProducerConfig) -> ProducerService:

@@ -7,6 +7,7 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
+from schemas.watermark import Watermark, is_watermark
 from schemas.wire import SchemaStore
 from spanner_cdc.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
 
@@ -42,11 +43,25 @@ def schema_store(bootstrap: str, prefix: str) -> SchemaStore:
 
 
 def read_events(bootstrap: str, prefix: str, table: str) -> list[Received]:
-    """Every event of ``table``, decoded, in (partition, offset) order."""
+    """Every event of ``table``, decoded, in (partition, offset) order; watermarks skipped."""
+    return read_topic(bootstrap, prefix, table)[0]
+
+
+def read_topic(
+    bootstrap: str, prefix: str, table: str
+) -> tuple[list[Received], list[tuple[int, int, Watermark]]]:
+    """Events and watermark records (partition, offset, watermark) of ``table``'s topic, in
+    (partition, offset) order, told apart the way schemas.watermark says readers should."""
     store = schema_store(bootstrap, prefix)
     topic = f"{prefix}.{table}"
-    received = []
+    events, watermarks = [], []
     for partition, offset, key, value in sorted(read_all(bootstrap, topic), key=lambda m: (m[0], m[1])):
-        assert key is not None and value is not None
-        received.append(Received(topic, partition, offset, store.decode(key), store.decode(value)))
-    return received
+        assert value is not None
+        record, writer = store.read(value)
+        if is_watermark(writer):
+            assert key is None, "a watermark record with a key"
+            watermarks.append((partition, offset, Watermark.from_record(record)))
+            continue
+        assert key is not None
+        events.append(Received(topic, partition, offset, store.decode(key), record))
+    return events, watermarks

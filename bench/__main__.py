@@ -48,18 +48,22 @@ def main() -> None:
 
 
 def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
-    print("consumer (issue 4), Spark local[2]")
+    print("consumer (issues 4 and 5), Spark local[2]")
     figures = consumer.consumer_figures(stack.endpoint("kafka"), stack.endpoint("postgres"), args.changes)
     print_figures(figures)
-    raw, changelog, duckdb_replica, postgres_replica = figures
+    raw, changelog, *replicas = figures
     for figure, target in (
         (changelog, CHANGELOG_TARGET_EVENTS_PER_SECOND),
-        (duckdb_replica, REPLICA_TARGET_EVENTS_PER_SECOND),
-        (postgres_replica, REPLICA_TARGET_EVENTS_PER_SECOND),
+        *((replica, REPLICA_TARGET_EVENTS_PER_SECOND) for replica in replicas),
     ):
         print(
             f"  {figure.name.split(' (')[0]}: {figure.per_second / raw.per_second:.2f}x the raw read, "
             f"{figure.per_second / target:.0%} of the {target:,} ev/s target"
+        )
+    for whole, apart in zip(replicas[::2], replicas[1::2], strict=True):
+        print(
+            f"  {whole.name.split(' (')[0]}: {whole.per_second / apart.per_second:.2f}x "
+            "the same replica without transaction grouping"
         )
 
 

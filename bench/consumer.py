@@ -6,7 +6,11 @@ duplicates) is consumed by separate Trigger.AvailableNow queries on one local[2]
 - raw: the Kafka source into ``foreachBatch`` that only collects the rows as Arrow (no decode),
   the ceiling for anything built on this source;
 - changelog: decode, dedupe, order, Parquet;
-- replica DuckDB / replica PostgreSQL: decode, dedupe, order, merge.
+- replica DuckDB / replica PostgreSQL: decode, dedupe, order, merge — each with whole
+  transactions (the default: hold what the watermarks have not passed) and without.
+
+Events are published in chunks of ``WATERMARK_EVERY`` with a watermark after each, as a
+producer writing that many events per watermark interval would.
 
 Each figure is wall time from query start to its end, so it includes Spark's per-query start.
 """
@@ -26,6 +30,8 @@ from consumer.kafka_source import SOURCE_NAME
 from consumer.main import ConsumerJob, drain, spark_session
 from tests.support.consumer_run import consumer_config, fresh_postgres_database, unique_prefix
 from tests.support.synthetic import ChangeFactory, publish, random_history
+
+WATERMARK_EVERY = 5_000
 
 
 def raw_read(spark: Any, config: ConsumerConfig, checkpoint: Path) -> int:
@@ -54,7 +60,8 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> list[Fi
     prefix = unique_prefix("Bench")
     events = random_history(ChangeFactory(), changes, keys=max(10, changes // 5))
     published = events + random.Random(1).sample(events, changes // 10)
-    publish(bootstrap, prefix, published)
+    for start in range(0, len(published), WATERMARK_EVERY):
+        publish(bootstrap, prefix, published[start : start + WATERMARK_EVERY])
     work = Path(tempfile.mkdtemp(prefix="spanner-cdc-bench-"))
     base = consumer_config(bootstrap, prefix, work / "unused")
     spark = spark_session("local[2]", "spanner-cdc-bench")
@@ -67,21 +74,17 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> list[Fi
             Figure("raw Spark read (source → Arrow, no decode)", rows, time.perf_counter() - started)
         )
         runs: list[tuple[str, dict[str, Any]]] = [
-            ("changelog (decode, dedupe, order, Parquet)", {"sinks": ("changelog",)}),
-            ("replica DuckDB (decode, dedupe, order, merge)", {"sinks": ("replica",)}),
-            (
-                "replica PostgreSQL (decode, dedupe, order, merge)",
-                {
-                    "sinks": ("replica",),
-                    "replica": "postgres",
-                    "postgres_dsn": fresh_postgres_database(postgres_dsn),
-                },
-            ),
+            ("changelog (decode, dedupe, order, Parquet)", {"sinks": ("changelog",)})
         ]
+        for database in ("DuckDB", "PostgreSQL"):
+            for grouping, whole in (("whole transactions", True), ("batch as it comes", False)):
+                options: dict[str, Any] = {"sinks": ("replica",), "whole_transactions": whole}
+                if database == "PostgreSQL":
+                    options |= {"replica": "postgres", "postgres_dsn": fresh_postgres_database(postgres_dsn)}
+                runs.append((f"replica {database}, {grouping} (decode, dedupe, order, merge)", options))
         for name, overrides in runs:
-            config = consumer_config(
-                bootstrap, prefix, work / name.split(" (")[0].replace(" ", "-"), **overrides
-            )
+            directory = name.split(" (")[0].replace(" ", "-").replace(",", "")
+            config = consumer_config(bootstrap, prefix, work / directory, **overrides)
             job = ConsumerJob.open(config)
             try:
                 started = time.perf_counter()

@@ -4,7 +4,9 @@ The order of writes is what makes a crash at any point harmless. Spark replays a
 batch with the same offsets, and every step repeats its first attempt's result:
 
 1. changelog files and the quarantine file are named by batch id and replaced whole;
-2. the replica transaction records the batch id with the data, and skips a batch it has;
+2. the replica transaction records the batch id with the data — and, with whole
+   transactions, with the held events, watermarks and cut (consumer.replica.cut) — and
+   skips a batch it has;
 3. the delivered-uuid memory is saved last, tagged with the batch id; once it has the batch,
    a replay is skipped entirely.
 """
@@ -15,6 +17,7 @@ import json
 import logging
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,14 +26,30 @@ import pyarrow as pa
 
 from consumer.change_rows import TableChanges
 from consumer.changelog import ChangelogSink
-from consumer.decode import BatchDecoder, DecodedEvent, Quarantined, quarantine_table
+from consumer.decode import BatchDecoder, DecodedEvent, Quarantined, WatermarkSeen, quarantine_table
 from consumer.dedupe import DeliveredChanges
 from consumer.errors import BadMessageError
 from consumer.metrics import ConsumerMetrics
 from consumer.parquet_files import batch_file_name, write_atomically
+from consumer.replica.cut import ConsistentCut
 from consumer.replica.merge import ReplicaMerge
 
 log = logging.getLogger("spanner_cdc.consumer")
+
+
+@dataclass(frozen=True)
+class ReplicaCommit:
+    """What a committed replica batch holds, for observers (the demo's invariant check, tests).
+
+    ``query`` runs SQL on the replica's own connection, after the commit and before the next
+    batch, so an observer sees exactly this batch's state.
+    """
+
+    batch_id: int
+    cut_micros: int | None
+    applied: int
+    held: int
+    query: Callable[[str], list[tuple[Any, ...]]]
 
 
 @dataclass
@@ -44,6 +63,9 @@ class BatchProcessor:
     metrics: ConsumerMetrics
     #: Spark's checkpoint of the query; its ``metadata`` file holds the query id.
     spark_checkpoint: Path
+    #: Whole transactions up to a consistent cut; None applies every batch as it comes.
+    cut: ConsistentCut | None = None
+    on_replica_commit: Callable[[ReplicaCommit], None] | None = None
     _query_id: str | None = None
 
     @property
@@ -67,7 +89,8 @@ class BatchProcessor:
             self.metrics.batches.labels("replayed-skipped").inc()
             log.info("batch %d was already written by an earlier attempt; skipped", batch_id)
             return
-        events, quarantined = self.decoder.decode(rows)
+        decoded = self.decoder.decode(rows)
+        events, quarantined = decoded.events, decoded.quarantined
         if quarantined and self.fail_on_bad_message:
             first = quarantined[0]
             raise BadMessageError(
@@ -82,12 +105,37 @@ class BatchProcessor:
             for changes in tables:
                 self.changelog.write(batch_id, changes)
         if self.replica is not None:
-            self.replica.apply(self.query_id, batch_id, tables)
+            self._write_replica(batch_id, fresh, tables, decoded.watermarks)
         if quarantined:
             write_atomically(self.quarantine_dir / batch_file_name(batch_id), quarantine_table(quarantined))
         self.delivered.remember(batch_id, [e.record["uuid"] for e in fresh], [e.commit_micros for e in fresh])
         self.metrics.duplicates.inc(len(events) - len(fresh))
         self._observe(batch_id, fresh, quarantined, beyond_horizon, time.monotonic() - started)
+
+    def _write_replica(
+        self,
+        batch_id: int,
+        fresh: list[DecodedEvent],
+        tables: list[TableChanges],
+        watermarks: list[WatermarkSeen],
+    ) -> None:
+        """One replica transaction; with whole transactions, only what the cut lets through."""
+        assert self.replica is not None
+        self.metrics.watermarks.inc(len(watermarks))
+        query = self.replica.backend.execute
+        with self.replica.batch(self.query_id, batch_id) as new:
+            if not new:
+                return
+            if self.cut is None:
+                self.replica.write(tables)
+                commit = ReplicaCommit(batch_id, None, len(fresh), 0, query)
+            else:
+                release = self.cut.release(fresh, watermarks)
+                self.replica.write(tables if release.events is fresh else _by_table(release.events))
+                commit = ReplicaCommit(batch_id, release.cut_micros, len(release.events), release.held, query)
+                self.metrics.observe_release(release)
+        if self.on_replica_commit is not None:
+            self.on_replica_commit(commit)
 
     def _deduplicate(self, batch_id: int, events: list[DecodedEvent]) -> list[DecodedEvent]:
         keep = self.delivered.fresh(

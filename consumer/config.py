@@ -65,6 +65,14 @@ CONSUME_OPTIONS = (
     ),
     Option("postgres-dsn", "PostgreSQL connection string when --replica postgres"),
     Option(
+        "whole-transactions",
+        "hold each transaction until the producer's watermarks say it is complete, then apply it "
+        "whole, so the replica is a consistent cut (true/false; false applies every batch as it "
+        "comes, for throughput)",
+        boolean,
+        default=True,
+    ),
+    Option(
         "on-bad-message",
         "quarantine (write it to <output-dir>/quarantine with the reason) or fail (stop the query)",
         choice("quarantine", "fail"),
@@ -119,6 +127,7 @@ class ConsumerConfig:
     sinks: tuple[str, ...] = SINKS
     replica: str = "duckdb"
     postgres_dsn: str | None = None
+    whole_transactions: bool = True
     on_bad_message: str = "quarantine"
     dedupe_horizon_seconds: int = 3600
     max_events_per_batch: int = 50_000
@@ -163,6 +172,12 @@ class ConsumerConfig:
     def topic_pattern(self) -> str:
         """Every event topic of the prefix; control topics (``{prefix}._…``) start with '_'."""
         return re.escape(self.topic_prefix) + r"\.[A-Za-z].*"
+
+    def subscribed(self, topic: str) -> bool:
+        """Does this consumer read ``topic`` (what ``--tables`` or the prefix pattern select)?"""
+        if self.tables:
+            return topic in {f"{self.topic_prefix}.{table}" for table in self.tables}
+        return re.fullmatch(self.topic_pattern, topic) is not None
 
     @classmethod
     def from_options(cls, values: dict[str, Any]) -> ConsumerConfig:

@@ -1,10 +1,11 @@
-"""Kafka rows → decoded events, or quarantine rows that say why a message could not be decoded.
+"""Kafka rows → decoded events and watermarks, or quarantine rows that say why a message
+could not be decoded.
 
 The writer schema of every message is looked up by fingerprint in ``{prefix}._schemas``; the
 producer publishes a schema before the first event that uses it, so an unknown fingerprint
 first re-reads that topic (at most once per micro-batch) and only then counts as undecodable.
-Nothing is dropped: a message either becomes an event or a quarantine row with topic,
-partition, offset, raw bytes and reason.
+Nothing is dropped: a message becomes an event, a watermark (schemas.watermark) or a
+quarantine row with topic, partition, offset, raw bytes and reason.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from confluent_kafka import Consumer
 
 from consumer.table_version import TableVersion
 from schemas.errors import ContractError, DecodeError
+from schemas.watermark import WATERMARK_WRITER, Watermark, is_watermark
 from schemas.wire import SchemaStore, WriterSchema
 from spanner_cdc.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
 
@@ -37,11 +39,13 @@ QUARANTINE_SCHEMA = pa.schema(
 
 @dataclass(frozen=True)
 class DecodedEvent:
-    """One event and where it came from."""
+    """One event, where it came from, and its bytes (kept for transactions held back)."""
 
     topic: str
     partition: int
     offset: int
+    key: bytes | None
+    value: bytes
     version: TableVersion
     record: dict[str, Any]
     #: ``sort_keys`` as a comparable tuple: (commit micros, tx id, record sequence, mod index).
@@ -50,6 +54,23 @@ class DecodedEvent:
     @property
     def commit_micros(self) -> int:
         return self.sort_key[0]
+
+
+@dataclass(frozen=True)
+class WatermarkSeen:
+    """A watermark record and the partition it was read from."""
+
+    topic: str
+    partition: int
+    offset: int
+    watermark: Watermark
+
+
+@dataclass(frozen=True)
+class DecodedBatch:
+    events: list[DecodedEvent]
+    watermarks: list[WatermarkSeen]
+    quarantined: list[Quarantined]
 
 
 @dataclass(frozen=True)
@@ -68,7 +89,7 @@ class SchemaTopic:
 
     def __init__(self, client_config: dict[str, str], prefix: str) -> None:
         self.topic = f"{prefix}._schemas"
-        self.store = SchemaStore()
+        self.store = SchemaStore({WATERMARK_WRITER.fingerprint: WATERMARK_WRITER})
         self._client_config = client_config
         self._positions: dict[int, int] = {}
 
@@ -97,28 +118,35 @@ class BatchDecoder:
     _versions: dict[tuple[int, tuple[str, ...]], TableVersion] = field(default_factory=dict)
     _refreshed_in_batch: bool = False
 
-    def decode(self, rows: pa.Table) -> tuple[list[DecodedEvent], list[Quarantined]]:
+    def decode(self, rows: pa.Table) -> DecodedBatch:
+        """``rows`` has the Kafka columns key, value, topic, partition and offset."""
         self._refreshed_in_batch = False
         values = rows.column("value").to_pylist()
         keys = rows.column("key").to_pylist()
         topics = rows.column("topic").to_pylist()
         partitions = rows.column("partition").to_pylist()
         offsets = rows.column("offset").to_pylist()
-        events: list[DecodedEvent] = []
-        quarantined: list[Quarantined] = []
+        batch = DecodedBatch([], [], [])
         for key, value, topic, partition, offset in zip(
             keys, values, topics, partitions, offsets, strict=True
         ):
             try:
                 record, writer = self._read(value)
+                if is_watermark(writer):
+                    batch.watermarks.append(
+                        WatermarkSeen(topic, partition, offset, Watermark.from_record(record))
+                    )
+                    continue
                 version = self._version(writer, record)
             except DecodeError as exc:
-                quarantined.append(Quarantined(topic, partition, offset, key, value, exc.reason, str(exc)))
+                batch.quarantined.append(
+                    Quarantined(topic, partition, offset, key, value, exc.reason, str(exc))
+                )
                 continue
             micros, tx_id, record_sequence, mod_index = record["sort_keys"]
             order = (int(micros), str(tx_id), str(record_sequence), int(mod_index))
-            events.append(DecodedEvent(topic, partition, offset, version, record, order))
-        return events, quarantined
+            batch.events.append(DecodedEvent(topic, partition, offset, key, value, version, record, order))
+        return batch
 
     def _read(self, value: bytes | None) -> tuple[dict[str, Any], WriterSchema]:
         """Decode; on an unknown fingerprint re-read the schema topic (once per batch) and retry."""

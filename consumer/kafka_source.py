@@ -22,7 +22,12 @@ from typing import Any
 import pyarrow as pa
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from spanner_cdc.kafka_offsets import SHORT_FETCH_WAIT, end_offsets
@@ -124,9 +129,16 @@ class TopicPartitionRange(InputPartition):
     end: int
 
 
-class KafkaStreamReader(DataSourceStreamReader):
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets per topic partition; Trigger.AvailableNow reads to the ends seen when it began.
+
+    Without :class:`SupportsTriggerAvailableNow`, Spark falls back to Trigger.Once for a Python
+    source: one batch of everything, ignoring ``maxOffsetsPerTrigger``.
+    """
+
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
+        self._target: Offsets | None = None
 
     # --- driver side --------------------------------------------------------------------------
 
@@ -179,8 +191,19 @@ class KafkaStreamReader(DataSourceStreamReader):
                 if offset < earliest[topic][partition]:
                     self._data_lost(topic, partition, offset, earliest[topic][partition])
                     partitions[partition] = earliest[topic][partition]
+        if self._target is not None:  # AvailableNow: nothing written after it began counts
+            ends = {
+                t: {
+                    p: max(begin[t][p], min(end, self._target.get(t, {}).get(p, begin[t][p])))
+                    for p, end in parts.items()
+                }
+                for t, parts in ends.items()
+            }
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return _limited(begin, ends, max_rows)
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
+        self._target = self._current()[1]
 
     def _data_lost(self, topic: str, partition: str, wanted: int, earliest: int) -> None:
         message = (

@@ -8,15 +8,14 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException
 
-from consumer.batch import BatchProcessor
+from consumer.batch import BatchProcessor, ReplicaCommit
 from consumer.changelog import ChangelogSink
 from consumer.config import ConsumerConfig
 from consumer.decode import BatchDecoder, SchemaTopic
@@ -25,6 +24,7 @@ from consumer.errors import ConsumerError
 from consumer.kafka_source import SOURCE_NAME, KafkaSource
 from consumer.metrics import ConsumerMetrics
 from consumer.replica.backends import DuckDbBackend, PostgresBackend, SqlBackend
+from consumer.replica.cut import ConsistentCut
 from consumer.replica.merge import ReplicaMerge
 
 log = logging.getLogger("spanner_cdc.consumer")
@@ -92,12 +92,20 @@ class ConsumerJob:
     backend: SqlBackend | None
 
     @classmethod
-    def open(cls, config: ConsumerConfig) -> ConsumerJob:
+    def open(
+        cls, config: ConsumerConfig, on_replica_commit: Callable[[ReplicaCommit], None] | None = None
+    ) -> ConsumerJob:
+        """Connect everything; ``on_replica_commit`` is called after every committed replica batch."""
         check_kafka(config)
         backend = replica_backend(config) if "replica" in config.sinks else None
-        schemas = SchemaTopic(config.client_config, config.topic_prefix)
+        decoder = BatchDecoder(SchemaTopic(config.client_config, config.topic_prefix))
+        cut = (
+            ConsistentCut(backend, decoder, config.subscribed)
+            if backend is not None and config.whole_transactions
+            else None
+        )
         processor = BatchProcessor(
-            decoder=BatchDecoder(schemas),
+            decoder=decoder,
             delivered=DeliveredChanges(
                 config.checkpoint_dir / "dedupe", config.dedupe_horizon_seconds * 1_000_000
             ),
@@ -107,6 +115,8 @@ class ConsumerJob:
             fail_on_bad_message=config.on_bad_message == "fail",
             metrics=ConsumerMetrics(),
             spark_checkpoint=config.spark_checkpoint,
+            cut=cut,
+            on_replica_commit=on_replica_commit,
         )
         return cls(config, processor, backend)
 
@@ -138,25 +148,11 @@ class ConsumerJob:
             writer = writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
         return writer.start()
 
-    def has_pending_batch(self) -> bool:
-        """Did the last run plan a micro-batch (``offsets/N``) that it never committed (``commits/N``)?
-
-        Spark re-runs such a batch first on restart, and under ``Trigger.AvailableNow`` it then
-        stops (measured with Spark 4.3 and a Python source), so a drain needs a second run.
-        """
-        checkpoint = self.config.spark_checkpoint
-        return _last_batch(checkpoint / "offsets") > _last_batch(checkpoint / "commits")
-
     def close(self) -> None:
         self.processor.delivered.close()
         self.processor.metrics.close()
         if self.backend is not None:
             self.backend.close()
-
-
-def _last_batch(log_dir: Path) -> int:
-    numbered = [int(p.name) for p in log_dir.glob("[0-9]*") if p.name.isdigit()] if log_dir.is_dir() else []
-    return max(numbered, default=-1)
 
 
 def run_until_stopped(query: Any, stop: threading.Event) -> None:
@@ -187,15 +183,12 @@ def stop_requested() -> Iterator[threading.Event]:
 
 def drain(job: ConsumerJob, spark: Any, stop: threading.Event) -> None:
     """Run the query until stopped; with ``available_now``, until Kafka's current end is written."""
-    replaying = job.has_pending_batch()
     run_until_stopped(job.start(spark), stop)
-    if job.config.available_now and replaying and not stop.is_set():
-        run_until_stopped(job.start(spark), stop)
 
 
-def consume(config: ConsumerConfig) -> None:
+def consume(config: ConsumerConfig, on_replica_commit: Callable[[ReplicaCommit], None] | None = None) -> None:
     """The whole command: runs until stopped, or until Kafka is drained with ``available_now``."""
-    job = ConsumerJob.open(config)
+    job = ConsumerJob.open(config, on_replica_commit)
     spark = spark_session(
         config.spark_master, f"spanner-cdc-consume-{config.topic_prefix}", config.spark_conf
     )

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import time
+from typing import TYPE_CHECKING
+
 from prometheus_client import Counter, Gauge, Histogram
 
 from spanner_cdc.metrics import ServedMetrics
+
+if TYPE_CHECKING:
+    from consumer.replica.cut import Release
 
 BATCH_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
@@ -48,3 +54,35 @@ class ConsumerMetrics(ServedMetrics):
             "Now minus the newest commit timestamp written to the sinks",
             registry=self.registry,
         )
+        self.watermarks = Counter(
+            "spanner_cdc_consumer_watermarks",
+            "Watermark records read (control records, not written to any sink)",
+            registry=self.registry,
+        )
+        self.held_events = Gauge(
+            "spanner_cdc_consumer_held_events",
+            "Events waiting for the cut to pass their commit timestamp",
+            registry=self.registry,
+        )
+        self.cut_lag = Gauge(
+            "spanner_cdc_consumer_consistent_cut_lag_seconds",
+            "Now minus the replica's consistent cut",
+            registry=self.registry,
+        )
+        self.incomplete_transactions = Counter(
+            "spanner_cdc_consumer_incomplete_transactions",
+            "Transactions applied when the cut passed them without all their records",
+            registry=self.registry,
+        )
+        self.behind_cut = Counter(
+            "spanner_cdc_consumer_events_behind_cut",
+            "Events that arrived committed at or before the recorded cut",
+            registry=self.registry,
+        )
+
+    def observe_release(self, release: Release) -> None:
+        self.held_events.set(release.held)
+        self.incomplete_transactions.inc(release.incomplete_transactions)
+        self.behind_cut.inc(release.behind_cut)
+        if release.cut_micros is not None:
+            self.cut_lag.set(max(0.0, time.time() - release.cut_micros / 1_000_000))

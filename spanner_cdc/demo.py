@@ -13,12 +13,13 @@ import datetime as dt
 import random
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from google.cloud.spanner import COMMIT_TIMESTAMP, KeySet
 
+from consumer.batch import ReplicaCommit
 from consumer.config import ConsumerConfig
 from consumer.main import consume
 from consumer.readers import changelog_rows, replica_rows
@@ -97,6 +98,21 @@ class BankWorkload:
         return 3
 
 
+@dataclass
+class BalanceWatch:
+    """After every committed replica batch: the sum of balances (the bank invariant)."""
+
+    sums: list[int] = field(default_factory=list)
+
+    def __call__(self, commit: ReplicaCommit) -> None:
+        exists = commit.query("SELECT count(*) FROM information_schema.tables WHERE table_name = 'Accounts'")
+        if not exists[0][0]:
+            return  # the cut has not reached the accounts' opening yet
+        total = commit.query('SELECT count(*), coalesce(sum("Balance"), 0) FROM "Accounts"')
+        if total[0][0]:
+            self.sums.append(int(total[0][1]))
+
+
 def _keys(*ids: str) -> Any:
     return KeySet(keys=[[i] for i in ids])  # type: ignore[no-untyped-call]
 
@@ -144,11 +160,12 @@ def run_demo(seconds: float, rate: float, replica: str) -> int:
             postgres_dsn=stack.endpoint("postgres") if replica == "postgres" else None,
         )
         started = time.monotonic()
-        consume(consumer)
+        watch = BalanceWatch()
+        consume(consumer, watch)
         print(
             f"[4/4] consumer: changelog and {replica} replica written in {time.monotonic() - started:.1f} s"
         )
-        return report(database, consumer, workload)
+        return report(database, consumer, workload, watch)
     finally:
         stack.stop()
 
@@ -156,9 +173,15 @@ def run_demo(seconds: float, rate: float, replica: str) -> int:
 TABLE_COLUMNS = {"Accounts": ("Id", "Balance"), "Transfers": ("Id", "FromId", "ToId", "Amount")}
 
 
-def report(database: Any, config: ConsumerConfig, workload: BankWorkload) -> int:
+def report(database: Any, config: ConsumerConfig, workload: BankWorkload, watch: BalanceWatch) -> int:
     """Print each check; 0 when all hold."""
-    checks: list[tuple[str, bool]] = []
+    expected = ACCOUNTS * INITIAL_BALANCE
+    checks: list[tuple[str, bool]] = [
+        (
+            f"sum of balances {expected} at every one of {len(watch.sums)} replica commits with accounts",
+            bool(watch.sums) and set(watch.sums) == {expected},
+        )
+    ]
     changelog = 0
     for table, columns in TABLE_COLUMNS.items():
         names = ", ".join(columns)

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from consumer.config import ConsumerConfig
 from spanner_cdc.stack import EmbeddedStack, stop_on_signals
+from tests.support.consumer_run import (
+    REPLICAS,
+    ConfigFactory,
+    consumer_config,
+    fresh_postgres_database,
+    unique_prefix,
+)
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +52,17 @@ def spark() -> Iterator[Any]:
         for query in session.streams.active:
             query.stop()
         session.stop()
+
+
+@pytest.fixture(params=REPLICAS)
+def configure(request: pytest.FixtureRequest, stack: EmbeddedStack, tmp_path: Path) -> ConfigFactory:
+    """A consumer configuration per test and replica: its own topics, output directory and
+    replica database."""
+    replica = str(request.param)
+    dsn = fresh_postgres_database(stack.endpoint("postgres")) if replica == "postgres" else None
+    prefix = unique_prefix("T")
+
+    def make(**overrides: Any) -> ConsumerConfig:
+        return consumer_config(stack.endpoint("kafka"), prefix, tmp_path / "out", replica, dsn, **overrides)
+
+    return make

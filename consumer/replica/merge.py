@@ -18,7 +18,8 @@ arriving after a delete cannot bring the row back.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from consumer.change_rows import COMMIT_TIMESTAMP, IS_DELETE, SET_PREFIX, SORT_COLUMNS, TableChanges
@@ -55,25 +56,34 @@ class ReplicaMerge:
         )
         return int(rows[0][0]) if rows else None
 
-    def apply(self, query_id: str, batch_id: int, tables: Sequence[TableChanges]) -> bool:
-        """Apply one batch of one streaming query; False when it was already applied."""
+    @contextmanager
+    def batch(self, query_id: str, batch_id: int) -> Iterator[bool]:
+        """One database transaction for one micro-batch of one streaming query.
+
+        Yields False, and records nothing, when the query already committed this batch (a
+        replay); otherwise True, and on leaving the block records the batch id with whatever
+        :meth:`write` (and the consistent cut) did inside it.
+        """
         try:
             with self.backend.transaction():
                 last = self.last_batch(query_id)
-                if last is not None and last >= batch_id:
-                    return False
-                for changes in tables:
-                    self._apply_table(changes)
-                self.backend.execute(
-                    f"INSERT INTO {quote(BATCHES_TABLE)} VALUES (?, ?, now()) "
-                    "ON CONFLICT (query_id) DO UPDATE SET batch_id = excluded.batch_id, "
-                    "committed_at = excluded.committed_at",
-                    [query_id, batch_id],
-                )
+                new = last is None or last < batch_id
+                yield new
+                if new:
+                    self.backend.execute(
+                        f"INSERT INTO {quote(BATCHES_TABLE)} VALUES (?, ?, now()) "
+                        "ON CONFLICT (query_id) DO UPDATE SET batch_id = excluded.batch_id, "
+                        "committed_at = excluded.committed_at",
+                        [query_id, batch_id],
+                    )
         except BaseException:
             self._known_columns.clear()  # DDL of the failed transaction was rolled back too
             raise
-        return True
+
+    def write(self, tables: Sequence[TableChanges]) -> None:
+        """Merge each table's changes; call inside :meth:`batch`."""
+        for changes in tables:
+            self._apply_table(changes)
 
     # --- per table ---------------------------------------------------------------------------
 

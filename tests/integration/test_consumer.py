@@ -7,42 +7,18 @@ updates, undecodable messages, a column added mid-stream.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from consumer.config import ConsumerConfig
 from consumer.errors import ConsumerError
 from consumer.readers import changelog_rows, quarantine_rows, replica_rows
 from schemas.wire import WriterSchema, encode
 from spanner_cdc.stack import EmbeddedStack
-from tests.support.consumer_run import (
-    REPLICAS,
-    consumer_config,
-    fresh_postgres_database,
-    run_consumer,
-    unique_prefix,
-)
+from tests.support.consumer_run import ConfigFactory, run_consumer
 from tests.support.synthetic import ChangeFactory, publish
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-ConfigFactory = Callable[..., ConsumerConfig]
-
-
-@pytest.fixture(params=REPLICAS)
-def configure(request: pytest.FixtureRequest, stack: EmbeddedStack, tmp_path: Path) -> ConfigFactory:
-    """A consumer configuration per test: its own topics, output directory and replica database."""
-    replica = str(request.param)
-    dsn = fresh_postgres_database(stack.endpoint("postgres")) if replica == "postgres" else None
-    prefix = unique_prefix("T")
-
-    def make(**overrides: Any) -> ConsumerConfig:
-        return consumer_config(stack.endpoint("kafka"), prefix, tmp_path / "out", replica, dsn, **overrides)
-
-    return make
 
 
 def test_duplicates_in_one_batch_and_across_batches_are_delivered_once(

@@ -19,33 +19,11 @@ import pytest
 from consumer.config import ConsumerConfig
 from consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.stack import EmbeddedStack
-from tests.support.consumer_run import consumer_config, run_consumer, unique_prefix
+from tests.support.consumer_run import consume_command, consumer_config, run_consumer, unique_prefix
 from tests.support.synthetic import ChangeFactory, publish, random_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 KILLS = 3
-
-
-def consume_command(config: ConsumerConfig, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "spanner_cdc.cli",
-        "consume",
-        "--kafka-bootstrap",
-        config.kafka_bootstrap,
-        "--topic-prefix",
-        config.topic_prefix,
-        "--output-dir",
-        str(config.output_dir),
-        "--source",
-        "spanner_cdc_kafka",
-        "--max-events-per-batch",
-        "150",
-        "--trigger-seconds",
-        "0.2",
-        *extra,
-    ]
 
 
 def sinks(config: ConsumerConfig) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from consumer.batch import ReplicaCommit
 from consumer.config import ConsumerConfig
 from consumer.main import ConsumerJob, drain
+from consumer.metrics import ConsumerMetrics
 
 REPLICAS = ("duckdb", "postgres")
+#: The ``configure`` fixture: keyword overrides → a consumer configuration for this test.
+ConfigFactory = Callable[..., ConsumerConfig]
 
 
 def unique_prefix(name: str) -> str:
@@ -49,10 +55,38 @@ def consumer_config(
     return ConsumerConfig(**{**options, **overrides})
 
 
-def run_consumer(spark: Any, config: ConsumerConfig) -> None:
-    """Process everything in Kafka now (Trigger.AvailableNow), then release the sinks."""
-    job = ConsumerJob.open(config)
+def run_consumer(
+    spark: Any, config: ConsumerConfig, on_replica_commit: Callable[[ReplicaCommit], None] | None = None
+) -> ConsumerMetrics:
+    """Process everything in Kafka now (Trigger.AvailableNow), then release the sinks; the
+    run's metrics."""
+    job = ConsumerJob.open(config, on_replica_commit)
     try:
         drain(job, spark, threading.Event())
     finally:
         job.close()
+    return job.processor.metrics
+
+
+def consume_command(config: ConsumerConfig, *extra: str) -> list[str]:
+    """``spanner-cdc consume`` for ``config``'s topics and output, as a separate process
+    (small batches, short trigger), for tests that kill it."""
+    return [
+        sys.executable,
+        "-m",
+        "spanner_cdc.cli",
+        "consume",
+        "--kafka-bootstrap",
+        config.kafka_bootstrap,
+        "--topic-prefix",
+        config.topic_prefix,
+        "--output-dir",
+        str(config.output_dir),
+        "--source",
+        "spanner_cdc_kafka",
+        "--max-events-per-batch",
+        "150",
+        "--trigger-seconds",
+        "0.2",
+        *extra,
+    ]

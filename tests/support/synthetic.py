@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from producer.kafka import KafkaPublisher, topic_for
+from producer.watermarks import WatermarkEmitter
 from schemas.events import DataChangeRecord, Event, EventBuilder
 from schemas.wire import WriterSchema, encode
 
@@ -60,15 +61,37 @@ class ChangeFactory:
             "is_system_transaction": False,
         }
 
+    def transaction(self, *records: dict[str, Any]) -> list[dict[str, Any]]:
+        """``records`` (of this or other factories) as one transaction: one id, one commit
+        timestamp, numbered record sequences, the record count announced in each."""
+        first = records[0]
+        return [
+            {
+                **record,
+                "commit_timestamp": first["commit_timestamp"],
+                "server_transaction_id": first["server_transaction_id"],
+                "record_sequence": f"{sequence:08d}",
+                "number_of_records_in_transaction": len(records),
+            }
+            for sequence, record in enumerate(records)
+        ]
+
     def events(self, *records: dict[str, Any]) -> list[Event]:
         builder = EventBuilder(stream_name=STREAM, database="d")
         return [e for r in records for e in builder.build(DataChangeRecord.from_json(r), "token", 1)]
 
 
 def publish(
-    bootstrap: str, prefix: str, events: Iterable[Event], raw: Iterable[tuple[str, bytes]] = ()
+    bootstrap: str,
+    prefix: str,
+    events: Iterable[Event],
+    raw: Iterable[tuple[str, bytes]] = (),
+    watermark: int | bool = True,
 ) -> None:
-    """Schemas first, then every event (key and value single-object encoded), then raw messages."""
+    """Schemas first, then every event (key and value single-object encoded), then raw messages,
+    then — as the producer would — a watermark on every event-topic partition: by default the
+    newest commit timestamp published, or the given one; ``False`` for none."""
+    events = list(events)
 
     async def run() -> None:
         publisher = KafkaPublisher(bootstrap, prefix, {}, topic_partitions=3, replication_factor=-1)
@@ -92,6 +115,9 @@ def publish(
             await publisher.ensure_topic(topic)
             pending.append(publisher.produce_acknowledged(topic, b"raw", value))
         await asyncio.gather(*pending)
+        if watermark is not False:
+            newest = max((e.value["source_metadata"]["commit_timestamp"] for e in events), default=None)
+            await WatermarkEmitter(publisher, STREAM).publish(newest if watermark is True else watermark)
         poller_stop.set()
         await poller
         await publisher.flush(30)

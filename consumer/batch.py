@@ -47,7 +47,8 @@ class ReplicaCommit:
 
     batch_id: int
     cut_micros: int | None
-    applied: int
+    #: Commit timestamps of the events this batch applied (commit → replica latency).
+    applied_commits: list[int]
     held: int
     query: Callable[[str], list[tuple[Any, ...]]]
 
@@ -128,11 +129,12 @@ class BatchProcessor:
                 return
             if self.cut is None:
                 self.replica.write(tables)
-                commit = ReplicaCommit(batch_id, None, len(fresh), 0, query)
+                commit = ReplicaCommit(batch_id, None, [e.commit_micros for e in fresh], 0, query)
             else:
                 release = self.cut.release(fresh, watermarks)
                 self.replica.write(tables if release.events is fresh else _by_table(release.events))
-                commit = ReplicaCommit(batch_id, release.cut_micros, len(release.events), release.held, query)
+                applied = [e.commit_micros for e in release.events]
+                commit = ReplicaCommit(batch_id, release.cut_micros, applied, release.held, query)
                 self.metrics.observe_release(release)
         if self.on_replica_commit is not None:
             self.on_replica_commit(commit)

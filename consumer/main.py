@@ -8,6 +8,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -156,17 +157,37 @@ class ConsumerJob:
 
 
 def run_until_stopped(query: Any, stop: threading.Event) -> None:
-    """Wait for the query; on ``stop`` let a running micro-batch finish, then stop it."""
+    """Wait for the query; on ``stop`` let a running micro-batch finish, then stop it.
+
+    "Finish" is the next progress report: with watermarks arriving every interval a query is
+    rarely between triggers, so waiting for an idle moment could wait for minutes. Stopping
+    mid-batch would be safe too (the batch is replayed); this just avoids the replay.
+    """
     from pyspark.errors import StreamingQueryException
 
     try:
         while query.isActive and not stop.is_set():
             query.awaitTermination(STOP_POLL_SECONDS)
-        while query.isActive and query.status.get("isTriggerActive"):
+        reported = _progress_time(query)
+        while query.isActive and query.status.get("isTriggerActive") and _progress_time(query) == reported:
             query.awaitTermination(STOP_POLL_SECONDS)
         query.stop()
     except StreamingQueryException as exc:
         raise ConsumerError(f"the streaming query failed: {python_error(str(exc))}") from None
+
+
+def _progress_time(query: Any) -> str | None:
+    progress = query.lastProgress
+    return None if progress is None else str(progress.get("timestamp"))
+
+
+def wait_until_started(query: Any, timeout: float) -> None:
+    """Until the query has planned its first trigger (Spark and the source are up)."""
+    deadline = time.monotonic() + timeout
+    while query.isActive and query.lastProgress is None and time.monotonic() < deadline:
+        if query.status.get("message") == "Waiting for data to arrive":
+            return
+        query.awaitTermination(STOP_POLL_SECONDS)
 
 
 @contextmanager

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages the embedded stack needs, and only those that are missing:
-# a JDK 17 (Spark, and javac for the Avro interoperability test) and the PostgreSQL server.
+# a JDK 17 (Spark, and javac for the Avro interoperability test), the PostgreSQL server, and
+# Docker Compose (a test validates docker/compose.yml; it needs no Docker engine).
 # The Cloud Spanner emulator is not in Debian's archive: when it is missing this says so and
 # how to get it; the stack then falls back to SPANNER_EMULATOR_HOST or a container.
 set -euo pipefail
@@ -10,6 +11,9 @@ command -v javac >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
 pg_bindir=$( (pg_config --bindir 2>/dev/null) || true)
 if [ ! -x "$pg_bindir/initdb" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   missing+=(postgresql)
+fi
+if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
+  missing+=(docker-compose)
 fi
 
 if [ ${#missing[@]} -gt 0 ]; then

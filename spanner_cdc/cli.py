@@ -28,6 +28,12 @@ from spanner_cdc.stack import SERVICES, EmbeddedStack, ServiceError, stop_on_sig
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
+#: The producer's own declarations of where the database is.
+DEMO_DATABASE_OPTIONS = tuple(
+    option
+    for option in PRODUCE_OPTIONS
+    if option.name in ("project", "instance", "database", "emulator-host")
+)
 STACK_ENV_NAMES = {
     "spanner": "SPANNER_EMULATOR_HOST",
     "kafka": "SPANNER_CDC_KAFKA_BOOTSTRAP",
@@ -114,6 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_options(consume, CONSUME_OPTIONS)
 
+    demo_database = commands.add_parser(
+        "demo-database",
+        help="create the demo's bank database on a Spanner emulator (nothing if it exists)",
+        description="Creates the emulator instance if needed and the bank database of 'spanner-cdc demo' "
+        "(Accounts, Transfers and a NEW_ROW_AND_OLD_VALUES change stream over both) unless it exists. "
+        "For the docker/ compose stack and for trying the producer by hand.",
+    )
+    add_options(demo_database, DEMO_DATABASE_OPTIONS)
+
     demo = commands.add_parser(
         "demo",
         help="run the whole pipeline on the embedded stack and verify the result",
@@ -147,6 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _run_produce(args)
             if args.command == "consume":
                 return _run_consume(args)
+            if args.command == "demo-database":
+                return _run_demo_database(args)
             return _run_demo(args)
     except ConfigError as exc:
         print(f"spanner-cdc {args.command}: {exc}", file=sys.stderr)
@@ -182,6 +199,23 @@ def _run_consume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_demo_database(args: argparse.Namespace) -> int:
+    from google.api_core.exceptions import GoogleAPIError
+
+    from spanner_cdc.bank import ensure_demo_database
+
+    values = resolve(args, DEMO_DATABASE_OPTIONS, "demo-database")
+    host = values["emulator_host"] or os.environ.get("SPANNER_EMULATOR_HOST")
+    if not host:
+        raise ConfigError("--emulator-host is required: the demo database is made on an emulator")
+    try:
+        created = ensure_demo_database(host, values["project"], values["instance"], values["database"])
+    except GoogleAPIError as exc:
+        raise SpannerSetupError(f"cannot create the demo database on {host}: {exc}") from None
+    print(f"{'created' if created else 'exists:'} database {values['database']} on {host}")
+    return 0
+
+
 def _run_stack(args: argparse.Namespace) -> int:
     workdir: Path = args.dir
     if args.stack_command == "up":
@@ -209,6 +243,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     from spanner_cdc.demo import run_demo
 
     configure_logging("text", logging.WARNING)
+    logging.getLogger("spanner_cdc.progress").setLevel(logging.INFO)  # the live line, off a terminal
     return run_demo(args.seconds, args.rate, args.replica)
 
 

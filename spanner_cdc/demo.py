@@ -1,120 +1,115 @@
-"""``make demo``: the whole pipeline on the embedded stack, then a verification report.
+"""``make demo``: the whole pipeline, live, on the embedded stack, then a verification report.
 
-Creates a bank database (Accounts with a commit-timestamp column, Transfers, one change stream
-with NEW_ROW_AND_OLD_VALUES), moves money between accounts in read-write transactions while
-recording each transfer and deleting some old ones, then runs the producer over that time
-window and the consumer over the topics, and compares the replica with Spanner.
+The producer and the consumer run while the bank workload (spanner_cdc.bank) moves money,
+records and deletes transfers and, halfway, adds a column to Transfers. A live line shows both
+sides; when the workload stops, the demo waits until the replica's consistent cut passes the
+last commit, stops both, and checks the result against Spanner.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import random
+import statistics
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any
-
-from google.cloud.spanner import COMMIT_TIMESTAMP, KeySet
 
 from consumer.batch import ReplicaCommit
 from consumer.config import ConsumerConfig
-from consumer.main import consume
+from consumer.main import ConsumerJob, run_until_stopped, spark_session, wait_until_started
 from consumer.readers import changelog_rows, replica_rows
 from producer.config import ProducerConfig
-from producer.main import produce
+from producer.main import build_service, describe
 from producer.records import timestamp_micros
+from producer.service import ProducerService
+from spanner_cdc.bank import DDL, STREAM, TABLE_COLUMNS, TOTAL, BalanceWatch, BankWorkload
+from spanner_cdc.progress import show_progress
 from spanner_cdc.spanner_client import create_emulator_database
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.services import EMULATOR_PROJECT
 
-STREAM = "BankStream"
-ACCOUNTS = 20
-INITIAL_BALANCE = 1_000
-DDL = [
-    "CREATE TABLE Accounts (Id STRING(36) NOT NULL, Balance INT64 NOT NULL, "
-    "LastUpdate TIMESTAMP OPTIONS (allow_commit_timestamp=true)) PRIMARY KEY (Id)",
-    "CREATE TABLE Transfers (Id INT64 NOT NULL, FromId STRING(36), ToId STRING(36), Amount INT64) "
-    "PRIMARY KEY (Id)",
-    f"CREATE CHANGE STREAM {STREAM} FOR ALL OPTIONS (value_capture_type='NEW_ROW_AND_OLD_VALUES')",
-]
+#: How long the replica may take to pass the last commit once the workload stopped.
+CATCH_UP_SECONDS = 180
 
 
 @dataclass
-class BankWorkload:
-    """Transfers between random accounts; every change it commits is counted."""
+class ReplicaWatch:
+    """The consumer's side, seen after every committed replica batch."""
 
-    database: Any
-    changes: int = 0
-    transfers: int = 0
-
-    def open_accounts(self) -> None:
-        with self.database.batch() as batch:
-            batch.insert(
-                "Accounts",
-                columns=["Id", "Balance", "LastUpdate"],
-                values=[[f"acct-{n:03d}", INITIAL_BALANCE, COMMIT_TIMESTAMP] for n in range(ACCOUNTS)],
-            )
-        self.changes += ACCOUNTS
-
-    def run(self, seconds: float, rate: float) -> None:
-        rng = random.Random(1)
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            source, target = rng.sample(range(ACCOUNTS), 2)
-            amount = rng.randint(1, 100)
-            transfer_id = self.transfers + 1
-            # Counted after the commit: Spanner may run the function again when it aborts.
-            self.changes += self.database.run_in_transaction(
-                self._transfer, transfer_id, f"acct-{source:03d}", f"acct-{target:03d}", amount
-            )
-            self.transfers = transfer_id
-            time.sleep(1 / rate)
-
-    @staticmethod
-    def _transfer(transaction: Any, transfer_id: int, source: str, target: str, wanted: int) -> int:
-        """Move up to ``wanted`` from source to target and record it; returns the changes made."""
-        rows = transaction.read("Accounts", ["Id", "Balance"], keyset=_keys(source, target))
-        balances = dict(rows)
-        amount = min(balances[source], wanted)
-        transaction.update(
-            "Accounts",
-            columns=["Id", "Balance", "LastUpdate"],
-            values=[
-                [source, balances[source] - amount, COMMIT_TIMESTAMP],
-                [target, balances[target] + amount, COMMIT_TIMESTAMP],
-            ],
-        )
-        transaction.insert(
-            "Transfers",
-            columns=["Id", "FromId", "ToId", "Amount"],
-            values=[[transfer_id, source, target, amount]],
-        )
-        if transfer_id % 5 == 0:  # keep the Transfers table short: delete an old one now and then
-            transaction.delete("Transfers", KeySet(keys=[[transfer_id - 4]]))  # type: ignore[no-untyped-call]
-            return 4
-        return 3
-
-
-@dataclass
-class BalanceWatch:
-    """After every committed replica batch: the sum of balances (the bank invariant)."""
-
-    sums: list[int] = field(default_factory=list)
+    balances: BalanceWatch = field(default_factory=BalanceWatch)
+    latencies: list[float] = field(default_factory=list)
+    cut_micros: int = 0
+    held: int = 0
 
     def __call__(self, commit: ReplicaCommit) -> None:
-        exists = commit.query("SELECT count(*) FROM information_schema.tables WHERE table_name = 'Accounts'")
-        if not exists[0][0]:
-            return  # the cut has not reached the accounts' opening yet
-        total = commit.query('SELECT count(*), coalesce(sum("Balance"), 0) FROM "Accounts"')
-        if total[0][0]:
-            self.sums.append(int(total[0][1]))
+        now = time.time()
+        self.latencies += [now - micros / 1_000_000 for micros in commit.applied_commits]
+        self.cut_micros = max(self.cut_micros, commit.cut_micros or 0)
+        self.held = commit.held
+        self.balances(commit)
+
+    def describe(self) -> str:
+        lag = f"{max(0.0, time.time() - self.cut_micros / 1e6):.1f}s" if self.cut_micros else "-"
+        return f"replica: {len(self.latencies)} applied, cut lag {lag}, held {self.held}"
 
 
-def _keys(*ids: str) -> Any:
-    return KeySet(keys=[[i] for i in ids])  # type: ignore[no-untyped-call]
+class ProducerThread:
+    """The producer service on an event loop of its own, beside Spark's blocking calls.
+
+    It also draws the live line (both sides), so one place owns the terminal.
+    """
+
+    def __init__(self, config: ProducerConfig, replica: ReplicaWatch) -> None:
+        self.config = config
+        self.replica = replica
+        self.service: ProducerService | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="producer", daemon=True)
+
+    def __enter__(self) -> ProducerService:
+        self._thread.start()
+        self._ready.wait()
+        if self.service is None:
+            raise RuntimeError("the producer did not start") from self._error
+        return self.service
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if self._loop is not None and self.service is not None:
+            self._loop.call_soon_threadsafe(self.service.request_stop)
+        self._thread.join()
+        if self._error is not None and error is None:
+            raise self._error
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # handed to the main thread by __exit__
+            self._error = exc
+        finally:
+            self._ready.set()
+
+    async def _main(self) -> None:
+        service = await build_service(self.config)
+        self.service, self._loop = service, asyncio.get_running_loop()
+        self._ready.set()
+        stop_progress = asyncio.Event()
+        progress = asyncio.create_task(
+            show_progress(lambda: f"producer: {describe(service)} | {self.replica.describe()}", stop_progress)
+        )
+        try:
+            await service.run()
+        finally:
+            stop_progress.set()
+            await progress
 
 
 def run_demo(seconds: float, rate: float, replica: str) -> int:
@@ -126,14 +121,6 @@ def run_demo(seconds: float, rate: float, replica: str) -> int:
         database_id = f"bank-{dt.datetime.now(dt.UTC):%H%M%S}"
         database = create_emulator_database(spanner, EMULATOR_PROJECT, "demo", database_id, DDL)
         print(f"[1/4] database {database_id}: Accounts, Transfers, change stream {STREAM}")
-        start = timestamp_micros(dt.datetime.now(dt.UTC))
-        workload = BankWorkload(database)
-        workload.open_accounts()
-        workload.run(seconds, rate)
-        end = timestamp_micros(dt.datetime.now(dt.UTC))  # every commit of the workload is at or before it
-        print(
-            f"[2/4] committed {workload.changes} changes ({workload.transfers} transfers) in {seconds:.0f} s"
-        )
         producer = ProducerConfig(
             project=EMULATOR_PROJECT,
             instance="demo",
@@ -141,52 +128,79 @@ def run_demo(seconds: float, rate: float, replica: str) -> int:
             change_stream=STREAM,
             kafka_bootstrap=kafka,
             emulator_host=spanner,
-            start_timestamp_micros=start,
-            end_timestamp_micros=end,
+            start_timestamp_micros=timestamp_micros(dt.datetime.now(dt.UTC)),
             heartbeat_ms=1000,
-        )
-        started = time.monotonic()
-        asyncio.run(produce(producer))
-        print(
-            f"[3/4] producer: every partition read to the end timestamp in {time.monotonic() - started:.1f} s"
+            watermark_interval=0.5,
         )
         consumer = ConsumerConfig(
             kafka_bootstrap=kafka,
             topic_prefix=STREAM,
             output_dir=workdir,
             checkpoint_dir=workdir / "checkpoint",
-            available_now=True,
             replica=replica,
             postgres_dsn=stack.endpoint("postgres") if replica == "postgres" else None,
+            trigger_seconds=0.5,
         )
+        watch = ReplicaWatch()
+        workload = BankWorkload(database)
         started = time.monotonic()
-        watch = BalanceWatch()
-        consume(consumer, watch)
-        print(
-            f"[4/4] consumer: changelog and {replica} replica written in {time.monotonic() - started:.1f} s"
-        )
+        run_pipeline(producer, consumer, watch, workload, seconds=seconds, rate=rate)
+        print(f"[4/4] producer and consumer stopped after {time.monotonic() - started:.0f} s")
         return report(database, consumer, workload, watch)
     finally:
         stack.stop()
 
 
-TABLE_COLUMNS = {"Accounts": ("Id", "Balance"), "Transfers": ("Id", "FromId", "ToId", "Amount")}
+def run_pipeline(
+    producer: ProducerConfig,
+    consumer: ConsumerConfig,
+    watch: ReplicaWatch,
+    workload: BankWorkload,
+    *,
+    seconds: float,
+    rate: float,
+) -> None:
+    """Producer and consumer running while the workload writes; returns once the replica's
+    consistent cut has passed the workload's last commit and both stopped."""
+    job = ConsumerJob.open(consumer, watch)
+    spark = spark_session(consumer.spark_master, "spanner-cdc-demo", consumer.spark_conf)
+    try:
+        with ProducerThread(producer, watch):
+            query = job.start(spark)
+            wait_until_started(query, CATCH_UP_SECONDS)  # latency figures without Spark's start-up
+            print(
+                f"[2/4] producer and consumer ({consumer.replica} replica) running: {seconds:.0f} s of writes"
+            )
+            workload.open_accounts()
+            workload.run(seconds / 2, rate)
+            workload.add_memo_column()
+            workload.run(seconds / 2, rate)
+            last_commit = timestamp_micros(dt.datetime.now(dt.UTC))
+            print(
+                f"[3/4] committed {workload.changes} changes ({workload.transfers} transfers, "
+                "Transfers.Memo added halfway); waiting for the replica to catch up"
+            )
+            deadline = time.monotonic() + CATCH_UP_SECONDS
+            while watch.cut_micros < last_commit and query.isActive and time.monotonic() < deadline:
+                time.sleep(0.5)
+            stop = threading.Event()
+            stop.set()
+            run_until_stopped(query, stop)
+    finally:
+        job.close()
+        spark.stop()
 
 
-def report(database: Any, config: ConsumerConfig, workload: BankWorkload, watch: BalanceWatch) -> int:
-    """Print each check; 0 when all hold."""
-    expected = ACCOUNTS * INITIAL_BALANCE
-    checks: list[tuple[str, bool]] = [
-        (
-            f"sum of balances {expected} at every one of {len(watch.sums)} replica commits with accounts",
-            bool(watch.sums) and set(watch.sums) == {expected},
-        )
-    ]
+def report(database: Any, config: ConsumerConfig, workload: BankWorkload, watch: ReplicaWatch) -> int:
+    """Print each check and the figures; 0 when all checks hold."""
+    compared = {**TABLE_COLUMNS, "Transfers": (*TABLE_COLUMNS["Transfers"], "Memo")}
+    checks: list[tuple[str, bool]] = []
     changelog = 0
-    for table, columns in TABLE_COLUMNS.items():
-        names = ", ".join(columns)
+    for table, columns in compared.items():
         with database.snapshot() as snapshot:
-            source = sorted(tuple(row) for row in snapshot.execute_sql(f"SELECT {names} FROM {table}"))
+            source = sorted(
+                tuple(r) for r in snapshot.execute_sql(f"SELECT {', '.join(columns)} FROM {table}")
+            )
         replica = replica_rows(config, table, ", ".join(f'"{c}"' for c in columns))
         checks.append(
             (
@@ -198,14 +212,21 @@ def report(database: Any, config: ConsumerConfig, workload: BankWorkload, watch:
     checks.append(
         (f"changelog rows {changelog} = changes committed {workload.changes}", changelog == workload.changes)
     )
-    total = sum(int(row[1]) for row in replica_rows(config, "Accounts", '"Id", "Balance"'))
     checks.append(
         (
-            f"sum of balances in the replica {total} = {ACCOUNTS * INITIAL_BALANCE}",
-            total == ACCOUNTS * INITIAL_BALANCE,
+            f"sum of balances {TOTAL} at every one of {len(watch.balances.sums)} replica commits",
+            watch.balances.held,
         )
     )
+    total = sum(int(row[1]) for row in replica_rows(config, "Accounts", '"Id", "Balance"'))
+    checks.append((f"sum of balances in the replica at the end {total} = {TOTAL}", total == TOTAL))
     for text, held in checks:
         print(f"  {'ok  ' if held else 'FAIL'} {text}")
+    if len(watch.latencies) >= 2:
+        cuts = statistics.quantiles(watch.latencies, n=100)
+        print(
+            f"  commit → replica latency p50 {cuts[49] * 1000:,.0f} ms, p99 {cuts[98] * 1000:,.0f} ms "
+            f"over {len(watch.latencies)} changes"
+        )
     print(f"  outputs: {config.output_dir} (changelog/, replica, quarantine/)")
     return 0 if all(held for _, held in checks) else 1

@@ -1,12 +1,17 @@
-"""`spanner-cdc demo`, short: the whole pipeline runs and every verification check holds."""
+"""`spanner-cdc demo`, short: the whole pipeline runs and every verification check holds; and
+`spanner-cdc demo-database`, which the docker/ stack uses."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import uuid
 
 import pytest
+
+from spanner_cdc.stack import EmbeddedStack
+from spanner_cdc.stack.services import EMULATOR_PROJECT
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -24,5 +29,17 @@ def test_short_demo_passes_every_check() -> None:
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     checks = [line for line in result.stdout.splitlines() if line.strip().startswith(("ok", "FAIL"))]
-    assert len(checks) == 4
+    assert len(checks) == 5
     assert all(line.strip().startswith("ok") for line in checks), result.stdout
+
+
+def test_demo_database_is_created_once_then_left_alone(stack: EmbeddedStack) -> None:
+    command = [
+        sys.executable, "-m", "spanner_cdc.cli", "demo-database",
+        "--emulator-host", stack.endpoint("spanner"), "--project", EMULATOR_PROJECT,
+        "--instance", "compose", "--database", f"bank-{uuid.uuid4().hex[:6]}",
+    ]  # fmt: skip
+    first = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    again = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert (first.returncode, again.returncode) == (0, 0), first.stderr + again.stderr
+    assert first.stdout.startswith("created") and again.stdout.startswith("exists")

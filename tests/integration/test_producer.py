@@ -9,7 +9,6 @@ import decimal
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -26,10 +25,16 @@ from producer.records import micros_to_datetime, timestamp_micros
 from producer.service import ProducerService
 from schemas.watermark import Watermark
 from spanner_cdc.stack import EmbeddedStack
-from spanner_cdc.stack.services import EMULATOR_PROJECT
-from tests.support.churn import ACCOUNTS_DDL, lineage_depth, now_micros, producer_config, run_churn
+from tests.support.churn import (
+    ACCOUNTS_DDL,
+    lineage_depth,
+    now_micros,
+    produce_command,
+    producer_config,
+    run_churn,
+)
 from tests.support.kafka_read import Received, read_events, read_topic
-from tests.support.spanner_db import INSTANCE, create_database
+from tests.support.spanner_db import create_database
 from tests.support.workload import AccountWriter, Committed
 
 pytestmark = pytest.mark.integration
@@ -125,18 +130,6 @@ def test_churn_default_speed(stack: EmbeddedStack) -> None:
         run_churn(stack.endpoint("spanner"), stack.endpoint("kafka"), 70, 150)
     )
     check_churn_run(service, events, writer)
-
-
-def produce_command(
-    spanner: str, kafka: str, database: Any, stream: str, prefix: str, *extra: str
-) -> list[str]:
-    return [
-        sys.executable, "-m", "spanner_cdc.cli", "produce",
-        "--project", EMULATOR_PROJECT, "--instance", INSTANCE, "--database", database.database_id,
-        "--change-stream", stream, "--emulator-host", spanner, "--kafka-bootstrap", kafka,
-        "--topic-prefix", prefix, "--heartbeat-ms", "1000", "--progress", "false",
-        "--checkpoint-interval", "0.2", *extra,
-    ]  # fmt: skip
 
 
 def rfc3339(micros: int) -> str:

@@ -6,8 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,9 +14,9 @@ import pytest
 
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
-from tests.integration.test_producer import produce_command
-from tests.support.churn import ACCOUNTS_DDL
+from tests.support.churn import ACCOUNTS_DDL, produce_command
 from tests.support.kafka_read import read_events
+from tests.support.scrape import scrape
 from tests.support.spanner_db import create_database
 
 pytestmark = pytest.mark.integration
@@ -126,19 +124,6 @@ def test_unreachable_spanner(stack: EmbeddedStack, bank: Any) -> None:
     command = produce_command(f"127.0.0.1:{free_port()}", stack.endpoint("kafka"), bank, "Bank", "x")
     result = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
     assert_one_line_error(result, 1, "Spanner")
-
-
-def scrape(port: int, wanted: str, timeout: float = 60) -> str:
-    """/metrics once it contains ``wanted`` (or what it had when time ran out)."""
-    deadline = time.monotonic() + timeout
-    metrics = ""
-    while wanted not in metrics and time.monotonic() < deadline:
-        time.sleep(0.3)
-        try:
-            metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-        except OSError:
-            continue
-    return metrics
 
 
 def test_sigterm_flushes_checkpoints_and_exits_0(stack: EmbeddedStack, bank: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import uuid
 from typing import Any
@@ -42,6 +43,18 @@ def producer_config(spanner: str, kafka: str, database: Any, stream: str, **over
         "checkpoint_interval": 0.2,
     }
     return ProducerConfig(**{**options, **overrides})
+
+
+def produce_command(
+    spanner: str, kafka: str, database: Any, stream: str, prefix: str, *extra: str
+) -> list[str]:
+    return [
+        sys.executable, "-m", "spanner_cdc.cli", "produce",
+        "--project", EMULATOR_PROJECT, "--instance", INSTANCE, "--database", database.database_id,
+        "--change-stream", stream, "--emulator-host", spanner, "--kafka-bootstrap", kafka,
+        "--topic-prefix", prefix, "--heartbeat-ms", "1000", "--progress", "false",
+        "--checkpoint-interval", "0.2", *extra,
+    ]  # fmt: skip
 
 
 def lineage_depth(scheduler: PartitionScheduler) -> int:

@@ -1,0 +1,58 @@
+"""The running consumer serves Prometheus metrics, and they move as events flow.
+
+(The producer's counterpart is in test_producer_errors.py: events, latency and partitions
+scraped while `spanner-cdc produce` runs.)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from spanner_cdc.stack import EmbeddedStack
+from spanner_cdc.stack.process import free_port
+from tests.support.consumer_run import consume_command, consumer_config, unique_prefix
+from tests.support.scrape import scrape, total
+from tests.support.synthetic import ChangeFactory, publish, random_history
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+EVENTS = "spanner_cdc_consumer_events_total"
+
+
+def test_consumer_metrics_count_what_flows_through_it(stack: EmbeddedStack, tmp_path: Path) -> None:
+    config = consumer_config(stack.endpoint("kafka"), unique_prefix("M"), tmp_path)
+    history = random_history(ChangeFactory(), 200, keys=20)
+    publish(config.kafka_bootstrap, config.topic_prefix, history[:120])
+    port = free_port()
+    process = subprocess.Popen(
+        consume_command(config, "--metrics-port", str(port)),
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        first = scrape(port, f"{EVENTS}{{", timeout=180)
+        assert total(first, EVENTS) > 0, "no events counted"
+        assert total(first, "spanner_cdc_consumer_batches_total") >= 1
+        publish(config.kafka_bootstrap, config.topic_prefix, history[120:] + history[:10])
+        later, deadline = first, time.monotonic() + 180
+        while total(later, EVENTS) < len(history) and time.monotonic() < deadline:
+            later = scrape(port, "never", timeout=2) or later
+            assert process.poll() is None, "the consumer stopped"
+        assert total(later, EVENTS) == len(history)
+        assert total(later, "spanner_cdc_consumer_duplicates_total") == 10
+        assert total(later, "spanner_cdc_consumer_watermarks_total") > total(
+            first, "spanner_cdc_consumer_watermarks_total"
+        )
+        assert total(later, "spanner_cdc_consumer_held_events") == 0
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr[-2000:]

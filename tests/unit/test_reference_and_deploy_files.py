@@ -1,0 +1,80 @@
+"""Documentation and deployment files that must stay in step with the code.
+
+The README's configuration reference must be what the option declarations generate and name
+exactly the options ``--help`` shows; docker/compose.yml must be valid for Docker Compose and
+set only variables the services read.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spanner_cdc.reference import COMMANDS, reference
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = ROOT / "docker" / "compose.yml"
+OPTION = re.compile(r"--[a-z][a-z0-9-]+")
+
+
+def test_the_readme_holds_the_generated_configuration_reference() -> None:
+    assert reference() in (ROOT / "README.md").read_text(), (
+        "README.md's configuration reference is stale: paste the output of python -m spanner_cdc.reference"
+    )
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_the_reference_names_exactly_the_options_of_help(command: str) -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "spanner_cdc.cli", command, "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"COLUMNS": "400", "PATH": ""},
+    ).stdout
+    in_help = set(OPTION.findall(shown.split("options:", 1)[1])) - {"--help", "--config"}
+    section = reference().split(f"### `spanner-cdc {command}`", 1)[1].split("### ", 1)[0]
+    in_reference = {match for match in re.findall(r"^\| `(--[a-z0-9-]+)`", section, re.MULTILINE)}
+    assert in_help == in_reference
+
+
+def compose() -> list[str]:
+    """The Compose v2 plugin if the docker client has it, else the standalone docker-compose."""
+    if (
+        shutil.which("docker")
+        and subprocess.run(["docker", "compose", "version"], check=False, capture_output=True).returncode == 0
+    ):
+        return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    pytest.fail("no Docker Compose: scripts/system-deps.sh installs docker-compose")
+
+
+def test_the_compose_stack_is_valid_and_names_every_service() -> None:
+    result = subprocess.run(
+        [*compose(), "-f", str(COMPOSE_FILE), "config", "--services"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert set(result.stdout.split()) == {
+        "spanner",
+        "spanner-setup",
+        "kafka",
+        "postgres",
+        "producer",
+        "consumer",
+    }
+
+
+def test_the_compose_stack_sets_only_variables_the_services_read() -> None:
+    known = {option.env_var for options in COMMANDS.values() for option in options}
+    used = set(re.findall(r"^\s+(SPANNER_CDC_[A-Z_]+):", COMPOSE_FILE.read_text(), re.MULTILINE))
+    assert used and used <= known, f"unknown settings: {sorted(used - known)}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import statistics
 import tempfile
 import threading
@@ -19,8 +20,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from confluent_kafka import Consumer
+
 from consumer.batch import ReplicaCommit
 from consumer.config import ConsumerConfig
+from consumer.decode import SchemaTopic
 from consumer.main import ConsumerJob, run_until_stopped, spark_session, wait_until_started
 from consumer.readers import changelog_rows, replica_rows
 from producer.config import ProducerConfig
@@ -28,6 +32,7 @@ from producer.main import build_service, describe
 from producer.records import timestamp_micros
 from producer.service import ProducerService
 from spanner_cdc.bank import DDL, STREAM, TABLE_COLUMNS, TOTAL, BalanceWatch, BankWorkload
+from spanner_cdc.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
 from spanner_cdc.progress import show_progress
 from spanner_cdc.spanner_client import create_emulator_database
 from spanner_cdc.stack import EmbeddedStack
@@ -191,6 +196,23 @@ def run_pipeline(
         spark.stop()
 
 
+def save_sample_event(config: ConsumerConfig, table: str) -> Path:
+    """The newest event of ``table``'s topic, decoded, as JSON in the output directory (the
+    README's example event comes from here)."""
+    schemas = SchemaTopic(config.client_config, config.topic_prefix)
+    schemas.refresh()
+    reader = Consumer({**SHORT_FETCH_WAIT, **config.client_config, "group.id": "spanner-cdc-demo"})
+    try:
+        messages = read_to_end(reader, f"{config.topic_prefix}.{table}", {})
+    finally:
+        reader.close()
+    events = [schemas.store.decode(value) for _, _, key, value in messages if key is not None and value]
+    newest = max(events, key=lambda event: tuple(event["sort_keys"]))
+    path = config.output_dir / "sample-event.json"
+    path.write_text(json.dumps(newest, indent=2, default=str) + "\n")
+    return path
+
+
 def report(database: Any, config: ConsumerConfig, workload: BankWorkload, watch: ReplicaWatch) -> int:
     """Print each check and the figures; 0 when all checks hold."""
     compared = {**TABLE_COLUMNS, "Transfers": (*TABLE_COLUMNS["Transfers"], "Memo")}
@@ -228,5 +250,6 @@ def report(database: Any, config: ConsumerConfig, workload: BankWorkload, watch:
             f"  commit → replica latency p50 {cuts[49] * 1000:,.0f} ms, p99 {cuts[98] * 1000:,.0f} ms "
             f"over {len(watch.latencies)} changes"
         )
-    print(f"  outputs: {config.output_dir} (changelog/, replica, quarantine/)")
+    sample = save_sample_event(config, "Transfers")
+    print(f"  outputs: {config.output_dir} (changelog/, replica, quarantine/, {sample.name})")
     return 0 if all(held for _, held in checks) else 1

@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint bench clean system-deps
+.PHONY: demo test chaos lint bench clean system-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,9 @@ demo: system-deps $(STAMP)
 
 test: system-deps $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+chaos: system-deps $(STAMP)
+	CHAOS_SCALE=full $(BIN)/pytest -s -m chaos $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

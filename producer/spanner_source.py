@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from google.api_core import exceptions as google_exceptions
+from google.auth import exceptions as google_auth_exceptions
 from google.cloud import spanner
 from google.cloud.spanner_admin_database_v1.types import DatabaseDialect
 
@@ -40,7 +41,13 @@ class SpannerSource:
         cls, project: str, instance: str, database: str, emulator_host: str | None
     ) -> SpannerSource:
         host = emulator_host or os.environ.get("SPANNER_EMULATOR_HOST")
-        client = emulator_client(host, project) if host else spanner.Client(project=project)
+        try:
+            client = emulator_client(host, project) if host else spanner.Client(project=project)
+        except google_auth_exceptions.DefaultCredentialsError:
+            raise SpannerSetupError(
+                "no Google Cloud credentials for Spanner: set GOOGLE_APPLICATION_CREDENTIALS (or run "
+                "where application default credentials exist), or --emulator-host for an emulator"
+            ) from None
         handle = client.instance(instance).database(database)
         path = f"projects/{project}/instances/{instance}/databases/{database}"
         try:

@@ -1,0 +1,97 @@
+"""Every option of ``produce`` and ``consume`` given a value it must refuse, on the command line
+and in the environment: exit 2, one line on stderr naming the option, no traceback, nothing
+started. Values come from each option's own parser (the one a user's value goes through), so
+a new option is covered the day it is declared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from spanner_cdc.cli import main
+from spanner_cdc.config import Option
+from spanner_cdc.reference import COMMANDS
+
+pytestmark = [pytest.mark.unit, pytest.mark.chaos]
+#: Candidates, in order; the first one an option's parser refuses is used.
+REFUSED_CANDIDATES = ("not-a-value", "-1", "0", "a'; DROP TABLE x; --", "has space", "x=", "=y", "")
+#: Enough for every command to get as far as checking its options.
+REQUIRED = {
+    "produce": ["--project", "p", "--instance", "i", "--database", "d", "--change-stream", "S",
+                "--kafka-bootstrap", "127.0.0.1:1"],
+    "consume": ["--kafka-bootstrap", "127.0.0.1:1", "--topic-prefix", "P"],
+}  # fmt: skip
+
+
+def refused_value(option: Option) -> str | None:
+    for candidate in REFUSED_CANDIDATES:
+        try:
+            option.parse(candidate)
+        except (ValueError, TypeError):
+            return candidate
+    return None  # free text (a name, an address): refused later, by the service it names
+
+
+def cases() -> Iterator[tuple[str, Option, str]]:
+    for command, options in COMMANDS.items():
+        for option in options:
+            value = refused_value(option)
+            if value is not None:
+                yield command, option, value
+
+
+CASES = list(cases())
+
+
+def without(argv: list[str], name: str) -> list[str]:
+    """``argv`` (pairs of option and value) without ``name``, so the environment decides it."""
+    pairs = zip(argv[::2], argv[1::2], strict=True)
+    return [item for pair in pairs if pair[0] != name for item in pair]
+
+
+def run(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("command", "option", "value"), CASES, ids=[f"{c}--{o.name}" for c, o, _ in CASES])
+def test_an_invalid_value_is_one_line_and_exit_2(
+    command: str,
+    option: Option,
+    value: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    required = REQUIRED[command]
+    for source in ("command line", "environment"):
+        argv = [command, *without(required, f"--{option.name}")]
+        if source == "command line":
+            argv += [f"--{option.name}", value]
+            monkeypatch.delenv(option.env_var, raising=False)
+        else:
+            monkeypatch.setenv(option.env_var, value)
+        code, err = run(argv, capsys)
+        assert code == 2, f"{source}: exit {code}: {err}"
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in err, err
+        named = f"--{option.name}" if source == "command line" else option.env_var
+        assert named in lines[0], f"{source}: the error does not name {named}: {lines[0]}"
+
+
+def test_most_options_are_covered() -> None:
+    """Free-text options (names, addresses, paths) are checked by what they name, elsewhere."""
+    total = sum(len(options) for options in COMMANDS.values())
+    assert len(CASES) >= total // 2, f"only {len(CASES)} of {total} options refuse anything"
+
+
+def test_no_credentials_and_no_emulator_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("SPANNER_EMULATOR_HOST", "SPANNER_CDC_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_GCE_CHECK", "True")  # no metadata-server probe: this is not a GCE VM
+    code, err = run(["produce", *REQUIRED["produce"]], capsys)
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert "no Google Cloud credentials" in err

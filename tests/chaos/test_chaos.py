@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from consumer.readers import changelog_rows, replica_rows
+from producer.kafka import KafkaPublisher
 from schemas.spanner_types import format_timestamp_micros
 from spanner_cdc.stack import EmbeddedStack, stop_on_signals
 from tests.support.churn import ACCOUNTS_DDL, now_micros, produce_command
@@ -184,14 +185,20 @@ def test_the_pipeline_loses_and_duplicates_nothing_under_kills_and_stalls(
     assert last_consumer.returncode == 0, last_consumer.stderr[-3000:]
 
     figures = outcome(kafka, prefix, consumer, writer, database)
+    merges = sum(1 for state in partition_states(kafka, prefix) if len(state["parents"]) > 1)
     summary = (
         f"producer_kills={producers.kills} consumer_kills={consumers.kills} "
-        f"(mid-batch {consumers.mid_batch_kills}) stalls=2 committed={len(writer.committed)} "
+        f"(mid-batch {consumers.mid_batch_kills}) stalls=2 merges={merges} committed={len(writer.committed)} "
         + " ".join(f"{name}={value}" for name, value in figures.items())
     )
     print(f"\nchaos: {summary}")
     assert set(figures.values()) == {0}, summary
     assert producers.kills >= 3 and consumers.kills == scale.consumer_kills
+
+
+def partition_states(kafka: str, prefix: str) -> list[dict[str, Any]]:
+    """The producer's partition table as its checkpoint topic holds it (merges have 2+ parents)."""
+    return KafkaPublisher(kafka, prefix, {}, topic_partitions=1, replication_factor=-1).read_checkpoints()
 
 
 def outcome(kafka: str, prefix: str, consumer: Any, writer: AccountWriter, database: Any) -> dict[str, int]:

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from consumer.batch import ReplicaCommit
-from consumer.readers import replica_rows
+from consumer.readers import changelog_rows, replica_rows
 from producer.main import build_service
 from producer.records import micros_to_datetime
 from spanner_cdc import bank
 from spanner_cdc.stack import EmbeddedStack
-from tests.support.churn import now_micros, producer_config, run_churn
+from tests.support.churn import now_micros, produce_since, producer_config, run_churn
 from tests.support.consumer_run import consumer_config, fresh_postgres_database, run_consumer
 from tests.support.spanner_db import create_database
 
@@ -98,3 +98,33 @@ def test_bank_transfers_leave_every_replica_batch_a_consistent_cut_of_spanner(
     with database.snapshot() as snapshot:
         source = sorted(tuple(r) for r in snapshot.execute_sql("SELECT Id, Balance FROM Accounts"))
     assert replica_rows(consumer, "Accounts", '"Id", "Balance"') == source
+
+
+def test_a_table_dropped_mid_stream_keeps_what_it_had_and_the_rest_flows(
+    spark: Any, stack: EmbeddedStack, tmp_path: Path
+) -> None:
+    """Audit is dropped between changes: its changes before the drop reach every sink (the
+    producer reads them after the drop, when the catalog no longer has the table), the replica
+    keeps its last rows, and Accounts' changes after the drop flow as before."""
+    database = create_database(
+        stack.endpoint("spanner"),
+        [
+            "CREATE TABLE Accounts (Id STRING(36) NOT NULL, Balance INT64) PRIMARY KEY (Id)",
+            "CREATE TABLE Audit (Id INT64 NOT NULL, Note STRING(MAX)) PRIMARY KEY (Id)",
+            "CREATE CHANGE STREAM Everything FOR ALL OPTIONS (value_capture_type='NEW_ROW')",
+        ],
+    )
+    start = now_micros()
+    with database.batch() as batch:
+        batch.insert("Accounts", columns=["Id", "Balance"], values=[["a", 1]])
+        batch.insert("Audit", columns=["Id", "Note"], values=[[1, "opened a"], [2, "kept"]])
+    database.update_ddl(["DROP TABLE Audit"]).result(120)
+    with database.batch() as batch:
+        batch.insert_or_update("Accounts", columns=["Id", "Balance"], values=[["a", 2], ["b", 3]])
+    produced = produce_since(stack, database, "Everything", start)
+    consumer = consumer_config(stack.endpoint("kafka"), produced.topic_prefix, tmp_path)
+    run_consumer(spark, consumer)
+
+    assert replica_rows(consumer, "Audit", '"Id", "Note"') == [(1, "opened a"), (2, "kept")]
+    assert replica_rows(consumer, "Accounts", '"Id", "Balance"') == [("a", 2), ("b", 3)]
+    assert len(changelog_rows(consumer, "Audit", '"envelope$uuid"')) == 2

@@ -19,7 +19,6 @@ from confluent_kafka.admin import AdminClient
 from google.cloud.spanner import COMMIT_TIMESTAMP, KeySet
 from google.cloud.spanner_v1.data_types import JsonObject
 
-from producer.config import ProducerConfig
 from producer.main import build_service
 from producer.records import micros_to_datetime, timestamp_micros
 from producer.service import ProducerService
@@ -30,8 +29,11 @@ from tests.support.churn import (
     lineage_depth,
     now_micros,
     produce_command,
+    produce_since,
+    produce_until_end,
     producer_config,
     run_churn,
+    wait_past,
 )
 from tests.support.kafka_read import Received, read_events, read_topic
 from tests.support.spanner_db import create_database
@@ -172,32 +174,6 @@ def test_sigkill_mid_churn_then_restart_loses_nothing(churn_spanner: str, stack:
     assert all(len(uuids) == 1 for uuids in uuids_by_change.values()), "a re-sent change got a new uuid"
     assert_per_key_commit_order(events, replays=True)
     assert_watermarks_cover_what_precedes_them(kafka, prefix, 6, end)
-
-
-async def produce_until_end(config: ProducerConfig) -> ProducerService:
-    """Run the producer to its end timestamp (it returns once every partition finished)."""
-    service = await build_service(config)
-    await asyncio.wait_for(service.run(), 120)
-    return service
-
-
-def wait_past(micros: int) -> None:
-    """Change streams are read up to an end timestamp that must be in the past to finish."""
-    time.sleep(max(0.0, (micros - now_micros()) / 1_000_000) + 0.2)
-
-
-def produce_since(
-    stack: EmbeddedStack, database: Any, stream: str, start: int, **overrides: Any
-) -> ProducerConfig:
-    """Produce everything committed from ``start`` until now, to the end timestamp."""
-    end = now_micros() + 500_000
-    wait_past(end)
-    config = producer_config(
-        stack.endpoint("spanner"), stack.endpoint("kafka"), database, stream,
-        start_timestamp_micros=start, end_timestamp_micros=end, **overrides,
-    )  # fmt: skip
-    asyncio.run(produce_until_end(config))
-    return config
 
 
 CAPTURE_TYPES = ("NEW_ROW", "NEW_ROW_AND_OLD_VALUES", "OLD_AND_NEW_VALUES", "NEW_VALUES")

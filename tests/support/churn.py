@@ -12,6 +12,7 @@ from producer.config import ProducerConfig
 from producer.main import build_service
 from producer.partitions import ROOT, PartitionScheduler
 from producer.service import ProducerService
+from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.services import EMULATOR_PROJECT
 from tests.support.kafka_read import Received, read_events
 from tests.support.spanner_db import INSTANCE, create_database
@@ -92,3 +93,29 @@ async def run_churn(
         await service.wait_until(lambda: (service.scheduler.low_watermark_micros() or 0) > last_commit, 120)
     events = read_events(kafka, config.topic_prefix, "Accounts")
     return service, events, writer, database
+
+
+async def produce_until_end(config: ProducerConfig) -> ProducerService:
+    """Run the producer to its end timestamp (it returns once every partition finished)."""
+    service = await build_service(config)
+    await asyncio.wait_for(service.run(), 120)
+    return service
+
+
+def wait_past(micros: int) -> None:
+    """Change streams are read up to an end timestamp that must be in the past to finish."""
+    time.sleep(max(0.0, (micros - now_micros()) / 1_000_000) + 0.2)
+
+
+def produce_since(
+    stack: EmbeddedStack, database: Any, stream: str, start: int, **overrides: Any
+) -> ProducerConfig:
+    """Produce everything committed from ``start`` until now, to the end timestamp."""
+    end = now_micros() + 500_000
+    wait_past(end)
+    config = producer_config(
+        stack.endpoint("spanner"), stack.endpoint("kafka"), database, stream,
+        start_timestamp_micros=start, end_timestamp_micros=end, **overrides,
+    )  # fmt: skip
+    asyncio.run(produce_until_end(config))
+    return config

@@ -207,9 +207,9 @@ def drain(job: ConsumerJob, spark: Any, stop: threading.Event) -> None:
     run_until_stopped(job.start(spark), stop)
 
 
-def consume(config: ConsumerConfig, on_replica_commit: Callable[[ReplicaCommit], None] | None = None) -> None:
+def consume(config: ConsumerConfig) -> None:
     """The whole command: runs until stopped, or until Kafka is drained with ``available_now``."""
-    job = ConsumerJob.open(config, on_replica_commit)
+    job = ConsumerJob.open(config)
     spark = spark_session(
         config.spark_master, f"spanner-cdc-consume-{config.topic_prefix}", config.spark_conf
     )

@@ -86,9 +86,6 @@ class ConsistentCut:
             "cut TIMESTAMPTZ NOT NULL, topics_from_micros BIGINT NOT NULL, updated_at TIMESTAMPTZ NOT NULL)"
         )
 
-    def cut_micros(self) -> int | None:
-        return self._stored()[0]
-
     def release(self, fresh: list[DecodedEvent], watermarks: Sequence[WatermarkSeen]) -> Release:
         """Call inside the replica transaction of the batch that delivered ``fresh``."""
         previous, topics_from = self._stored()

@@ -140,15 +140,7 @@ class KafkaPublisher:
 
     # --- producing --------------------------------------------------------------------------
 
-    def produce_acknowledged(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes,
-        *,
-        partition: int | None = None,
-        headers: dict[str, bytes] | None = None,
-    ) -> asyncio.Future[None]:
+    def produce_acknowledged(self, topic: str, key: bytes, value: bytes) -> asyncio.Future[None]:
         """Produce one message; the future resolves on the broker's acknowledgement."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -160,27 +152,14 @@ class KafkaPublisher:
             else:
                 future.set_exception(KafkaException(error))
 
-        self.produce(topic, key, value, settle, partition=partition, headers=headers)
+        self.produce(topic, key, value, settle)
         return future
 
-    def produce(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes,
-        on_delivery: DeliveryCallback,
-        *,
-        partition: int | None = None,
-        headers: dict[str, bytes] | None = None,
-    ) -> None:
-        """Queue one message (to ``partition``, or the key's partition); when the local queue is
-        full, serve delivery reports until it is not."""
-        placement: dict[str, Any] = {} if partition is None else {"partition": partition}
-        if headers:
-            placement["headers"] = headers
+    def produce(self, topic: str, key: bytes, value: bytes, on_delivery: DeliveryCallback) -> None:
+        """Queue one message; when the local queue is full, serve delivery reports until it is not."""
         while True:
             try:
-                self.producer.produce(topic, value=value, key=key, on_delivery=on_delivery, **placement)
+                self.producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
                 return
             except BufferError:
                 self.producer.poll(0.05)

@@ -132,9 +132,14 @@ class ProducerService:
         finally:
             checkpointer.cancel()
             watermarks.cancel()
-            for task in self._tasks.values():
-                task.cancel()
-            await asyncio.gather(checkpointer, watermarks, *self._tasks.values(), return_exceptions=True)
+            # Under the release lock, so no partition task is stopped halfway through a release
+            # (a record taken from the buffer but not yet produced would be in neither, and the
+            # final checkpoint could pass it); then what the low watermark allows goes out too.
+            async with self._release_lock:
+                for task in self._tasks.values():
+                    task.cancel()
+                await asyncio.gather(checkpointer, watermarks, *self._tasks.values(), return_exceptions=True)
+                await self._release_locked()
             undelivered = await self.publisher.flush(FLUSH_TIMEOUT_SECONDS)
             if undelivered:
                 log.warning(
@@ -286,8 +291,11 @@ class ProducerService:
         if not len(self._held):
             return
         async with self._release_lock:
-            for held in self._held.release(self.scheduler.low_watermark_micros()):
-                await self.publish(held.record, held.partition, held.tracker)
+            await self._release_locked()
+
+    async def _release_locked(self) -> None:
+        for held in self._held.release(self.scheduler.low_watermark_micros()):
+            await self.publish(held.record, held.partition, held.tracker)
 
     async def _published(self, tracker: AckTracker) -> None:
         """After a query ended: wait until the other partitions' progress released its records."""

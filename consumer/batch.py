@@ -52,6 +52,11 @@ class ReplicaCommit:
     held: int
     query: Callable[[str], list[tuple[Any, ...]]]
 
+    def has_table(self, table: str) -> bool:
+        """Has the replica created ``table`` yet (the cut may not have reached its first change)?"""
+        found = self.query(f"SELECT count(*) FROM information_schema.tables WHERE table_name = '{table}'")
+        return bool(found[0][0])
+
 
 @dataclass
 class BatchProcessor:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ from producer.query import GOOGLE_STANDARD_SQL, POSTGRESQL, ChangeStreamQuery
 from producer.records import ChangeStreamRecord, records_from_googlesql_row, records_from_json
 from spanner_cdc.blocking import call_with_deadline
 from spanner_cdc.spanner_client import emulator_client
+from spanner_cdc.spanner_client import emulator_host as emulator_host_from_env
 
 CONNECT_TIMEOUT_SECONDS = 30.0
 DIALECTS = {GOOGLE_STANDARD_SQL: DatabaseDialect.GOOGLE_STANDARD_SQL, POSTGRESQL: DatabaseDialect.POSTGRESQL}
@@ -40,7 +40,7 @@ class SpannerSource:
     async def open(
         cls, project: str, instance: str, database: str, emulator_host: str | None
     ) -> SpannerSource:
-        host = emulator_host or os.environ.get("SPANNER_EMULATOR_HOST")
+        host = emulator_host_from_env(emulator_host)
         try:
             client = emulator_client(host, project) if host else spanner.Client(project=project)
         except google_auth_exceptions.DefaultCredentialsError:

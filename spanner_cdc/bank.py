@@ -115,8 +115,7 @@ class BalanceWatch:
     sums: list[int] = field(default_factory=list)
 
     def __call__(self, commit: ReplicaCommit) -> None:
-        exists = commit.query("SELECT count(*) FROM information_schema.tables WHERE table_name = 'Accounts'")
-        if not exists[0][0]:
+        if not commit.has_table("Accounts"):
             return  # the cut has not reached the accounts' opening yet
         total = commit.query('SELECT count(*), coalesce(sum("Balance"), 0) FROM "Accounts"')
         if total[0][0]:

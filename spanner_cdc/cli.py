@@ -203,9 +203,10 @@ def _run_demo_database(args: argparse.Namespace) -> int:
     from google.api_core.exceptions import GoogleAPIError
 
     from spanner_cdc.bank import ensure_demo_database
+    from spanner_cdc.spanner_client import emulator_host
 
     values = resolve(args, DEMO_DATABASE_OPTIONS, "demo-database")
-    host = values["emulator_host"] or os.environ.get("SPANNER_EMULATOR_HOST")
+    host = emulator_host(values["emulator_host"])
     if not host:
         raise ConfigError("--emulator-host is required: the demo database is made on an emulator")
     try:

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import spanner
+
+
+def emulator_host(given: str | None) -> str | None:
+    """The emulator to use: the option if given, else the client libraries' SPANNER_EMULATOR_HOST."""
+    return given or os.environ.get("SPANNER_EMULATOR_HOST") or None
 
 
 def emulator_client(host: str, project: str) -> Any:

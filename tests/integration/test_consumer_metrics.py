@@ -18,7 +18,7 @@ import pytest
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
 from tests.support.consumer_run import consume_command, consumer_config, unique_prefix
-from tests.support.scrape import scrape, total
+from tests.support.scrape import fetch, scrape, total
 from tests.support.synthetic import ChangeFactory, publish, random_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -44,7 +44,8 @@ def test_consumer_metrics_count_what_flows_through_it(stack: EmbeddedStack, tmp_
         publish(config.kafka_bootstrap, config.topic_prefix, history[120:] + history[:10])
         later, deadline = first, time.monotonic() + 180
         while total(later, EVENTS) < len(history) and time.monotonic() < deadline:
-            later = scrape(port, "never", timeout=2) or later
+            time.sleep(1)
+            later = fetch(port) or later
             assert process.poll() is None, "the consumer stopped"
         assert total(later, EVENTS) == len(history)
         assert total(later, "spanner_cdc_consumer_duplicates_total") == 10

@@ -8,16 +8,21 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 
+def fetch(port: int) -> str:
+    """/metrics now; empty while the service is not serving yet."""
+    try:
+        return str(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+    except OSError:
+        return ""
+
+
 def scrape(port: int, wanted: str, timeout: float = 60) -> str:
     """/metrics once it contains ``wanted`` (or what it had when time ran out)."""
     deadline = time.monotonic() + timeout
     metrics = ""
     while wanted not in metrics and time.monotonic() < deadline:
         time.sleep(0.3)
-        try:
-            metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-        except OSError:
-            continue
+        metrics = fetch(port) or metrics
     return metrics
 
 

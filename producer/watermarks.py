@@ -26,11 +26,11 @@ FLUSH_SECONDS = 30.0
 class WatermarkEmitter:
     """Writes watermark records through a Kafka client of its own.
 
-    Not through the events' idempotent client: sharing it, runs under partition churn lost 1 or
-    2 acknowledged events mid-run (3 of 10 runs here; none before watermarks existed, 5 of 5),
-    and with a client of its own none did (9 runs). The broker's idempotence bookkeeping is the
-    suspect, not proven. Order needs no shared client: a watermark is produced only after every
-    event it covers was acknowledged, so it lands at a higher offset whichever client writes it.
+    Not through the events' client: writing a round means producing and then flushing on a
+    worker thread, and a flush serves delivery reports on the thread that calls it, while the
+    events' reports must run on the event loop (producer.kafka). Order needs no shared client: a
+    watermark is produced only after every event it covers was acknowledged, so it lands at a
+    higher offset whichever client writes it.
     """
 
     def __init__(self, publisher: KafkaPublisher, stream_name: str) -> None:

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 def test_replica_equals_spanner_after_a_churned_run(
     spark: Any, churn_spanner: str, stack: EmbeddedStack, tmp_path: Path
 ) -> None:
-    service, _, writer, database = asyncio.run(run_churn(churn_spanner, stack.endpoint("kafka"), 10, 60))
+    service, _, writer, database, _ = asyncio.run(run_churn(churn_spanner, stack.endpoint("kafka"), 10, 60))
     config = consumer_config(
         stack.endpoint("kafka"),
         service.config.topic_prefix,

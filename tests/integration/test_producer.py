@@ -27,6 +27,7 @@ from spanner_cdc.stack import EmbeddedStack
 from tests.support.churn import (
     ACCOUNTS_DDL,
     SourceLog,
+    change_of,
     lineage_depth,
     now_micros,
     produce_command,
@@ -49,14 +50,7 @@ def assert_exactly_the_committed_changes(
     """With ``source_log`` (an in-process producer), a change missing from Kafka passes only if
     the emulator's live queries never returned it and a historical read does (SourceLog)."""
     expected = collections.Counter((c.key, c.balance, c.commit_micros) for c in committed)
-    seen = collections.Counter(
-        (
-            e.value["payload"]["Id"],
-            e.value["payload"]["Balance"],
-            timestamp_micros(e.value["source_metadata"]["commit_timestamp"]),
-        )
-        for e in events
-    )
+    seen = collections.Counter(change_of(e) for e in events)
     missing = expected - seen
     if missing and source_log is not None:
         source_log.explain_missing(missing)

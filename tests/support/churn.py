@@ -122,21 +122,17 @@ class SourceLog:
 
     def read_again(self) -> set[Change]:
         """The stream from the run's start until now, read historically into a new prefix."""
-        end = now_micros() + 500_000
-        wait_past(end)
-        config = dataclasses.replace(
-            self.config, end_timestamp_micros=end, topic_prefix=f"{self.config.topic_prefix}-again"
+        again = produce_to_now(
+            dataclasses.replace(self.config, topic_prefix=f"{self.config.topic_prefix}-again")
         )
-        asyncio.run(produce_until_end(config))
-        events = read_events(config.kafka_bootstrap, config.topic_prefix, "Accounts")
-        return {
-            (
-                e.value["payload"]["Id"],
-                e.value["payload"]["Balance"],
-                timestamp_micros(e.value["source_metadata"]["commit_timestamp"]),
-            )
-            for e in events
-        }
+        return {change_of(e) for e in read_events(again.kafka_bootstrap, again.topic_prefix, "Accounts")}
+
+
+def change_of(event: Received) -> Change:
+    """An Accounts event as the change it carries: (Id, Balance, commit µs)."""
+    payload = event.value["payload"]
+    commit = timestamp_micros(event.value["source_metadata"]["commit_timestamp"])
+    return payload["Id"], payload["Balance"], commit
 
 
 def changes_in(records: list[ChangeStreamRecord]) -> Iterator[Change]:
@@ -185,15 +181,22 @@ def wait_past(micros: int) -> None:
     time.sleep(max(0.0, (micros - now_micros()) / 1_000_000) + 0.2)
 
 
+def produce_to_now(config: ProducerConfig) -> ProducerConfig:
+    """Run ``config`` from its start until now (its end timestamp), once that is past; the
+    config that ran."""
+    end = now_micros() + 500_000
+    wait_past(end)
+    ran = dataclasses.replace(config, end_timestamp_micros=end)
+    asyncio.run(produce_until_end(ran))
+    return ran
+
+
 def produce_since(
     stack: EmbeddedStack, database: Any, stream: str, start: int, **overrides: Any
 ) -> ProducerConfig:
     """Produce everything committed from ``start`` until now, to the end timestamp."""
-    end = now_micros() + 500_000
-    wait_past(end)
     config = producer_config(
         stack.endpoint("spanner"), stack.endpoint("kafka"), database, stream,
-        start_timestamp_micros=start, end_timestamp_micros=end, **overrides,
+        start_timestamp_micros=start, **overrides,
     )  # fmt: skip
-    asyncio.run(produce_until_end(config))
-    return config
+    return produce_to_now(config)

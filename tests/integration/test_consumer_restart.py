@@ -33,6 +33,22 @@ def sinks(config: ConsumerConfig) -> tuple[list[tuple[Any, ...]], list[tuple[Any
     )
 
 
+def committed_batches(config: ConsumerConfig) -> int:
+    return len(list((config.checkpoint_dir / "spark" / "commits").glob("[0-9]*")))
+
+
+def wait_for_a_commit(
+    process: subprocess.Popen[bytes], config: ConsumerConfig, before: int, log: Path
+) -> None:
+    """Until the run committed a batch of its own: Spark's start takes 10-20 s, longer on a
+    loaded machine, and a kill before any progress would test nothing."""
+    deadline = time.monotonic() + 300
+    while committed_batches(config) <= before:
+        assert process.poll() is None, f"the consumer exited: {log.read_text()[-2000:]}"
+        assert time.monotonic() < deadline, "no batch committed in 300 s"
+        time.sleep(0.1)
+
+
 def test_killed_consumer_restarts_to_the_same_sinks_as_an_uninterrupted_run(
     spark: Any, stack: EmbeddedStack, tmp_path: Path
 ) -> None:
@@ -45,17 +61,19 @@ def test_killed_consumer_restarts_to_the_same_sinks_as_an_uninterrupted_run(
     killed = consumer_config(kafka, prefix, tmp_path / "killed")
     rng = random.Random(3)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    batches_before_kill = []
+    log = tmp_path / "killed.log"
     for _ in range(KILLS):
-        process = subprocess.Popen(
-            consume_command(killed), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        before = committed_batches(killed)
+        with log.open("a") as stderr:
+            process = subprocess.Popen(
+                consume_command(killed), env=env, stdout=subprocess.DEVNULL, stderr=stderr
+            )
         try:
-            time.sleep(rng.uniform(20, 30))  # Spark starts in 10-20 s; then batches of 1-2 s each
+            wait_for_a_commit(process, killed, before, log)
+            time.sleep(rng.uniform(0, 2))  # batches take 1-2 s: the kill lands between or inside one
         finally:
             process.send_signal(signal.SIGKILL)
             process.wait(30)
-        batches_before_kill.append(len(list((killed.checkpoint_dir / "spark" / "commits").glob("[0-9]*"))))
     finished = subprocess.run(
         consume_command(killed, "--available-now", "true"),
         env=env,
@@ -69,7 +87,6 @@ def test_killed_consumer_restarts_to_the_same_sinks_as_an_uninterrupted_run(
     uninterrupted = consumer_config(kafka, prefix, tmp_path / "uninterrupted")
     run_consumer(spark, uninterrupted)
 
-    assert batches_before_kill[-1] > 0, "the kills came before any batch committed"
     killed_replica, killed_changelog = sinks(killed)
     clean_replica, clean_changelog = sinks(uninterrupted)
     assert killed_replica == clean_replica

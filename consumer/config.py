@@ -139,6 +139,7 @@ class ConsumerConfig:
     spark_conf: dict[str, str] = field(default_factory=dict)
     metrics_port: int = 0
     log_format: str = "text"
+    log_level: str = "info"
 
     def __post_init__(self) -> None:
         if not self.sinks:

@@ -133,6 +133,7 @@ class ProducerConfig:
     watermark_interval: float = 1.0
     metrics_port: int = 0
     log_format: str = "text"
+    log_level: str = "info"
     progress: bool = True
 
     def __post_init__(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -14,9 +15,12 @@ from google.cloud.spanner_admin_database_v1.types import DatabaseDialect
 from producer.catalog import NOT_CAPTURED, CatalogColumn
 from producer.query import GOOGLE_STANDARD_SQL, POSTGRESQL, ChangeStreamQuery
 from producer.records import ChangeStreamRecord, records_from_googlesql_row, records_from_json
+from schemas.events import DataChangeRecord
 from spanner_cdc.blocking import call_with_deadline
 from spanner_cdc.spanner_client import emulator_client
 from spanner_cdc.spanner_client import emulator_host as emulator_host_from_env
+
+log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_SECONDS = 30.0
 DIALECTS = {GOOGLE_STANDARD_SQL: DatabaseDialect.GOOGLE_STANDARD_SQL, POSTGRESQL: DatabaseDialect.POSTGRESQL}
@@ -132,6 +136,25 @@ class SpannerSource:
             results = snapshot.execute_sql(query.sql, params=params, param_types=types)
             for row in results:
                 if self.dialect == POSTGRESQL:
-                    yield list(records_from_json(row[0]))
+                    records = list(records_from_json(row[0]))
                 else:
-                    yield list(records_from_googlesql_row(row, results.fields))
+                    records = list(records_from_googlesql_row(row, results.fields))
+                if log.isEnabledFor(logging.DEBUG):
+                    log_returned(records)
+                yield records
+
+
+def log_returned(records: list[ChangeStreamRecord]) -> None:
+    """One debug line per data change record, as Spanner returned it: with ``--log-level debug``
+    a run's log says which changes the server gave the producer (a change the server never
+    returned cannot reach Kafka; one it returned and Kafka lacks is the producer's to explain)."""
+    for record in records:
+        if isinstance(record, DataChangeRecord):
+            log.debug(
+                "returned tx=%s seq=%s mods=%d commit=%d table=%s",
+                record.server_transaction_id,
+                record.record_sequence,
+                len(record.mods),
+                record.commit_timestamp_micros,
+                record.table_name,
+            )

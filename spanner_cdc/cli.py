@@ -185,7 +185,7 @@ def _run_produce(args: argparse.Namespace) -> int:
     from producer.main import produce
 
     config = ProducerConfig.from_options(resolve(args, PRODUCE_OPTIONS, "produce"))
-    configure_logging(config.log_format)
+    configure_logging(config.log_format, config.log_level)
     asyncio.run(produce(config))
     return 0
 
@@ -194,7 +194,7 @@ def _run_consume(args: argparse.Namespace) -> int:
     from consumer.main import consume
 
     config = ConsumerConfig.from_options(resolve(args, CONSUME_OPTIONS, "consume"))
-    configure_logging(config.log_format)
+    configure_logging(config.log_format, config.log_level)
     consume(config)
     return 0
 
@@ -243,7 +243,7 @@ def _run_stack(args: argparse.Namespace) -> int:
 def _run_demo(args: argparse.Namespace) -> int:
     from spanner_cdc.demo import run_demo
 
-    configure_logging("text", logging.WARNING)
+    configure_logging("text", "warning")
     logging.getLogger("spanner_cdc.progress").setLevel(logging.INFO)  # the live line, off a terminal
     return run_demo(args.seconds, args.rate, args.replica)
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spanner_cdc.logs import LEVELS
+
 ENV_PREFIX = "SPANNER_CDC_"
 
 
@@ -189,4 +191,10 @@ def choice(*allowed: str) -> Callable[[str], str]:
 SERVICE_OPTIONS = (
     Option("metrics-port", "Prometheus metrics HTTP port (0: off)", integer_in(0, 65535), default=0),
     Option("log-format", "text or json", choice("text", "json"), default="text"),
+    Option(
+        "log-level",
+        "debug, info, warning or error; debug adds detail lines (the producer: each change Spanner returned)",
+        choice(*LEVELS),
+        default="info",
+    ),
 )

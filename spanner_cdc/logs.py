@@ -22,7 +22,14 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-def configure(log_format: str, level: int = logging.INFO) -> None:
+#: ``--log-level`` names.
+LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+#: The loggers ``--log-level`` sets; below them third-party libraries (py4j, grpc, urllib3)
+#: would bury a debug run in their own lines, so the root logger stays at info or above.
+PROJECT_LOGGERS = ("producer", "consumer", "schemas", "spanner_cdc")
+
+
+def configure(log_format: str, level: str = "info") -> None:
     handler = logging.StreamHandler(sys.stderr)
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
@@ -30,4 +37,6 @@ def configure(log_format: str, level: int = logging.INFO) -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level)
+    root.setLevel(max(LEVELS[level], logging.INFO))
+    for name in PROJECT_LOGGERS:
+        logging.getLogger(name).setLevel(LEVELS[level])

@@ -12,6 +12,7 @@ import subprocess
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +27,9 @@ from schemas.watermark import Watermark
 from spanner_cdc.stack import EmbeddedStack
 from tests.support.churn import (
     ACCOUNTS_DDL,
+    RERUN_ON_EMULATOR_SKIP,
     SourceLog,
+    bank_source_log,
     change_of,
     lineage_depth,
     now_micros,
@@ -44,18 +47,11 @@ from tests.support.workload import AccountWriter, Committed
 pytestmark = pytest.mark.integration
 
 
-def assert_exactly_the_committed_changes(
-    events: list[Received], committed: list[Committed], source_log: SourceLog | None = None
-) -> None:
-    """With ``source_log`` (an in-process producer), a change missing from Kafka passes only if
-    the emulator's live queries never returned it and a historical read does (SourceLog)."""
+def assert_exactly_the_committed_changes(events: list[Received], committed: list[Committed]) -> None:
     expected = collections.Counter((c.key, c.balance, c.commit_micros) for c in committed)
     seen = collections.Counter(change_of(e) for e in events)
     missing = expected - seen
-    if missing and source_log is not None:
-        source_log.explain_missing(missing)
-    else:
-        assert not missing, f"{sum(missing.values())} committed changes missing, e.g. {list(missing)[:3]}"
+    assert not missing, f"{sum(missing.values())} committed changes missing, e.g. {list(missing)[:3]}"
     unexpected = set(seen) - set(expected)
     assert not unexpected, f"unexpected events: {list(unexpected)[:3]}"
 
@@ -106,11 +102,9 @@ def assert_watermarks_cover_what_precedes_them(
     assert min(newest.values()) >= last_commit
 
 
-def check_churn_run(
-    service: ProducerService, events: list[Received], writer: AccountWriter, source_log: SourceLog
-) -> None:
+def check_churn_run(service: ProducerService, events: list[Received], writer: AccountWriter) -> None:
     assert len(writer.committed) > 100
-    assert_exactly_the_committed_changes(events, writer.committed, source_log)
+    assert_exactly_the_committed_changes(events, writer.committed)
     assert len({e.value["uuid"] for e in events}) == len(events), "a change was published twice"
     assert_per_key_commit_order(events)
     starts = collections.Counter(service.scheduler.query_starts)
@@ -125,20 +119,25 @@ def check_churn_run(
     )
 
 
+@RERUN_ON_EMULATOR_SKIP
 def test_churn_fast_every_change_once_in_order(churn_spanner: str, stack: EmbeddedStack) -> None:
     service, events, writer, _, source_log = asyncio.run(
         run_churn(churn_spanner, stack.endpoint("kafka"), 10, 60)
     )
-    check_churn_run(service, events, writer, source_log)
+    source_log.check_heard(events)
+    with source_log.diagnosing():
+        check_churn_run(service, events, writer)
 
 
 @pytest.mark.slow
+@RERUN_ON_EMULATOR_SKIP
 def test_churn_default_speed(stack: EmbeddedStack) -> None:
     """At the emulator's own pace (tokens live 20-40 s), for at least 70 s."""
     service, events, writer, _, source_log = asyncio.run(
         run_churn(stack.endpoint("spanner"), stack.endpoint("kafka"), 70, 150)
     )
-    check_churn_run(service, events, writer, source_log)
+    with source_log.diagnosing():
+        check_churn_run(service, events, writer)
 
 
 def rfc3339(micros: int) -> str:
@@ -147,7 +146,10 @@ def rfc3339(micros: int) -> str:
     return format_timestamp_micros(micros)
 
 
-def test_sigkill_mid_churn_then_restart_loses_nothing(churn_spanner: str, stack: EmbeddedStack) -> None:
+@RERUN_ON_EMULATOR_SKIP
+def test_sigkill_mid_churn_then_restart_loses_nothing(
+    churn_spanner: str, stack: EmbeddedStack, tmp_path: Path
+) -> None:
     """Two SIGKILLs while writes and churn go on; the third run finishes at the end timestamp."""
     kafka = stack.endpoint("kafka")
     database = create_database(churn_spanner, ACCOUNTS_DDL)
@@ -155,25 +157,30 @@ def test_sigkill_mid_churn_then_restart_loses_nothing(churn_spanner: str, stack:
     start, end = now_micros(), now_micros() + 24_000_000
     command = produce_command(
         churn_spanner, kafka, database, "Bank", prefix,
-        "--start-timestamp", rfc3339(start), "--end-timestamp", rfc3339(end),
+        "--start-timestamp", rfc3339(start), "--end-timestamp", rfc3339(end), "--log-level", "debug",
     )  # fmt: skip
+    source_log = bank_source_log(churn_spanner, kafka, database, prefix, start)
     writer = AccountWriter(database)
     writing = threading.Thread(target=writer.run, args=(21,))
     writing.start()
     try:
         for run_seconds in (6, 6):
-            killed = subprocess.Popen(command, stderr=subprocess.DEVNULL)
-            time.sleep(run_seconds)
-            assert killed.poll() is None, "the producer ended before it could be killed"
-            os.kill(killed.pid, signal.SIGKILL)
-            killed.wait()
+            with (tmp_path / "killed.log").open("a") as log:
+                killed = subprocess.Popen(command, stderr=log)
+                time.sleep(run_seconds)
+                assert killed.poll() is None, "the producer ended before it could be killed"
+                os.kill(killed.pid, signal.SIGKILL)
+                killed.wait()
         final = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
     finally:
         writer.stop()
         writing.join()
     assert final.returncode == 0, final.stderr[-3000:]
+    source_log.add((tmp_path / "killed.log").read_text() + final.stderr)
     events = read_events(kafka, prefix, "Accounts")
-    assert_exactly_the_committed_changes(events, writer.committed)
+    source_log.check_heard(events)
+    with source_log.diagnosing():
+        assert_exactly_the_committed_changes(events, writer.committed)
     uuids_by_change: dict[tuple[Any, ...], set[str]] = collections.defaultdict(set)
     for event in events:
         payload = event.value["payload"]
@@ -357,6 +364,7 @@ def test_table_filters(stack: EmbeddedStack) -> None:
     assert len(read_events(stack.endpoint("kafka"), config.topic_prefix, "AuditLog")) == 1
 
 
+@RERUN_ON_EMULATOR_SKIP
 def test_stalled_spanner_restarts_partitions_from_their_checkpoints(stack: EmbeddedStack) -> None:
     """SIGSTOP the emulator longer than the stall limit: queries restart, nothing is lost."""
     own = EmbeddedStack.start(names=("spanner",))
@@ -367,9 +375,8 @@ def test_stalled_spanner_restarts_partitions_from_their_checkpoints(stack: Embed
         config = producer_config(spanner, stack.endpoint("kafka"), database, "Bank", stall_heartbeats=3)
         writer = AccountWriter(database)
 
-        async def scenario() -> tuple[ProducerService, SourceLog]:
+        async def scenario() -> ProducerService:
             service = await build_service(config)
-            source_log = SourceLog(service)
             async with service.running():
                 await asyncio.to_thread(writer.run, 3)
                 os.killpg(pgid, signal.SIGSTOP)
@@ -380,12 +387,15 @@ def test_stalled_spanner_restarts_partitions_from_their_checkpoints(stack: Embed
                 await asyncio.to_thread(writer.run, 3)
                 last = max(c.commit_micros for c in writer.committed)
                 await service.wait_until(lambda: (service.scheduler.low_watermark_micros() or 0) > last, 120)
-            return service, source_log
+            return service
 
-        service, source_log = asyncio.run(scenario())
+        source_log = SourceLog(config)
+        with source_log.recording():
+            service = asyncio.run(scenario())
         assert service.scheduler.query_retries, "the stall was never detected"
         events = read_events(stack.endpoint("kafka"), config.topic_prefix, "Accounts")
-        assert_exactly_the_committed_changes(events, writer.committed, source_log)  # needs the emulator up
+        with source_log.diagnosing():  # needs the emulator up
+            assert_exactly_the_committed_changes(events, writer.committed)
     finally:
         own.stop()
     assert_per_key_commit_order(events, replays=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ from producer.query import ChangeStreamQuery, InvalidStreamNameError, validate_s
 from schemas.errors import UnsupportedTypeError
 from schemas.spanner_types import SpannerType
 from spanner_cdc.config import ConfigError, add_options, resolve
+from spanner_cdc.logs import PROJECT_LOGGERS
+from spanner_cdc.logs import configure as configure_logging
 
 pytestmark = pytest.mark.unit
 REQUIRED = [
@@ -123,3 +126,26 @@ def test_catalog_completes_partial_column_lists() -> None:
         {"name": "New", "type": {"code": "BOOL"}, "is_primary_key": False, "ordinal_position": 4},
     ]
     assert catalog.needs_refresh("T", added), "a column the catalog lacks means the table changed"
+
+
+@pytest.mark.parametrize(
+    ("level", "ours", "theirs"),
+    [
+        ("debug", logging.DEBUG, logging.INFO),
+        ("info", logging.INFO, logging.INFO),
+        ("error", logging.ERROR, logging.ERROR),
+    ],
+)
+def test_log_level_sets_the_projects_loggers_and_keeps_libraries_at_info_or_above(
+    level: str, ours: int, theirs: int
+) -> None:
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level, {name: logging.getLogger(name).level for name in PROJECT_LOGGERS}
+    try:
+        configure_logging("text", level)
+        assert logging.getLogger("producer.spanner_source").getEffectiveLevel() == ours
+        assert logging.getLogger("py4j.clientserver").getEffectiveLevel() == theirs
+    finally:
+        root.handlers[:], root.level = saved[0], saved[1]
+        for name, previous in saved[2].items():
+            logging.getLogger(name).setLevel(previous)

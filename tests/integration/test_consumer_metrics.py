@@ -30,13 +30,14 @@ def test_consumer_metrics_count_what_flows_through_it(stack: EmbeddedStack, tmp_
     history = random_history(ChangeFactory(), 200, keys=20)
     publish(config.kafka_bootstrap, config.topic_prefix, history[:120])
     port = free_port()
-    process = subprocess.Popen(
-        consume_command(config, "--metrics-port", str(port)),
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    log = tmp_path / "consumer.log"
+    with log.open("w") as stderr:  # not a pipe: nobody reads it until the end, and a full one blocks
+        process = subprocess.Popen(
+            consume_command(config, "--metrics-port", str(port)),
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
     try:
         first = scrape(port, f"{EVENTS}{{", timeout=180)
         assert total(first, EVENTS) > 0, "no events counted"
@@ -55,5 +56,5 @@ def test_consumer_metrics_count_what_flows_through_it(stack: EmbeddedStack, tmp_
         assert total(later, "spanner_cdc_consumer_held_events") == 0
     finally:
         process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 0, stderr[-2000:]
+        process.wait(timeout=120)
+    assert process.returncode == 0, log.read_text()[-2000:]

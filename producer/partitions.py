@@ -65,18 +65,26 @@ class Partition:
             "start_micros": self.start_micros,
             "state": self.state.value,
             "checkpoint_micros": self.checkpoint_micros,
-            "watermark_micros": self.watermark_micros,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Partition:
+        """A partition as a checkpoint record left it, for a new run.
+
+        Its watermark is its checkpoint: the run that wrote the record may have read further,
+        but what it read and had not published is lost with it, and a watermark ahead of the
+        checkpoint would let the new run publish watermarks and release held records past
+        changes it has yet to read again. (Records of earlier versions carry that run's
+        ``watermark_micros``; it is ignored.)
+        """
+        checkpoint = int(data["checkpoint_micros"])
         return cls(
             token=str(data["token"]),
             parents=tuple(data["parents"]),
             start_micros=int(data["start_micros"]),
             state=PartitionState(data["state"]),
-            checkpoint_micros=int(data["checkpoint_micros"]),
-            watermark_micros=int(data["watermark_micros"]),
+            checkpoint_micros=checkpoint,
+            watermark_micros=checkpoint,
         )
 
 

@@ -77,10 +77,23 @@ def test_low_watermark_is_the_minimum_over_unfinished() -> None:
 
 def test_partition_state_round_trips_through_json() -> None:
     partition = Partition(
-        "t", ("p1", "p2"), 5, PartitionState.RUNNING, checkpoint_micros=9, watermark_micros=12
+        "t", ("p1", "p2"), 5, PartitionState.RUNNING, checkpoint_micros=9, watermark_micros=9
     )
     assert Partition.from_json(partition.to_json()) == partition
     assert partition.resume_micros == 9
+
+
+def test_a_restored_partition_has_read_nothing_past_its_checkpoint() -> None:
+    """A run killed after reading to 12 but with only 9 acknowledged: the next run's low
+    watermark starts at 9, so it neither publishes a watermark nor releases held records past
+    the changes between 9 and 12 before reading them again (a chaos-run failure: a watermark
+    at 12 on Kafka, then a change at 10 after it)."""
+    killed = Partition("t", (), 5, PartitionState.RUNNING, checkpoint_micros=9, watermark_micros=12)
+    written_by_an_earlier_version = {**killed.to_json(), "watermark_micros": 12}
+    for record in (killed.to_json(), written_by_an_earlier_version):
+        restored = PartitionScheduler.restored([Partition.from_json(record)])
+        assert restored.partitions["t"].watermark_micros == 9
+        assert restored.low_watermark_micros() == 9
     assert Partition(ROOT, (), 7).query_token is None
 
 

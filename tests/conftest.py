@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 from consumer.config import ConsumerConfig
+from spanner_cdc.logs import PROJECT_LOGGERS
 from spanner_cdc.stack import EmbeddedStack, stop_on_signals
 from tests.support.consumer_run import (
     REPLICAS,
@@ -66,3 +68,18 @@ def configure(request: pytest.FixtureRequest, stack: EmbeddedStack, tmp_path: Pa
         return consumer_config(stack.endpoint("kafka"), prefix, tmp_path / "out", replica, dsn, **overrides)
 
     return make
+
+
+@pytest.fixture
+def restored_logging() -> Iterator[None]:
+    """For tests that configure logging (``main``, ``spanner_cdc.logs.configure``): the root
+    handler they install points at the test's captured stderr, which closes after it, and the
+    levels they set would leak into later tests."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    ours = {name: logging.getLogger(name).level for name in PROJECT_LOGGERS}
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, previous in ours.items():
+        logging.getLogger(name).setLevel(previous)

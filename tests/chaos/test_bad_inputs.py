@@ -6,7 +6,6 @@ a new option is covered the day it is declared.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Sequence
 
 import pytest
@@ -15,7 +14,7 @@ from spanner_cdc.cli import main
 from spanner_cdc.config import Option
 from spanner_cdc.reference import COMMANDS
 
-pytestmark = [pytest.mark.unit, pytest.mark.chaos]
+pytestmark = [pytest.mark.unit, pytest.mark.chaos, pytest.mark.usefixtures("restored_logging")]
 #: Candidates, in order; the first one an option's parser refuses is used.
 REFUSED_CANDIDATES = ("not-a-value", "-1", "0", "a'; DROP TABLE x; --", "has space", "x=", "=y", "")
 #: Enough for every command to get as far as checking its options.
@@ -50,17 +49,6 @@ def without(argv: list[str], name: str) -> list[str]:
     """``argv`` (pairs of option and value) without ``name``, so the environment decides it."""
     pairs = zip(argv[::2], argv[1::2], strict=True)
     return [item for pair in pairs if pair[0] != name for item in pair]
-
-
-@pytest.fixture(autouse=True)
-def restored_logging() -> Iterator[None]:
-    """``main`` points the root logger at this test's captured stderr, which closes after it:
-    later tests would log into a closed stream."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 def run(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

@@ -46,7 +46,7 @@ from tests.support.churn import (
     produce_command,
 )
 from tests.support.consumer_run import consume_command, consumer_config, unique_prefix
-from tests.support.kafka_read import read_events
+from tests.support.kafka_read import Received, read_events
 from tests.support.spanner_db import create_database
 from tests.support.workload import AccountWriter
 
@@ -193,7 +193,8 @@ def test_the_pipeline_loses_and_duplicates_nothing_under_kills_and_stalls(
     )
     assert last_consumer.returncode == 0, last_consumer.stderr[-3000:]
 
-    figures = outcome(kafka, prefix, consumer, writer, database)
+    events = read_events(kafka, prefix, "Accounts")
+    figures = outcome(events, consumer, writer, database)
     merges = sum(1 for state in partition_states(kafka, prefix) if len(state["parents"]) > 1)
     summary = (
         f"producer_kills={producers.kills} consumer_kills={consumers.kills} "
@@ -201,7 +202,7 @@ def test_the_pipeline_loses_and_duplicates_nothing_under_kills_and_stalls(
         + " ".join(f"{name}={value}" for name, value in figures.items())
     )
     print(f"\nchaos: {summary}")
-    source_log.check_heard(read_events(kafka, prefix, "Accounts"))
+    source_log.check_heard(events)
     with source_log.diagnosing():
         assert set(figures.values()) == {0}, summary
     assert producers.kills >= 3 and consumers.kills == scale.consumer_kills
@@ -212,8 +213,7 @@ def partition_states(kafka: str, prefix: str) -> list[dict[str, Any]]:
     return KafkaPublisher(kafka, prefix, {}, topic_partitions=1, replication_factor=-1).read_checkpoints()
 
 
-def outcome(kafka: str, prefix: str, consumer: Any, writer: AccountWriter, database: Any) -> dict[str, int]:
-    events = read_events(kafka, prefix, "Accounts")
+def outcome(events: list[Received], consumer: Any, writer: AccountWriter, database: Any) -> dict[str, int]:
     committed = collections.Counter((c.key, c.balance) for c in writer.committed)
     uuids: dict[tuple[str, int], set[str]] = collections.defaultdict(set)
     for event in events:

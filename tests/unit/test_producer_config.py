@@ -14,7 +14,6 @@ from producer.query import ChangeStreamQuery, InvalidStreamNameError, validate_s
 from schemas.errors import UnsupportedTypeError
 from schemas.spanner_types import SpannerType
 from spanner_cdc.config import ConfigError, add_options, resolve
-from spanner_cdc.logs import PROJECT_LOGGERS
 from spanner_cdc.logs import configure as configure_logging
 
 pytestmark = pytest.mark.unit
@@ -136,16 +135,10 @@ def test_catalog_completes_partial_column_lists() -> None:
         ("error", logging.ERROR, logging.ERROR),
     ],
 )
+@pytest.mark.usefixtures("restored_logging")
 def test_log_level_sets_the_projects_loggers_and_keeps_libraries_at_info_or_above(
     level: str, ours: int, theirs: int
 ) -> None:
-    root = logging.getLogger()
-    saved = root.handlers[:], root.level, {name: logging.getLogger(name).level for name in PROJECT_LOGGERS}
-    try:
-        configure_logging("text", level)
-        assert logging.getLogger("producer.spanner_source").getEffectiveLevel() == ours
-        assert logging.getLogger("py4j.clientserver").getEffectiveLevel() == theirs
-    finally:
-        root.handlers[:], root.level = saved[0], saved[1]
-        for name, previous in saved[2].items():
-            logging.getLogger(name).setLevel(previous)
+    configure_logging("text", level)
+    assert logging.getLogger("producer.spanner_source").getEffectiveLevel() == ours
+    assert logging.getLogger("py4j.clientserver").getEffectiveLevel() == theirs

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.producer import Figure
-from consumer.config import ConsumerConfig
-from consumer.kafka_source import SOURCE_NAME
-from consumer.main import ConsumerJob, drain, spark_session
+from spanner_cdc.consumer.config import ConsumerConfig
+from spanner_cdc.consumer.kafka_source import SOURCE_NAME
+from spanner_cdc.consumer.main import ConsumerJob, drain, spark_session
 from tests.support.consumer_run import consumer_config, fresh_postgres_database, unique_prefix
 from tests.support.synthetic import ChangeFactory, publish, random_history
 

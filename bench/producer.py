@@ -24,17 +24,17 @@ import fastavro
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from producer.acks import AckTracker
-from producer.catalog import CatalogColumn, TableCatalog
-from producer.config import ProducerConfig
-from producer.kafka import GUARANTEED_SETTINGS, TUNED_DEFAULTS, KafkaPublisher
-from producer.main import build_service
-from producer.metrics import ProducerMetrics
-from producer.partitions import Partition, PartitionScheduler
-from producer.service import ProducerService
-from producer.spanner_source import SpannerSource
-from schemas.events import DataChangeRecord, EventBuilder
-from schemas.wire import WriterSchema
+from spanner_cdc.producer.acks import AckTracker
+from spanner_cdc.producer.catalog import CatalogColumn, TableCatalog
+from spanner_cdc.producer.config import ProducerConfig
+from spanner_cdc.producer.kafka import GUARANTEED_SETTINGS, TUNED_DEFAULTS, KafkaPublisher
+from spanner_cdc.producer.main import build_service
+from spanner_cdc.producer.metrics import ProducerMetrics
+from spanner_cdc.producer.partitions import Partition, PartitionScheduler
+from spanner_cdc.producer.service import ProducerService
+from spanner_cdc.producer.spanner_source import SpannerSource
+from spanner_cdc.schemas.events import DataChangeRecord, EventBuilder
+from spanner_cdc.schemas.wire import WriterSchema
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.services import EMULATOR_PROJECT
 from tests.support.records import STREAM_NAME, account_transfer_records

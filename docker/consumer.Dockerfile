@@ -5,11 +5,8 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY pyproject.toml README.md ./
-COPY schemas schemas
-COPY producer producer
-COPY consumer consumer
 COPY spanner_cdc spanner_cdc
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir '.[consumer]' \
     && useradd --system --uid 10001 --create-home cdc \
     && mkdir -p /data /checkpoints && chown cdc /data /checkpoints
 USER cdc

@@ -2,10 +2,7 @@
 FROM python:3.11-slim-bookworm
 WORKDIR /app
 COPY pyproject.toml README.md ./
-COPY schemas schemas
-COPY producer producer
-COPY consumer consumer
 COPY spanner_cdc spanner_cdc
-RUN pip install --no-cache-dir . && useradd --system --uid 10001 cdc
+RUN pip install --no-cache-dir '.[producer]' && useradd --system --uid 10001 cdc
 USER cdc
 CMD ["spanner-cdc", "produce"]

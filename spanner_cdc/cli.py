@@ -16,14 +16,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from consumer.config import CONSUME_OPTIONS, ConsumerConfig
-from consumer.errors import ConsumerError
-from producer.config import PRODUCE_OPTIONS, ProducerConfig
-from producer.kafka import KafkaSetupError
-from producer.service import ProducerError
-from producer.spanner_source import SpannerSetupError
-from spanner_cdc.config import ConfigError, add_options, integer_in, resolve
-from spanner_cdc.logs import configure as configure_logging
+from spanner_cdc.common.config import ConfigError, add_options, integer_in, resolve
+from spanner_cdc.common.logs import configure as configure_logging
+from spanner_cdc.consumer.config import CONSUME_OPTIONS, ConsumerConfig
+from spanner_cdc.consumer.errors import ConsumerError
+from spanner_cdc.producer.config import PRODUCE_OPTIONS, ProducerConfig
+from spanner_cdc.producer.kafka import KafkaSetupError
+from spanner_cdc.producer.service import ProducerError
+from spanner_cdc.producer.spanner_source import SpannerSetupError
 from spanner_cdc.stack import SERVICES, EmbeddedStack, ServiceError, stop_on_signals
 
 EXIT_USAGE = 2
@@ -182,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_produce(args: argparse.Namespace) -> int:
-    from producer.main import produce
+    from spanner_cdc.producer.main import produce
 
     config = ProducerConfig.from_options(resolve(args, PRODUCE_OPTIONS, "produce"))
     configure_logging(config.log_format, config.log_level)
@@ -191,7 +191,7 @@ def _run_produce(args: argparse.Namespace) -> int:
 
 
 def _run_consume(args: argparse.Namespace) -> int:
-    from consumer.main import consume
+    from spanner_cdc.consumer.main import consume
 
     config = ConsumerConfig.from_options(resolve(args, CONSUME_OPTIONS, "consume"))
     configure_logging(config.log_format, config.log_level)
@@ -202,8 +202,8 @@ def _run_consume(args: argparse.Namespace) -> int:
 def _run_demo_database(args: argparse.Namespace) -> int:
     from google.api_core.exceptions import GoogleAPIError
 
-    from spanner_cdc.bank import ensure_demo_database
-    from spanner_cdc.spanner_client import emulator_host
+    from spanner_cdc.common.spanner_client import emulator_host
+    from spanner_cdc.demo.bank import ensure_demo_database
 
     values = resolve(args, DEMO_DATABASE_OPTIONS, "demo-database")
     host = emulator_host(values["emulator_host"])
@@ -241,10 +241,10 @@ def _run_stack(args: argparse.Namespace) -> int:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from spanner_cdc.demo import run_demo
+    from spanner_cdc.demo.run import run_demo
 
     configure_logging("text", "warning")
-    logging.getLogger("spanner_cdc.progress").setLevel(logging.INFO)  # the live line, off a terminal
+    logging.getLogger("spanner_cdc.common.progress").setLevel(logging.INFO)  # the live line, off a terminal
     return run_demo(args.seconds, args.rate, args.replica)
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from consumer.config import ConsumerConfig
-from spanner_cdc.logs import PROJECT_LOGGERS
+from spanner_cdc.common.logs import PROJECT_LOGGERS
+from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.stack import EmbeddedStack, stop_on_signals
 from tests.support.consumer_run import (
     REPLICAS,
@@ -45,7 +45,7 @@ def churn_spanner() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local[2] Spark session per test run, with the project's Kafka source registered."""
-    from consumer.main import spark_session
+    from spanner_cdc.consumer.main import spark_session
 
     session = spark_session("local[2]", "spanner-cdc-tests")
     try:

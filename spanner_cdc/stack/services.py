@@ -125,7 +125,7 @@ def _start_local(
 
 def probe_spanner(host: str) -> None:
     """A real gRPC round trip: list the emulator's instance configs."""
-    from spanner_cdc.spanner_client import emulator_client
+    from spanner_cdc.common.spanner_client import emulator_client
 
     client = emulator_client(host, EMULATOR_PROJECT)
     list(client.list_instance_configs(page_size=1))

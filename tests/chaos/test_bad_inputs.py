@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from spanner_cdc.cli import main
-from spanner_cdc.config import Option
+from spanner_cdc.common.config import Option
 from spanner_cdc.reference import COMMANDS
 
 pytestmark = [pytest.mark.unit, pytest.mark.chaos, pytest.mark.usefixtures("restored_logging")]

@@ -34,9 +34,9 @@ from typing import Any
 
 import pytest
 
-from consumer.readers import changelog_rows, replica_rows
-from producer.kafka import KafkaPublisher
-from schemas.spanner_types import format_timestamp_micros
+from spanner_cdc.consumer.readers import changelog_rows, replica_rows
+from spanner_cdc.producer.kafka import KafkaPublisher
+from spanner_cdc.schemas.spanner_types import format_timestamp_micros
 from spanner_cdc.stack import EmbeddedStack, stop_on_signals
 from tests.support.churn import (
     ACCOUNTS_DDL,

@@ -14,8 +14,8 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from schemas.events import DataChangeRecord, EventBuilder
-from schemas.wire import HEADER_LENGTH, WriterSchema, encode
+from spanner_cdc.schemas.events import DataChangeRecord, EventBuilder
+from spanner_cdc.schemas.wire import HEADER_LENGTH, WriterSchema, encode
 from tests.support.records import STREAM_NAME, account_transfer_records
 from tests.unit.test_wire_and_identity import all_types_event_value
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from consumer.errors import ConsumerError
-from consumer.readers import changelog_rows, quarantine_rows, replica_rows
-from schemas.wire import WriterSchema, encode
+from spanner_cdc.consumer.errors import ConsumerError
+from spanner_cdc.consumer.readers import changelog_rows, quarantine_rows, replica_rows
+from spanner_cdc.schemas.wire import WriterSchema, encode
 from spanner_cdc.stack import EmbeddedStack
 from tests.support.consumer_run import ConfigFactory, run_consumer
 from tests.support.synthetic import ChangeFactory, publish

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from consumer.config import ConsumerConfig
-from consumer.readers import changelog_rows, replica_rows
+from spanner_cdc.consumer.config import ConsumerConfig
+from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.stack import EmbeddedStack
 from tests.support.consumer_run import consume_command, consumer_config, run_consumer, unique_prefix
 from tests.support.synthetic import ChangeFactory, publish, random_history

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from consumer.kafka_source import SOURCE_NAME
+from spanner_cdc.consumer.kafka_source import SOURCE_NAME
 from spanner_cdc.stack import EmbeddedStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

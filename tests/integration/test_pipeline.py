@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from consumer.batch import ReplicaCommit
-from consumer.readers import changelog_rows, replica_rows
-from producer.main import build_service
-from producer.records import micros_to_datetime
-from spanner_cdc import bank
+from spanner_cdc.demo import bank
+from spanner_cdc.consumer.batch import ReplicaCommit
+from spanner_cdc.consumer.readers import changelog_rows, replica_rows
+from spanner_cdc.producer.main import build_service
+from spanner_cdc.producer.records import micros_to_datetime
 from spanner_cdc.stack import EmbeddedStack
 from tests.support.churn import (
     RERUN_ON_EMULATOR_SKIP,

@@ -20,10 +20,10 @@ from confluent_kafka.admin import AdminClient
 from google.cloud.spanner import COMMIT_TIMESTAMP, KeySet
 from google.cloud.spanner_v1.data_types import JsonObject
 
-from producer.main import build_service
-from producer.records import micros_to_datetime, timestamp_micros
-from producer.service import ProducerService
-from schemas.watermark import Watermark
+from spanner_cdc.producer.main import build_service
+from spanner_cdc.producer.records import micros_to_datetime, timestamp_micros
+from spanner_cdc.producer.service import ProducerService
+from spanner_cdc.schemas.watermark import Watermark
 from spanner_cdc.stack import EmbeddedStack
 from tests.support.churn import (
     ACCOUNTS_DDL,
@@ -141,7 +141,7 @@ def test_churn_default_speed(stack: EmbeddedStack) -> None:
 
 
 def rfc3339(micros: int) -> str:
-    from schemas.spanner_types import format_timestamp_micros
+    from spanner_cdc.schemas.spanner_types import format_timestamp_micros
 
     return format_timestamp_micros(micros)
 

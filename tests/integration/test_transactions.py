@@ -18,9 +18,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from consumer.batch import ReplicaCommit
-from consumer.readers import changelog_rows, replica_rows
-from consumer.replica.cut import PENDING
+from spanner_cdc.consumer.batch import ReplicaCommit
+from spanner_cdc.consumer.readers import changelog_rows, replica_rows
+from spanner_cdc.consumer.replica.cut import PENDING
 from spanner_cdc.stack import EmbeddedStack
 from tests.support.consumer_run import (
     ConfigFactory,

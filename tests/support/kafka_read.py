@@ -7,9 +7,9 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
-from schemas.watermark import Watermark, is_watermark
-from schemas.wire import SchemaStore
-from spanner_cdc.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
+from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
+from spanner_cdc.schemas.watermark import Watermark, is_watermark
+from spanner_cdc.schemas.wire import SchemaStore
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from typing import Any
 
 from google.cloud import spanner
 
-from producer.records import micros_to_datetime, timestamp_micros
-from spanner_cdc.spanner_client import create_emulator_database
+from spanner_cdc.common.spanner_client import create_emulator_database
+from spanner_cdc.producer.records import micros_to_datetime, timestamp_micros
 from spanner_cdc.stack.services import EMULATOR_PROJECT
 
 INSTANCE = "test-instance"

@@ -13,10 +13,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from producer.kafka import KafkaPublisher, topic_for
-from producer.watermarks import WatermarkEmitter
-from schemas.events import DataChangeRecord, Event, EventBuilder
-from schemas.wire import WriterSchema, encode
+from spanner_cdc.producer.kafka import KafkaPublisher, topic_for
+from spanner_cdc.producer.watermarks import WatermarkEmitter
+from spanner_cdc.schemas.events import DataChangeRecord, Event, EventBuilder
+from spanner_cdc.schemas.wire import WriterSchema, encode
 
 STREAM = "projects/p/instances/i/databases/d/changeStreams/TestStream"
 BASE_MICROS = 1_750_000_000_000_000

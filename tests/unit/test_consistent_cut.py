@@ -12,11 +12,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from consumer.decode import BatchDecoder, DecodedEvent, SchemaTopic, WatermarkSeen
-from consumer.replica.backends import DuckDbBackend
-from consumer.replica.cut import ConsistentCut, incomplete_transactions
-from schemas.watermark import WATERMARK_WRITER, Watermark
-from schemas.wire import SchemaStore, WriterSchema, encode
+from spanner_cdc.consumer.decode import BatchDecoder, DecodedEvent, SchemaTopic, WatermarkSeen
+from spanner_cdc.consumer.replica.backends import DuckDbBackend
+from spanner_cdc.consumer.replica.cut import ConsistentCut, incomplete_transactions
+from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark
+from spanner_cdc.schemas.wire import SchemaStore, WriterSchema, encode
 from tests.support.synthetic import STREAM, ChangeFactory
 
 pytestmark = pytest.mark.unit

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from consumer.config import ConsumerConfig
-from consumer.dedupe import DeliveredChanges
-from consumer.main import python_error
-from spanner_cdc.config import ConfigError
+from spanner_cdc.common.config import ConfigError
+from spanner_cdc.consumer.config import ConsumerConfig
+from spanner_cdc.consumer.dedupe import DeliveredChanges
+from spanner_cdc.consumer.main import python_error
 
 pytestmark = pytest.mark.unit
 HOUR = 3_600_000_000
@@ -65,7 +65,10 @@ def test_the_python_error_is_found_inside_sparks_report() -> None:
     report = (
         "[STREAM_FAILED] Query terminated with exception: Traceback (most recent call last):\n"
         '  File "x.py", line 1, in call\n'
-        "consumer.errors.BadMessageError: T.Accounts[2] offset 0: bad-magic\n"
+        "spanner_cdc.consumer.errors.BadMessageError: T.Accounts[2] offset 0: bad-magic\n"
         " SQLSTATE: 39000"
     )
-    assert python_error(report) == "consumer.errors.BadMessageError: T.Accounts[2] offset 0: bad-magic"
+    assert (
+        python_error(report)
+        == "spanner_cdc.consumer.errors.BadMessageError: T.Accounts[2] offset 0: bad-magic"
+    )

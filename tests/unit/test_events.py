@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from schemas.errors import ContractError
-from schemas.events import READ_METHOD_CHANGE_STREAMS, DataChangeRecord, Event, EventBuilder
-from schemas.spanner_types import parse_timestamp_micros
+from spanner_cdc.schemas.errors import ContractError
+from spanner_cdc.schemas.events import READ_METHOD_CHANGE_STREAMS, DataChangeRecord, Event, EventBuilder
+from spanner_cdc.schemas.spanner_types import parse_timestamp_micros
 from tests.support.records import STREAM_NAME, account_transfer_records
 
 pytestmark = pytest.mark.unit

@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from producer.acks import AckTracker
-from producer.ordering import CommitOrderBuffer
-from producer.partitions import Partition
-from schemas.events import DataChangeRecord
+from spanner_cdc.producer.acks import AckTracker
+from spanner_cdc.producer.ordering import CommitOrderBuffer
+from spanner_cdc.producer.partitions import Partition
+from spanner_cdc.schemas.events import DataChangeRecord
 from tests.support.records import account_transfer_records
 
 pytestmark = pytest.mark.unit

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from producer.acks import AckTracker
-from producer.partitions import ROOT, Partition, PartitionScheduler, PartitionState
-from producer.records import ChildPartition, ChildPartitionsRecord
+from spanner_cdc.producer.acks import AckTracker
+from spanner_cdc.producer.partitions import ROOT, Partition, PartitionScheduler, PartitionState
+from spanner_cdc.producer.records import ChildPartition, ChildPartitionsRecord
 
 pytestmark = pytest.mark.unit
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from producer.catalog import TableCatalog, parse_catalog_type
-from producer.config import PRODUCE_OPTIONS
-from producer.query import ChangeStreamQuery, InvalidStreamNameError, validate_stream_name
-from schemas.errors import UnsupportedTypeError
-from schemas.spanner_types import SpannerType
-from spanner_cdc.config import ConfigError, add_options, resolve
-from spanner_cdc.logs import configure as configure_logging
+from spanner_cdc.common.config import ConfigError, add_options, resolve
+from spanner_cdc.common.logs import configure as configure_logging
+from spanner_cdc.producer.catalog import TableCatalog, parse_catalog_type
+from spanner_cdc.producer.config import PRODUCE_OPTIONS
+from spanner_cdc.producer.query import ChangeStreamQuery, InvalidStreamNameError, validate_stream_name
+from spanner_cdc.schemas.errors import UnsupportedTypeError
+from spanner_cdc.schemas.spanner_types import SpannerType
 
 pytestmark = pytest.mark.unit
 REQUIRED = [
@@ -106,7 +106,7 @@ def test_unknown_catalog_type_is_an_error() -> None:
 
 
 def test_catalog_completes_partial_column_lists() -> None:
-    from producer.catalog import CatalogColumn
+    from spanner_cdc.producer.catalog import CatalogColumn
 
     columns = [CatalogColumn.parse(n, p, t, "GOOGLE_STANDARD_SQL", "T") for n, p, t in
                [("Id", 1, "INT64"), ("A", 2, "STRING(MAX)"), ("B", 3, "INT64")]]  # fmt: skip
@@ -140,5 +140,5 @@ def test_log_level_sets_the_projects_loggers_and_keeps_libraries_at_info_or_abov
     level: str, ours: int, theirs: int
 ) -> None:
     configure_logging("text", level)
-    assert logging.getLogger("producer.spanner_source").getEffectiveLevel() == ours
+    assert logging.getLogger("spanner_cdc.producer.spanner_source").getEffectiveLevel() == ours
     assert logging.getLogger("py4j.clientserver").getEffectiveLevel() == theirs

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from schemas.errors import UnsupportedTypeError, ValueConversionError
-from schemas.spanner_types import (
+from spanner_cdc.schemas.errors import UnsupportedTypeError, ValueConversionError
+from spanner_cdc.schemas.spanner_types import (
     SpannerType,
     avro_type,
     converter,

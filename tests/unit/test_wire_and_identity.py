@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from schemas.errors import DecodeError
-from schemas.events import DataChangeRecord, EventBuilder
-from schemas.identity import backfill_uuid, change_uuid
-from schemas.table import TableSchema
-from schemas.wire import HEADER_LENGTH, MAGIC, SchemaStore, WriterSchema, encode, read_fingerprint
+from spanner_cdc.schemas.errors import DecodeError
+from spanner_cdc.schemas.events import DataChangeRecord, EventBuilder
+from spanner_cdc.schemas.identity import backfill_uuid, change_uuid
+from spanner_cdc.schemas.table import TableSchema
+from spanner_cdc.schemas.wire import HEADER_LENGTH, MAGIC, SchemaStore, WriterSchema, encode, read_fingerprint
 from tests.support.records import STREAM_NAME, account_transfer_records
 
 pytestmark = pytest.mark.unit
@@ -130,8 +130,8 @@ def test_uuid_is_deterministic_and_distinguishes_identity() -> None:
 STABILITY_SCRIPT = textwrap.dedent(
     """
     import json, sys
-    from schemas.events import DataChangeRecord, EventBuilder
-    from schemas.wire import WriterSchema
+    from spanner_cdc.schemas.events import DataChangeRecord, EventBuilder
+    from spanner_cdc.schemas.wire import WriterSchema
     from tests.support.records import STREAM_NAME, account_transfer_records
     out = []
     for record in account_transfer_records():

@@ -1,0 +1,200 @@
+"""Options declared once, read from the command line, the environment and a TOML file.
+
+Precedence: command line > ``SPANNER_CDC_<NAME>`` > the TOML file's ``[<command>]`` table >
+built-in default. Every source goes through the option's own parser, so a bad value is the
+same one-line error wherever it came from, naming where it came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spanner_cdc.common.logs import LEVELS
+
+ENV_PREFIX = "SPANNER_CDC_"
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message names the option and source."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option. ``parse`` turns text into the value and raises ValueError when it can't."""
+
+    name: str
+    help: str
+    parse: Callable[[str], Any] = str
+    default: Any = None
+    required: bool = False
+    repeated: bool = False
+    metavar: str | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
+
+    @property
+    def env_var(self) -> str:
+        return ENV_PREFIX + self.dest.upper()
+
+
+def add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> None:
+    """Declare ``options`` on ``parser``; values are resolved later by :func:`resolve`."""
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help=f"TOML file with a [{parser.prog.split()[-1]}] table of these options (env {ENV_PREFIX}CONFIG)",
+    )
+    for option in options:
+        extra = f"; env {option.env_var}"
+        if option.default is not None:
+            extra += f"; default {option.default}"
+        if option.required:
+            extra += "; required"
+        parser.add_argument(
+            f"--{option.name}",
+            dest=option.dest,
+            action="append" if option.repeated else "store",
+            default=None,
+            metavar=option.metavar,
+            help=option.help + extra,
+        )
+
+
+def resolve(args: argparse.Namespace, options: Sequence[Option], section: str) -> dict[str, Any]:
+    """Final option values by precedence; raises ConfigError naming the option and source."""
+    config_path = args.config or (
+        Path(os.environ[ENV_PREFIX + "CONFIG"]) if ENV_PREFIX + "CONFIG" in os.environ else None
+    )
+    table = _read_toml(config_path, section) if config_path else {}
+    known = {option.dest for option in options} | {option.name for option in options}
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ConfigError(f"{config_path}: unknown option(s) in [{section}]: {', '.join(unknown)}")
+    values: dict[str, Any] = {}
+    for option in options:
+        raw, source = _raw_value(args, option, table)
+        if raw is None:
+            if option.required:
+                raise ConfigError(f"--{option.name} is required (or set {option.env_var})")
+            if option.repeated:
+                values[option.dest] = list(option.default or [])
+            elif isinstance(option.default, str):
+                values[option.dest] = _parse(option, option.default, "default")
+            else:
+                values[option.dest] = option.default
+            continue
+        values[option.dest] = _parse(option, raw, source)
+    return values
+
+
+def _raw_value(args: argparse.Namespace, option: Option, table: Mapping[str, Any]) -> tuple[Any, str]:
+    given = getattr(args, option.dest)
+    if given is not None:
+        return given, f"--{option.name}"
+    if option.env_var in os.environ:
+        return os.environ[option.env_var], option.env_var
+    for key in (option.name, option.dest):
+        if key in table:
+            return table[key], f"config key {key}"
+    return None, "default"
+
+
+def _parse(option: Option, raw: Any, source: str) -> Any:
+    items: list[Any]
+    if option.repeated:
+        if isinstance(raw, str):
+            items = [part.strip() for part in raw.split(",") if part.strip()]
+        elif isinstance(raw, list):
+            items = [part.strip() for item in raw for part in str(item).split(",") if part.strip()]
+        else:
+            raise ConfigError(f"{source}: expected a list, got {raw!r}")
+    else:
+        items = [raw]
+    parsed = []
+    for item in items:
+        text = str(item).lower() if isinstance(item, bool) else str(item)
+        try:
+            parsed.append(option.parse(text))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{source}: invalid value {text!r}: {exc}") from None
+    return parsed if option.repeated else parsed[0]
+
+
+def _read_toml(path: Path, section: str) -> dict[str, Any]:
+    try:
+        document = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    table = document.get(section, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [{section}] must be a table")
+    return table
+
+
+# --- value parsers shared by commands -------------------------------------------------------
+
+
+def integer_in(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high}")
+        return value
+
+    return parse
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError("must be above 0")
+    return value
+
+
+def boolean(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError("expected true or false")
+
+
+def key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError("expected KEY=VALUE")
+    return key.strip(), value.strip()
+
+
+def choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in allowed:
+            raise ValueError(f"choose from {', '.join(allowed)}")
+        return text
+
+    return parse
+
+
+#: Options every long-running command has.
+SERVICE_OPTIONS = (
+    Option("metrics-port", "Prometheus metrics HTTP port (0: off)", integer_in(0, 65535), default=0),
+    Option("log-format", "text or json", choice("text", "json"), default="text"),
+    Option(
+        "log-level",
+        "debug, info, warning or error; debug adds detail lines (the producer: each change Spanner returned)",
+        choice(*LEVELS),
+        default="info",
+    ),
+)

@@ -1,0 +1,187 @@
+"""Decoded events of one table → the Arrow tables the sinks write.
+
+Both sinks see the same events in the same order (``sort_keys``), with the columns of every
+table version in the batch merged (a column added mid-stream is null for older events):
+
+- the changelog row: the payload as typed columns, ``change$…`` columns (Snowflake-stream
+  style) and the envelope under ``envelope$…``. ``$`` cannot occur in a Spanner identifier, so
+  these names never collide with a table's own columns;
+- the replica stage row: keys, values, one ``set$<column>`` flag per value column (was the
+  column part of the change; a partial update must leave the others alone), and the sort key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import pyarrow as pa
+
+from spanner_cdc.consumer.decode import DecodedEvent
+from spanner_cdc.consumer.table_version import PayloadColumn, TableVersion, merged_columns
+from spanner_cdc.schemas.identity import row_id
+
+ACTION = "change$action"
+IS_UPDATE = "change$is_update"
+ROW_ID = "change$row_id"
+IS_DELETE = "cdc$is_delete"
+#: The replica's order columns, compared element-wise: commit time, transaction, record, mod.
+SORT_COLUMNS = ("cdc$commit_micros", "cdc$tx_id", "cdc$record_sequence", "cdc$mod_index")
+COMMIT_TIMESTAMP = "cdc$commit_timestamp"
+SET_PREFIX = "set$"
+
+_TIMESTAMP_MS = pa.timestamp("ms", tz="UTC")
+_SORT_KEYS_TYPE = pa.struct(
+    [
+        ("commit_timestamp_micros", pa.int64()),
+        ("tx_id", pa.string()),
+        ("record_sequence", pa.string()),
+        ("mod_index", pa.int64()),
+    ]
+)
+_SOURCE_METADATA_TYPE = pa.struct(
+    [
+        ("database", pa.string()),
+        ("schema", pa.string()),
+        ("table", pa.string()),
+        ("change_type", pa.string()),
+        ("is_deleted", pa.bool_()),
+        ("primary_keys", pa.list_(pa.string())),
+        ("tx_id", pa.string()),
+        ("commit_timestamp", pa.timestamp("us", tz="UTC")),
+        ("record_sequence", pa.string()),
+        ("mod_index", pa.int64()),
+        ("partition_token", pa.string()),
+        ("value_capture_type", pa.string()),
+        ("number_of_records_in_transaction", pa.int64()),
+        ("number_of_partitions_in_transaction", pa.int64()),
+        ("is_last_record_in_transaction_in_partition", pa.bool_()),
+        ("transaction_tag", pa.string()),
+        ("is_system_transaction", pa.bool_()),
+        ("number_of_mods_in_record", pa.int64()),
+        ("changed_columns", pa.list_(pa.string())),
+    ]
+)
+_ENVELOPE_SCALARS = (
+    ("uuid", pa.string()),
+    ("read_timestamp", _TIMESTAMP_MS),
+    ("source_timestamp", _TIMESTAMP_MS),
+    ("object", pa.string()),
+    ("read_method", pa.string()),
+    ("stream_name", pa.string()),
+    ("schema_key", pa.string()),
+)
+
+
+@dataclass
+class TableChanges:
+    """The deduplicated events of one table in one batch, in ``sort_keys`` order."""
+
+    table: str
+    events: Sequence[DecodedEvent]
+
+    def __post_init__(self) -> None:
+        self.events = sorted(self.events, key=lambda event: event.sort_key)
+
+    @cached_property
+    def versions(self) -> tuple[TableVersion, ...]:
+        """Writer schemas in the order their first event appears (so: oldest first)."""
+        return tuple({id(e.version): e.version for e in self.events}.values())
+
+    @cached_property
+    def columns(self) -> tuple[PayloadColumn, ...]:
+        return merged_columns(self.versions)
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return self.versions[-1].key
+
+    @cached_property
+    def value_columns(self) -> tuple[PayloadColumn, ...]:
+        return tuple(c for c in self.columns if c.name not in self.key)
+
+    @cached_property
+    def payload_arrays(self) -> dict[str, pa.Array]:
+        """Each column's values, typed, one per event (both sinks start from these)."""
+        arrays = {}
+        for column in self.columns:
+            values = []
+            for event in self.events:
+                field = event.version.fields_by_name.get(column.name)
+                values.append(event.record["payload"].get(field) if field is not None else None)
+            arrays[column.name] = pa.array(values, type=column.type.arrow)
+        return arrays
+
+    def changelog(self) -> pa.Table:
+        columns = dict(self.payload_arrays)
+        change_types = [e.record["source_metadata"]["change_type"] for e in self.events]
+        columns[ACTION] = pa.array(["DELETE" if t == "DELETE" else "INSERT" for t in change_types])
+        columns[IS_UPDATE] = pa.array([t == "UPDATE" for t in change_types])
+        columns[ROW_ID] = pa.array(self._row_ids(), type=pa.string())
+        for name, arrow_type in _ENVELOPE_SCALARS:
+            columns[f"envelope${name}"] = pa.array([e.record[name] for e in self.events], type=arrow_type)
+        columns["envelope$sort_keys"] = pa.array(
+            [dict(zip(_SORT_KEYS_TYPE.names, e.sort_key, strict=True)) for e in self.events],
+            type=_SORT_KEYS_TYPE,
+        )
+        columns["envelope$source_metadata"] = pa.array(
+            [e.record["source_metadata"] for e in self.events], type=_SOURCE_METADATA_TYPE
+        )
+        old_type = pa.struct([(c.name, c.type.arrow) for c in self.columns])
+        columns["envelope$old_values"] = pa.array(
+            [_by_name(e.version, e.record["source_metadata"]["old_values"]) for e in self.events],
+            type=old_type,
+        )
+        columns["kafka$topic"] = pa.array([e.topic for e in self.events], type=pa.string())
+        columns["kafka$partition"] = pa.array([e.partition for e in self.events], type=pa.int32())
+        columns["kafka$offset"] = pa.array([e.offset for e in self.events], type=pa.int64())
+        return pa.table(columns)
+
+    def _row_ids(self) -> list[str]:
+        """``change$row_id`` per event, computed once per key (a hash per event is measurable)."""
+        ids: dict[tuple[Any, ...], str] = {}
+        out = []
+        for event in self.events:
+            payload, fields = event.record["payload"], event.version.fields_by_name
+            key = {name: payload[fields[name]] for name in self.key}
+            signature = tuple(map(repr, key.values()))
+            found = ids.get(signature)
+            if found is None:
+                found = ids[signature] = row_id(self.table, key)
+            out.append(found)
+        return out
+
+    def replica_stage(self) -> pa.Table:
+        """Keys, values, ``set$`` flags, delete flag, sort key and commit timestamp per event."""
+        deleted = [bool(e.record["source_metadata"]["is_deleted"]) for e in self.events]
+        # Deletes set nothing: their changed_columns name the old values they carry.
+        changed = [
+            set() if is_delete else set(e.record["source_metadata"]["changed_columns"])
+            for e, is_delete in zip(self.events, deleted, strict=True)
+        ]
+        columns = dict(self.payload_arrays)
+        for column in self.value_columns:
+            flags = [
+                e.version.fields_by_name.get(column.name) in fields
+                for e, fields in zip(self.events, changed, strict=True)
+            ]
+            columns[SET_PREFIX + column.name] = pa.array(flags, type=pa.bool_())
+        columns[IS_DELETE] = pa.array(deleted, type=pa.bool_())
+        keys = [e.sort_key for e in self.events]
+        for index, (name, arrow_type) in enumerate(
+            zip(SORT_COLUMNS, (pa.int64(), pa.string(), pa.string(), pa.int64()), strict=True)
+        ):
+            columns[name] = pa.array([k[index] for k in keys], type=arrow_type)
+        columns[COMMIT_TIMESTAMP] = pa.array(
+            [e.record["source_metadata"]["commit_timestamp"] for e in self.events],
+            type=pa.timestamp("us", tz="UTC"),
+        )
+        return pa.table(columns)
+
+
+def _by_name(version: TableVersion, values: dict[str, Any] | None) -> dict[str, Any] | None:
+    if values is None:
+        return None
+    return {c.name: values.get(c.field) for c in version.columns}

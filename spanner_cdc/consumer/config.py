@@ -1,0 +1,196 @@
+"""``spanner-cdc consume`` options and the validated configuration they make."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spanner_cdc.common.config import (
+    SERVICE_OPTIONS,
+    ConfigError,
+    Option,
+    boolean,
+    choice,
+    integer_in,
+    key_value,
+    positive_float,
+)
+
+SINKS = ("changelog", "replica")
+SOURCES = ("auto", "kafka", "spanner_cdc_kafka")
+_TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)?\Z")
+
+
+def _sink(text: str) -> str:
+    return choice(*SINKS)(text)
+
+
+def _table(text: str) -> str:
+    if not _TABLE_NAME.match(text):
+        raise ValueError("a table name (letters, digits, underscores; schema.table for a named schema)")
+    return text
+
+
+CONSUME_OPTIONS = (
+    Option("kafka-bootstrap", "Kafka bootstrap servers", required=True),
+    Option(
+        "kafka-config",
+        "extra librdkafka setting KEY=VALUE for the source and schema reader (repeatable)",
+        key_value,
+        repeated=True,
+        metavar="KEY=VALUE",
+    ),
+    Option("topic-prefix", "the producer's topic prefix (its change stream name unless set)", required=True),
+    Option(
+        "tables",
+        "only these tables (comma-separated; default: every {prefix}.<table> topic)",
+        _table,
+        repeated=True,
+    ),
+    Option(
+        "output-dir",
+        "where the changelog, quarantine and DuckDB replica go",
+        Path,
+        default="spanner-cdc-data",
+    ),
+    Option("checkpoint-dir", "Spark checkpoint and dedupe memory (default: <output-dir>/checkpoint)", Path),
+    Option("sinks", "comma-separated subset of changelog,replica", _sink, repeated=True, default=list(SINKS)),
+    Option(
+        "replica",
+        "duckdb (a file in --output-dir) or postgres",
+        choice("duckdb", "postgres"),
+        default="duckdb",
+    ),
+    Option("postgres-dsn", "PostgreSQL connection string when --replica postgres"),
+    Option(
+        "whole-transactions",
+        "hold each transaction until the producer's watermarks say it is complete, then apply it "
+        "whole, so the replica is a consistent cut (true/false; false applies every batch as it "
+        "comes, for throughput)",
+        boolean,
+        default=True,
+    ),
+    Option(
+        "on-bad-message",
+        "quarantine (write it to <output-dir>/quarantine with the reason) or fail (stop the query)",
+        choice("quarantine", "fail"),
+        default="quarantine",
+    ),
+    Option(
+        "dedupe-horizon-seconds",
+        "how far back in commit time delivered uuids are remembered for dropping duplicates",
+        integer_in(1, 30 * 86400),
+        default=3600,
+    ),
+    Option(
+        "max-events-per-batch",
+        "most Kafka messages per micro-batch",
+        integer_in(1, 10_000_000),
+        default=50_000,
+    ),
+    Option("trigger-seconds", "seconds between micro-batches", positive_float, default=1.0),
+    Option("available-now", "process what is in Kafka now, then exit (true/false)", boolean, default=False),
+    Option(
+        "starting-offsets",
+        "earliest or latest, for a new checkpoint",
+        choice("earliest", "latest"),
+        default="earliest",
+    ),
+    Option(
+        "source",
+        "auto (Spark's kafka connector if present), kafka or spanner_cdc_kafka",
+        choice(*SOURCES),
+        default="auto",
+    ),
+    Option("spark-master", "Spark master URL", default="local[2]"),
+    Option(
+        "spark-conf",
+        "extra Spark setting KEY=VALUE (repeatable)",
+        key_value,
+        repeated=True,
+        metavar="KEY=VALUE",
+    ),
+    *SERVICE_OPTIONS,
+)
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    kafka_bootstrap: str
+    topic_prefix: str
+    output_dir: Path
+    checkpoint_dir: Path
+    kafka_config: dict[str, str] = field(default_factory=dict)
+    tables: tuple[str, ...] = ()
+    sinks: tuple[str, ...] = SINKS
+    replica: str = "duckdb"
+    postgres_dsn: str | None = None
+    whole_transactions: bool = True
+    on_bad_message: str = "quarantine"
+    dedupe_horizon_seconds: int = 3600
+    max_events_per_batch: int = 50_000
+    trigger_seconds: float = 1.0
+    available_now: bool = False
+    starting_offsets: str = "earliest"
+    source: str = "auto"
+    spark_master: str = "local[2]"
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    metrics_port: int = 0
+    log_format: str = "text"
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        if not self.sinks:
+            raise ConfigError("--sinks must name at least one of changelog, replica")
+        if "replica" in self.sinks and self.replica == "postgres" and not self.postgres_dsn:
+            raise ConfigError("--replica postgres needs --postgres-dsn (or SPANNER_CDC_POSTGRES_DSN)")
+
+    @property
+    def client_config(self) -> dict[str, str]:
+        """librdkafka settings for everything that reads Kafka."""
+        return {"bootstrap.servers": self.kafka_bootstrap, **self.kafka_config}
+
+    @property
+    def spark_checkpoint(self) -> Path:
+        """Spark's own checkpoint (offsets, commits, the query id) inside ``checkpoint_dir``."""
+        return self.checkpoint_dir / "spark"
+
+    @property
+    def changelog_dir(self) -> Path:
+        return self.output_dir / "changelog"
+
+    @property
+    def quarantine_dir(self) -> Path:
+        return self.output_dir / "quarantine"
+
+    @property
+    def duckdb_path(self) -> Path:
+        return self.output_dir / "replica.duckdb"
+
+    @property
+    def topic_pattern(self) -> str:
+        """Every event topic of the prefix; control topics (``{prefix}._…``) start with '_'."""
+        return re.escape(self.topic_prefix) + r"\.[A-Za-z].*"
+
+    def subscribed(self, topic: str) -> bool:
+        """Does this consumer read ``topic`` (what ``--tables`` or the prefix pattern select)?"""
+        if self.tables:
+            return topic in {f"{self.topic_prefix}.{table}" for table in self.tables}
+        return re.fullmatch(self.topic_pattern, topic) is not None
+
+    @classmethod
+    def from_options(cls, values: dict[str, Any]) -> ConsumerConfig:
+        """From :func:`spanner_cdc.config.resolve` output for CONSUME_OPTIONS."""
+        output = values["output_dir"]
+        return cls(
+            **{
+                **values,
+                "checkpoint_dir": values["checkpoint_dir"] or output / "checkpoint",
+                "kafka_config": dict(values["kafka_config"]),
+                "tables": tuple(values["tables"]),
+                "sinks": tuple(dict.fromkeys(values["sinks"])),
+                "spark_conf": dict(values["spark_conf"]),
+            }
+        )

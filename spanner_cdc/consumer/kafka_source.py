@@ -1,0 +1,313 @@
+"""A Spark streaming source over confluent-kafka, for machines without Spark's kafka connector.
+
+Registered as format ``spanner_cdc_kafka``; rows have the schema of Spark's built-in ``kafka``
+source, and the options use its names (``kafka.bootstrap.servers``, ``subscribe``,
+``subscribePattern``, ``startingOffsets``, ``maxOffsetsPerTrigger``, ``failOnDataLoss``,
+``kafka.<librdkafka setting>``), so a deployment can switch to the built-in source by changing
+the format only.
+
+Offsets are ``{"topic": {"partition": next offset}}``; Spark keeps them in its checkpoint, and
+partitions are assigned (never subscribed through a consumer group), as DESIGN §2 advises.
+End offsets come from :func:`spanner_cdc.kafka_offsets.end_offsets`, which is right on Tansu.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, TopicPartition
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, end_offsets
+
+SOURCE_NAME = "spanner_cdc_kafka"
+#: The row schema of Spark's built-in kafka source.
+KAFKA_SCHEMA = ", ".join(
+    [
+        "key binary",
+        "value binary",
+        "topic string",
+        "partition int",
+        "offset long",
+        "timestamp timestamp",
+        "timestampType int",
+    ]
+)
+ARROW_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
+    ]
+)
+ROWS_PER_ARROW_BATCH = 10_000
+POLL_SECONDS = 1.0
+#: How long a read waits for offsets the driver saw as available before giving up.
+READ_TIMEOUT_SECONDS = 120.0
+Offsets = dict[str, dict[str, int]]
+
+
+class KafkaSourceError(RuntimeError):
+    """Misconfiguration or data loss; the message says which option or offsets."""
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    client: dict[str, str]
+    topics: tuple[str, ...]
+    pattern: re.Pattern[str] | None
+    starting: str
+    max_rows: int | None
+    fail_on_data_loss: bool
+
+    @classmethod
+    def parse(cls, given: dict[str, str]) -> SourceOptions:
+        """Spark hands data sources their options with lower-cased names; so does this."""
+        options = {key.lower(): value for key, value in given.items()}
+        bootstrap = options.get("kafka.bootstrap.servers")
+        if not bootstrap:
+            raise KafkaSourceError("option kafka.bootstrap.servers is required")
+        subscribe, pattern = options.get("subscribe"), options.get("subscribepattern")
+        if bool(subscribe) == bool(pattern):
+            raise KafkaSourceError("set exactly one of the options subscribe and subscribePattern")
+        client = {k[len("kafka.") :]: v for k, v in options.items() if k.startswith("kafka.")}
+        max_rows = options.get("maxoffsetspertrigger")
+        if max_rows is not None and (not max_rows.isdigit() or int(max_rows) <= 0):
+            raise KafkaSourceError(f"maxOffsetsPerTrigger must be a positive whole number, got {max_rows!r}")
+        fail = options.get("failondataloss", "true").lower()
+        if fail not in ("true", "false"):
+            raise KafkaSourceError(f"failOnDataLoss must be true or false, got {fail!r}")
+        return cls(
+            client=client,
+            topics=tuple(t.strip() for t in (subscribe or "").split(",") if t.strip()),
+            pattern=re.compile(pattern) if pattern else None,
+            starting=options.get("startingoffsets", "latest"),
+            max_rows=int(max_rows) if max_rows else None,
+            fail_on_data_loss=fail == "true",
+        )
+
+    def consumer(self) -> Consumer:
+        # auto.offset.reset=error: an assigned offset that no longer exists must not silently
+        # jump anywhere; data loss is decided by the driver (failOnDataLoss) before reading.
+        return Consumer(
+            {
+                **SHORT_FETCH_WAIT,
+                **self.client,
+                "group.id": "spanner-cdc-source",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "error",
+            }
+        )
+
+    def wanted(self, topic: str) -> bool:
+        if self.pattern is not None:
+            return bool(self.pattern.fullmatch(topic))
+        return topic in self.topics
+
+
+@dataclass(frozen=True)
+class TopicPartitionRange(InputPartition):
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets per topic partition; Trigger.AvailableNow reads to the ends seen when it began.
+
+    Without :class:`SupportsTriggerAvailableNow`, Spark falls back to Trigger.Once for a Python
+    source: one batch of everything, ignoring ``maxOffsetsPerTrigger``.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._target: Offsets | None = None
+
+    # --- driver side --------------------------------------------------------------------------
+
+    def _current(self) -> tuple[Offsets, Offsets]:
+        """(earliest, end) offsets of every wanted topic partition that exists now."""
+        consumer = self.options.consumer()
+        try:
+            metadata = consumer.list_topics(timeout=30)
+            earliest: Offsets = {}
+            ends: Offsets = {}
+            for topic, info in sorted(metadata.topics.items()):
+                if not self.options.wanted(topic) or info.error is not None:
+                    continue
+                partitions = sorted(info.partitions)
+                lows = {
+                    p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[0]
+                    for p in partitions
+                }
+                highs = end_offsets(consumer, topic, partitions, timeout=30)
+                earliest[topic] = {str(p): lows[p] for p in partitions}
+                ends[topic] = {str(p): highs[p] for p in partitions}
+            return earliest, ends
+        finally:
+            consumer.close()
+
+    def initialOffset(self) -> Offsets:  # noqa: N802 - Spark's name
+        earliest, ends = self._current()
+        starting = self.options.starting
+        if starting == "earliest":
+            return earliest
+        if starting == "latest":
+            return ends
+        try:
+            given = json.loads(starting)
+        except json.JSONDecodeError as exc:
+            raise KafkaSourceError(f"startingOffsets is not earliest, latest or JSON: {exc}") from None
+        offsets: Offsets = {}
+        for topic, partitions in earliest.items():
+            for partition, low in partitions.items():
+                wanted = given.get(topic, {}).get(partition, -2)
+                resolved = low if wanted == -2 else ends[topic][partition] if wanted == -1 else int(wanted)
+                offsets.setdefault(topic, {})[partition] = resolved
+        return offsets
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:  # noqa: N802
+        earliest, ends = self._current()
+        begin = {t: {p: start.get(t, {}).get(p, earliest[t][p]) for p in parts} for t, parts in ends.items()}
+        for topic, partitions in begin.items():
+            for partition, offset in partitions.items():
+                if offset < earliest[topic][partition]:
+                    self._data_lost(topic, partition, offset, earliest[topic][partition])
+                    partitions[partition] = earliest[topic][partition]
+        if self._target is not None:  # AvailableNow: nothing written after it began counts
+            ends = {
+                t: {
+                    p: max(begin[t][p], min(end, self._target.get(t, {}).get(p, begin[t][p])))
+                    for p, end in parts.items()
+                }
+                for t, parts in ends.items()
+            }
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return _limited(begin, ends, max_rows)
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
+        self._target = self._current()[1]
+
+    def _data_lost(self, topic: str, partition: str, wanted: int, earliest: int) -> None:
+        message = (
+            f"{topic}[{partition}]: offsets {wanted}..{earliest - 1} are gone (retention or compaction); "
+            "set failOnDataLoss=false to continue from the earliest available offset"
+        )
+        if self.options.fail_on_data_loss:
+            raise KafkaSourceError(message)
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+        return ReadMaxRows(self.options.max_rows) if self.options.max_rows else ReadAllAvailable()
+
+    def partitions(self, start: Offsets, end: Offsets) -> list[TopicPartitionRange]:
+        ranges = []
+        for topic, partitions in sorted(end.items()):
+            for partition, until in sorted(partitions.items(), key=lambda item: int(item[0])):
+                begin = start.get(topic, {}).get(partition, 0)
+                if until > begin:
+                    ranges.append(TopicPartitionRange(topic, int(partition), begin, until))
+        return ranges
+
+    def commit(self, end: Offsets) -> None:
+        """Offsets live in Spark's checkpoint; nothing is committed to Kafka."""
+
+    # --- executor side ------------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, TopicPartitionRange):
+            raise KafkaSourceError(f"unexpected input partition {partition!r}")
+        yield from read_range(self.options, partition)
+
+
+def _limited(begin: Offsets, ends: Offsets, max_rows: int | None) -> Offsets:
+    """End offsets, cut to at most ``max_rows`` records in all, shared by availability."""
+    available = {(t, p): max(0, ends[t][p] - begin[t][p]) for t in ends for p in ends[t]}
+    total = sum(available.values())
+    if max_rows is None or total <= max_rows:
+        return ends
+    shares = {tp: count * max_rows // total for tp, count in available.items()}
+    spare = max_rows - sum(shares.values())
+    for tp in sorted(available, key=lambda key: available[key] - shares[key], reverse=True):
+        if spare <= 0:
+            break
+        if shares[tp] < available[tp]:
+            shares[tp] += 1
+            spare -= 1
+    return {t: {p: begin[t][p] + shares[(t, p)] for p in ends[t]} for t in ends}
+
+
+def read_range(options: SourceOptions, part: TopicPartitionRange) -> Iterator[pa.RecordBatch]:
+    """Records [start, end) of one topic partition as Arrow batches.
+
+    Offsets may have gaps (transaction markers, compaction), so the range ends when the
+    consumer's position reaches ``end``, not after ``end - start`` records.
+    """
+    consumer = options.consumer()
+    columns: dict[str, list[Any]] = {name: [] for name in ARROW_SCHEMA.names}
+    try:
+        consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
+        position = part.start
+        waited = 0.0
+        while position < part.end:
+            message = consumer.poll(POLL_SECONDS)
+            if message is None:
+                position = max(
+                    position, consumer.position([TopicPartition(part.topic, part.partition)])[0].offset
+                )
+                waited += POLL_SECONDS
+                if waited > READ_TIMEOUT_SECONDS:
+                    raise KafkaSourceError(
+                        f"{part.topic}[{part.partition}] stopped at {position} of {part.end}"
+                    )
+                continue
+            error = message.error()
+            if error is not None:
+                raise KafkaSourceError(f"{part.topic}[{part.partition}]: {error.str()}")
+            offset = message.offset() or 0
+            position = offset + 1
+            if offset >= part.end:
+                break
+            timestamp_type, timestamp_ms = message.timestamp()
+            columns["key"].append(message.key())
+            columns["value"].append(message.value())
+            columns["topic"].append(part.topic)
+            columns["partition"].append(part.partition)
+            columns["offset"].append(offset)
+            columns["timestamp"].append(timestamp_ms * 1000)
+            columns["timestampType"].append(timestamp_type)
+            if len(columns["offset"]) >= ROWS_PER_ARROW_BATCH:
+                yield pa.RecordBatch.from_pydict(columns, schema=ARROW_SCHEMA)
+                columns = {name: [] for name in ARROW_SCHEMA.names}
+        if columns["offset"]:
+            yield pa.RecordBatch.from_pydict(columns, schema=ARROW_SCHEMA)
+    finally:
+        consumer.close()
+
+
+class KafkaSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return KAFKA_SCHEMA
+
+    def streamReader(self, schema: StructType) -> KafkaStreamReader:  # noqa: N802
+        return KafkaStreamReader(SourceOptions.parse(dict(self.options)))

@@ -1,0 +1,229 @@
+"""Wiring of ``spanner-cdc consume``: a Spark session, the Kafka source, and the batch processor."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException
+
+from spanner_cdc.consumer.batch import BatchProcessor, ReplicaCommit
+from spanner_cdc.consumer.changelog import ChangelogSink
+from spanner_cdc.consumer.config import ConsumerConfig
+from spanner_cdc.consumer.decode import BatchDecoder, SchemaTopic
+from spanner_cdc.consumer.dedupe import DeliveredChanges
+from spanner_cdc.consumer.errors import ConsumerError
+from spanner_cdc.consumer.kafka_source import SOURCE_NAME, KafkaSource
+from spanner_cdc.consumer.metrics import ConsumerMetrics
+from spanner_cdc.consumer.replica.backends import DuckDbBackend, PostgresBackend, SqlBackend
+from spanner_cdc.consumer.replica.cut import ConsistentCut
+from spanner_cdc.consumer.replica.merge import ReplicaMerge
+
+log = logging.getLogger("spanner_cdc.consumer")
+KAFKA_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+STOP_POLL_SECONDS = 0.5
+PYTHON_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): .*$", re.MULTILINE)
+
+
+def spark_session(master: str, app_name: str, extra_conf: Mapping[str, str] | None = None) -> Any:
+    """A session for the consumer (and its tests): the project's source registered, UTC, few
+    shuffle partitions; Python workers run this interpreter (it has the project installed)."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    for key, value in (extra_conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.dataSource.register(KafkaSource)
+    return session
+
+
+def source_format(spark: Any, wanted: str) -> str:
+    """``kafka`` when asked for or (``auto``) when Spark's connector is on the classpath."""
+    if wanted != "auto":
+        return wanted
+    try:
+        spark._jvm.java.lang.Class.forName(KAFKA_PROVIDER_CLASS)
+    except Exception:  # py4j raises its own error type for ClassNotFoundException
+        return SOURCE_NAME
+    return "kafka"
+
+
+def check_kafka(config: ConsumerConfig) -> None:
+    consumer = Consumer(
+        {**config.client_config, "group.id": "spanner-cdc-check", "socket.timeout.ms": 10_000}
+    )
+    try:
+        consumer.list_topics(timeout=15)
+    except KafkaException as exc:
+        raise ConsumerError(f"Kafka at {config.kafka_bootstrap} is unreachable: {exc}") from None
+    finally:
+        consumer.close()
+
+
+def replica_backend(config: ConsumerConfig) -> SqlBackend:
+    if config.replica == "postgres":
+        assert config.postgres_dsn is not None  # ConsumerConfig checks it
+        return PostgresBackend(config.postgres_dsn)
+    return DuckDbBackend(config.duckdb_path)
+
+
+@dataclass
+class ConsumerJob:
+    """Everything one running consumer holds; :meth:`close` releases it."""
+
+    config: ConsumerConfig
+    processor: BatchProcessor
+    backend: SqlBackend | None
+
+    @classmethod
+    def open(
+        cls, config: ConsumerConfig, on_replica_commit: Callable[[ReplicaCommit], None] | None = None
+    ) -> ConsumerJob:
+        """Connect everything; ``on_replica_commit`` is called after every committed replica batch."""
+        check_kafka(config)
+        backend = replica_backend(config) if "replica" in config.sinks else None
+        decoder = BatchDecoder(SchemaTopic(config.client_config, config.topic_prefix))
+        cut = (
+            ConsistentCut(backend, decoder, config.subscribed)
+            if backend is not None and config.whole_transactions
+            else None
+        )
+        processor = BatchProcessor(
+            decoder=decoder,
+            delivered=DeliveredChanges(
+                config.checkpoint_dir / "dedupe", config.dedupe_horizon_seconds * 1_000_000
+            ),
+            changelog=ChangelogSink(config.changelog_dir) if "changelog" in config.sinks else None,
+            replica=ReplicaMerge(backend) if backend is not None else None,
+            quarantine_dir=config.quarantine_dir,
+            fail_on_bad_message=config.on_bad_message == "fail",
+            metrics=ConsumerMetrics(),
+            spark_checkpoint=config.spark_checkpoint,
+            cut=cut,
+            on_replica_commit=on_replica_commit,
+        )
+        return cls(config, processor, backend)
+
+    def start(self, spark: Any) -> Any:
+        """Start the streaming query (Spark keeps its offsets and id under ``<checkpoint-dir>/spark``)."""
+        config = self.config
+        reader = (
+            spark.readStream.format(source_format(spark, config.source))
+            .option("kafka.bootstrap.servers", config.kafka_bootstrap)
+            .option("startingOffsets", config.starting_offsets)
+            .option("maxOffsetsPerTrigger", str(config.max_events_per_batch))
+            .option("failOnDataLoss", "true")
+        )
+        for key, value in config.kafka_config.items():
+            reader = reader.option(f"kafka.{key}", value)
+        if config.tables:
+            reader = reader.option("subscribe", ",".join(f"{config.topic_prefix}.{t}" for t in config.tables))
+        else:
+            reader = reader.option("subscribePattern", config.topic_pattern)
+        writer = (
+            reader.load()
+            .writeStream.foreachBatch(self.processor)
+            .option("checkpointLocation", str(config.spark_checkpoint))
+            .queryName(f"spanner_cdc_{config.topic_prefix}")
+        )
+        if config.available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
+        return writer.start()
+
+    def close(self) -> None:
+        self.processor.delivered.close()
+        self.processor.metrics.close()
+        if self.backend is not None:
+            self.backend.close()
+
+
+def run_until_stopped(query: Any, stop: threading.Event) -> None:
+    """Wait for the query; on ``stop`` let a running micro-batch finish, then stop it.
+
+    "Finish" is the next progress report: with watermarks arriving every interval a query is
+    rarely between triggers, so waiting for an idle moment could wait for minutes. Stopping
+    mid-batch would be safe too (the batch is replayed); this just avoids the replay.
+    """
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        while query.isActive and not stop.is_set():
+            query.awaitTermination(STOP_POLL_SECONDS)
+        reported = _progress_time(query)
+        while query.isActive and query.status.get("isTriggerActive") and _progress_time(query) == reported:
+            query.awaitTermination(STOP_POLL_SECONDS)
+        query.stop()
+    except StreamingQueryException as exc:
+        raise ConsumerError(f"the streaming query failed: {python_error(str(exc))}") from None
+
+
+def _progress_time(query: Any) -> str | None:
+    progress = query.lastProgress
+    return None if progress is None else str(progress.get("timestamp"))
+
+
+def wait_until_started(query: Any, timeout: float) -> None:
+    """Until the query has planned its first trigger (Spark and the source are up)."""
+    deadline = time.monotonic() + timeout
+    while query.isActive and query.lastProgress is None and time.monotonic() < deadline:
+        if query.status.get("message") == "Waiting for data to arrive":
+            return
+        query.awaitTermination(STOP_POLL_SECONDS)
+
+
+@contextmanager
+def stop_requested() -> Iterator[threading.Event]:
+    """SIGINT/SIGTERM set the event instead of killing the process mid-batch."""
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def drain(job: ConsumerJob, spark: Any, stop: threading.Event) -> None:
+    """Run the query until stopped; with ``available_now``, until Kafka's current end is written."""
+    run_until_stopped(job.start(spark), stop)
+
+
+def consume(config: ConsumerConfig) -> None:
+    """The whole command: runs until stopped, or until Kafka is drained with ``available_now``."""
+    job = ConsumerJob.open(config)
+    spark = spark_session(
+        config.spark_master, f"spanner-cdc-consume-{config.topic_prefix}", config.spark_conf
+    )
+    try:
+        job.processor.metrics.serve(config.metrics_port)
+        with stop_requested() as stop:
+            log.info("consuming %s.* into %s", config.topic_prefix, ", ".join(config.sinks))
+            drain(job, spark, stop)
+    finally:
+        job.close()
+        spark.stop()
+
+
+def python_error(text: str) -> str:
+    """The Python exception line inside Spark's report (its traceback is noise for a user)."""
+    found = PYTHON_ERROR_LINE.findall(text)
+    return found[-1].strip() if found else text.strip().splitlines()[0]

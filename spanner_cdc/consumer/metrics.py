@@ -1,0 +1,88 @@
+"""Prometheus metrics of the consumer (DESIGN §7)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from spanner_cdc.common.metrics import ServedMetrics
+
+if TYPE_CHECKING:
+    from spanner_cdc.consumer.replica.cut import Release
+
+BATCH_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class ConsumerMetrics(ServedMetrics):
+    def __init__(self) -> None:
+        super().__init__()
+        self.events = Counter(
+            "spanner_cdc_consumer_events",
+            "Events delivered to the sinks (after dedupe)",
+            ["table", "change_type"],
+            registry=self.registry,
+        )
+        self.duplicates = Counter(
+            "spanner_cdc_consumer_duplicates",
+            "Events dropped as already delivered (same uuid)",
+            registry=self.registry,
+        )
+        self.beyond_horizon = Counter(
+            "spanner_cdc_consumer_beyond_dedupe_horizon",
+            "Events older than the dedupe horizon, delivered without a uuid check",
+            registry=self.registry,
+        )
+        self.quarantined = Counter(
+            "spanner_cdc_consumer_quarantined",
+            "Messages quarantined, by reason",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.batches = Counter(
+            "spanner_cdc_consumer_batches", "Micro-batches by outcome", ["outcome"], registry=self.registry
+        )
+        self.batch_seconds = Histogram(
+            "spanner_cdc_consumer_batch_seconds",
+            "Time to write one micro-batch to every sink",
+            buckets=BATCH_SECONDS_BUCKETS,
+            registry=self.registry,
+        )
+        self.commit_lag = Gauge(
+            "spanner_cdc_consumer_commit_lag_seconds",
+            "Now minus the newest commit timestamp written to the sinks",
+            registry=self.registry,
+        )
+        self.watermarks = Counter(
+            "spanner_cdc_consumer_watermarks",
+            "Watermark records read (control records, not written to any sink)",
+            registry=self.registry,
+        )
+        self.held_events = Gauge(
+            "spanner_cdc_consumer_held_events",
+            "Events waiting for the cut to pass their commit timestamp",
+            registry=self.registry,
+        )
+        self.cut_lag = Gauge(
+            "spanner_cdc_consumer_consistent_cut_lag_seconds",
+            "Now minus the replica's consistent cut",
+            registry=self.registry,
+        )
+        self.incomplete_transactions = Counter(
+            "spanner_cdc_consumer_incomplete_transactions",
+            "Transactions applied when the cut passed them without all their records",
+            registry=self.registry,
+        )
+        self.behind_cut = Counter(
+            "spanner_cdc_consumer_events_behind_cut",
+            "Events that arrived committed at or before the recorded cut",
+            registry=self.registry,
+        )
+
+    def observe_release(self, release: Release) -> None:
+        self.held_events.set(release.held)
+        self.incomplete_transactions.inc(release.incomplete_transactions)
+        self.behind_cut.inc(release.behind_cut)
+        if release.cut_micros is not None:
+            self.cut_lag.set(max(0.0, time.time() - release.cut_micros / 1_000_000))

@@ -1,0 +1,49 @@
+"""Reading the sinks back: the demo's verification report and the tests use these."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import duckdb
+import psycopg
+
+from spanner_cdc.consumer.changelog import ChangelogSink
+from spanner_cdc.consumer.config import ConsumerConfig
+
+
+@contextmanager
+def replica_connection(config: ConsumerConfig) -> Iterator[Any]:
+    if config.replica == "postgres":
+        assert config.postgres_dsn
+        with psycopg.connect(config.postgres_dsn) as connection:
+            yield connection
+    else:
+        embedded = duckdb.connect(str(config.duckdb_path), read_only=True)
+        try:
+            yield embedded
+        finally:
+            embedded.close()
+
+
+def replica_rows(config: ConsumerConfig, table: str, columns: str) -> list[tuple[Any, ...]]:
+    with replica_connection(config) as connection:
+        return [
+            tuple(row) for row in connection.execute(f'SELECT {columns} FROM "{table}" ORDER BY 1').fetchall()
+        ]
+
+
+def changelog_rows(config: ConsumerConfig, table: str, columns: str) -> list[tuple[Any, ...]]:
+    pattern = ChangelogSink(config.changelog_dir).table_dir(table) / "*" / "*.parquet"
+    query = (
+        f"SELECT {columns} FROM read_parquet('{pattern}', hive_partitioning = true, union_by_name = true) "
+        'ORDER BY "envelope$sort_keys"'
+    )
+    return [tuple(row) for row in duckdb.connect().execute(query).fetchall()]
+
+
+def quarantine_rows(config: ConsumerConfig) -> list[tuple[Any, ...]]:
+    pattern = config.quarantine_dir / "*.parquet"
+    query = f"SELECT topic, reason, value FROM read_parquet('{pattern}')"
+    return [tuple(row) for row in duckdb.connect().execute(query).fetchall()]

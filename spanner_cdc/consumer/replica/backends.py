@@ -1,0 +1,102 @@
+"""The two replica databases behind one small interface: run SQL, load Arrow rows, transact.
+
+Everything else (DDL, the merge, the batch marker) is the same SQL for both, in
+:mod:`consumer.replica.merge`. SQL is written with ``?`` placeholders; identifiers never
+contain ``?`` or ``%`` (they come from Spanner names, which cannot).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+import duckdb
+import psycopg
+import pyarrow as pa
+
+from spanner_cdc.consumer.errors import ReplicaConnectionError
+
+
+class SqlBackend(Protocol):
+    dialect: str
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+    def load(self, table: str, rows: pa.Table) -> None: ...
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]: ...
+
+    def close(self) -> None: ...
+
+
+def quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+class DuckDbBackend:
+    dialect = "duckdb"
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = duckdb.connect(str(path))
+        except duckdb.Error as exc:
+            raise ReplicaConnectionError(f"cannot open the DuckDB replica {path}: {exc}") from None
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        # Always fetch: DuckDB refuses new work on a connection while a result is unfinished.
+        return self._db.execute(sql, list(params)).fetchall()
+
+    def load(self, table: str, rows: pa.Table) -> None:
+        self._db.register("arrow_rows", rows)
+        try:
+            names = ", ".join(quote(n) for n in rows.column_names)
+            self._db.execute(f"INSERT INTO {quote(table)} ({names}) SELECT {names} FROM arrow_rows")
+        finally:
+            self._db.unregister("arrow_rows")
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self._db.execute("BEGIN")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class PostgresBackend:
+    dialect = "postgres"
+
+    def __init__(self, dsn: str) -> None:
+        try:
+            self._db = psycopg.connect(dsn, connect_timeout=10, autocommit=True)
+        except psycopg.Error as exc:
+            raise ReplicaConnectionError(f"cannot connect to the PostgreSQL replica: {exc}".strip()) from None
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._db.cursor() as cursor:
+            cursor.execute(sql.replace("?", "%s"), list(params))
+            return cursor.fetchall() if cursor.description else []
+
+    def load(self, table: str, rows: pa.Table) -> None:
+        names = ", ".join(quote(n) for n in rows.column_names)
+        columns = [column.to_pylist() for column in rows.columns]
+        with self._db.cursor() as cursor, cursor.copy(f"COPY {quote(table)} ({names}) FROM STDIN") as copy:
+            for row in zip(*columns, strict=True):
+                copy.write_row(row)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self._db.transaction():
+            yield
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,235 @@
+"""Whole transactions and a consistent cut: what of a micro-batch the replica may apply now.
+
+A transaction's events arrive on several topics and partitions, possibly in different
+micro-batches. The producer's watermark records (schemas.watermark) say when everything
+committed at or before a timestamp is on Kafka: once this consumer has read a watermark of at
+least ``W`` on every partition of every subscribed event topic, it has every change committed at
+or before ``W``. That ``W`` — the minimum over partitions of the newest watermark read — is the
+**cut**.
+
+Per micro-batch, inside the replica's transaction (so a replay repeats it exactly):
+
+1. merge the batch's watermarks into ``cdc$watermarks`` (one row per expected partition; the
+   newest record's topic list says which partitions are expected) and compute the cut;
+2. events committed after the cut are held in ``cdc$pending`` (their Kafka bytes);
+3. events committed at or before it — from this batch and from ``cdc$pending`` — are applied
+   together, so every transaction up to the cut lands whole, in one database transaction, and
+   none after it lands at all;
+4. ``cdc$consistent_cut`` records the cut: the replica equals the source as of that commit
+   timestamp.
+
+A transaction whose events did not all arrive by the time the cut passes its commit timestamp
+(the producer's table filter or the consumer's ``--tables`` left some out) is applied with what
+arrived: counted and logged, never waited for. An event at or before a cut already recorded
+(a producer reset to an earlier start) is applied when it arrives, also counted and logged.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from spanner_cdc.consumer.decode import BatchDecoder, DecodedEvent, WatermarkSeen
+from spanner_cdc.consumer.errors import ConsumerError
+from spanner_cdc.consumer.replica.backends import SqlBackend, quote
+
+log = logging.getLogger("spanner_cdc.consumer")
+PENDING = "cdc$pending"
+WATERMARKS = "cdc$watermarks"
+CUT = "cdc$consistent_cut"
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_PENDING_ARROW = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("commit_micros", pa.int64()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Release:
+    """What one micro-batch may apply, and where the cut stands after it."""
+
+    #: Events to apply now; ``fresh`` itself when nothing was held back or brought back.
+    events: list[DecodedEvent]
+    cut_micros: int | None
+    held: int
+    incomplete_transactions: int
+    behind_cut: int
+
+
+class ConsistentCut:
+    def __init__(self, backend: SqlBackend, decoder: BatchDecoder, subscribed: Callable[[str], bool]) -> None:
+        self.backend = backend
+        self.decoder = decoder
+        self.subscribed = subscribed
+        backend.execute(
+            f"CREATE TABLE IF NOT EXISTS {quote(PENDING)} (topic VARCHAR NOT NULL, "
+            '"partition" INTEGER NOT NULL, "offset" BIGINT NOT NULL, commit_micros BIGINT NOT NULL, '
+            'key BYTEA, value BYTEA NOT NULL, PRIMARY KEY (topic, "partition", "offset"))'
+        )
+        backend.execute(
+            f"CREATE TABLE IF NOT EXISTS {quote(WATERMARKS)} (topic VARCHAR NOT NULL, "
+            '"partition" INTEGER NOT NULL, watermark_micros BIGINT, PRIMARY KEY (topic, "partition"))'
+        )
+        backend.execute(
+            f"CREATE TABLE IF NOT EXISTS {quote(CUT)} (id INTEGER PRIMARY KEY, cut_micros BIGINT NOT NULL, "
+            "cut TIMESTAMPTZ NOT NULL, topics_from_micros BIGINT NOT NULL, updated_at TIMESTAMPTZ NOT NULL)"
+        )
+
+    def release(self, fresh: list[DecodedEvent], watermarks: Sequence[WatermarkSeen]) -> Release:
+        """Call inside the replica transaction of the batch that delivered ``fresh``."""
+        previous, topics_from = self._stored()
+        computed, topics_from = self._merge_watermarks(watermarks, topics_from)
+        known = [c for c in (previous, computed) if c is not None]
+        if not known:
+            self._hold(fresh)
+            return Release([], None, self._held_count(), 0, 0)
+        cut = max(known)
+        later = [e for e in fresh if e.commit_micros > cut]
+        behind = sum(1 for e in fresh if previous is not None and e.commit_micros <= previous)
+        brought_back = self._take_held(cut) if previous is None or cut > previous else []
+        self._hold(later)
+        changed = bool(later or brought_back)
+        due = [e for e in fresh if e.commit_micros <= cut] + brought_back if changed else fresh
+        newly_cut = due if previous is None else [e for e in due if e.commit_micros > previous]
+        incomplete = incomplete_transactions(newly_cut)
+        if incomplete:
+            log.warning(
+                "%d transaction(s) applied without all their records (first: %s); the cut passed them",
+                len(incomplete),
+                incomplete[0],
+            )
+        if behind:
+            log.warning("%d event(s) arrived committed at or before the recorded cut; applied now", behind)
+        self._record(cut, topics_from)
+        return Release(due, cut, self._held_count(), len(incomplete), behind)
+
+    # --- watermarks and the cut -------------------------------------------------------------
+
+    def _stored(self) -> tuple[int | None, int]:
+        """The recorded cut, and the watermark whose topic list defines the expected partitions."""
+        rows = self.backend.execute(f"SELECT cut_micros, topics_from_micros FROM {quote(CUT)} WHERE id = 1")
+        return (int(rows[0][0]), int(rows[0][1])) if rows else (None, -1)
+
+    def _merge_watermarks(self, seen: Sequence[WatermarkSeen], topics_from: int) -> tuple[int | None, int]:
+        """Fold the batch's watermarks into ``cdc$watermarks``.
+
+        Returns the cut they give (None while an expected partition has no watermark yet) and
+        the watermark the expected partitions now come from. The newest record's topic list
+        replaces the expected partitions, so a dropped topic stops holding the cut back.
+        """
+        rows = self.backend.execute(f'SELECT topic, "partition", watermark_micros FROM {quote(WATERMARKS)}')
+        marks: dict[tuple[str, int], int | None] = {(str(t), int(p)): w for t, p, w in rows}
+        if seen:
+            newest = max(seen, key=lambda s: s.watermark.watermark_micros).watermark
+            if newest.watermark_micros > topics_from:
+                topics_from = newest.watermark_micros
+                marks = {
+                    (topic, partition): marks.get((topic, partition))
+                    for topic, count in newest.topics.items()
+                    if self.subscribed(topic)
+                    for partition in range(count)
+                }
+            for mark in seen:
+                where = (mark.topic, mark.partition)
+                if where in marks:
+                    stored, micros = marks[where], mark.watermark.watermark_micros
+                    marks[where] = micros if stored is None else max(stored, micros)
+            self.backend.execute(f"DELETE FROM {quote(WATERMARKS)}")
+            for (topic, partition), mark_micros in marks.items():
+                self.backend.execute(
+                    f"INSERT INTO {quote(WATERMARKS)} VALUES (?, ?, ?)", [topic, partition, mark_micros]
+                )
+        values = list(marks.values())
+        if not values or None in values:
+            return None, topics_from
+        return min(v for v in values if v is not None), topics_from
+
+    def _record(self, cut: int, topics_from: int) -> None:
+        self.backend.execute(
+            f"INSERT INTO {quote(CUT)} VALUES (1, ?, ?, ?, now()) ON CONFLICT (id) DO UPDATE SET "
+            "cut_micros = excluded.cut_micros, cut = excluded.cut, "
+            "topics_from_micros = excluded.topics_from_micros, updated_at = excluded.updated_at",
+            [cut, _EPOCH + dt.timedelta(microseconds=cut), topics_from],
+        )
+
+    # --- held events ------------------------------------------------------------------------
+
+    def _hold(self, events: list[DecodedEvent]) -> None:
+        if not events:
+            return
+        rows = pa.table(
+            {
+                "topic": [e.topic for e in events],
+                "partition": [e.partition for e in events],
+                "offset": [e.offset for e in events],
+                "commit_micros": [e.commit_micros for e in events],
+                "key": [e.key for e in events],
+                "value": [e.value for e in events],
+            },
+            schema=_PENDING_ARROW,
+        )
+        self.backend.load(PENDING, rows)
+
+    def _take_held(self, cut: int) -> list[DecodedEvent]:
+        rows = self.backend.execute(
+            f'SELECT topic, "partition", "offset", key, value FROM {quote(PENDING)} WHERE commit_micros <= ?',
+            [cut],
+        )
+        if not rows:
+            return []
+        self.backend.execute(f"DELETE FROM {quote(PENDING)} WHERE commit_micros <= ?", [cut])
+        topics, partitions, offsets, keys, values = zip(*rows, strict=True)
+        table = pa.table(
+            {
+                "key": pa.array([_bytes(k) for k in keys], pa.binary()),
+                "value": pa.array([_bytes(v) for v in values], pa.binary()),
+                "topic": pa.array(topics, pa.string()),
+                "partition": pa.array(partitions, pa.int32()),
+                "offset": pa.array(offsets, pa.int64()),
+            }
+        )
+        decoded = self.decoder.decode(table)
+        if decoded.quarantined or decoded.watermarks:
+            first = decoded.quarantined[0] if decoded.quarantined else None
+            raise ConsumerError(
+                f"a held event no longer decodes ({first.reason if first else 'watermark'}); "
+                f"{PENDING} is inconsistent with {self.decoder.schemas.topic}"
+            )
+        return decoded.events
+
+    def _held_count(self) -> int:
+        return int(self.backend.execute(f"SELECT count(*) FROM {quote(PENDING)}")[0][0])
+
+
+def _bytes(value: bytes | memoryview | None) -> bytes | None:
+    """PostgreSQL hands BYTEA back as memoryview, DuckDB as bytes."""
+    return None if value is None else bytes(value)
+
+
+def incomplete_transactions(events: Sequence[DecodedEvent]) -> list[str]:
+    """Transaction ids among ``events`` with fewer records, or fewer mods in a record, than announced."""
+    records: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    announced: dict[str, int] = {}
+    mods: dict[tuple[str, str], int] = {}
+    for event in events:
+        metadata = event.record["source_metadata"]
+        tx_id, sequence = metadata["tx_id"], metadata["record_sequence"]
+        records[tx_id][sequence] += 1
+        announced[tx_id] = metadata["number_of_records_in_transaction"]
+        mods[tx_id, sequence] = metadata["number_of_mods_in_record"]
+    return sorted(
+        tx_id
+        for tx_id, seen in records.items()
+        if len(seen) < announced[tx_id] or any(count < mods[tx_id, seq] for seq, count in seen.items())
+    )

@@ -1,0 +1,236 @@
+"""One SQL merge path for the replica, shared by PostgreSQL and DuckDB.
+
+Per micro-batch, in one transaction:
+
+1. skip the batch if ``cdc$batches`` says this query already committed it (a replay);
+2. per table: create it or add new columns (schema evolution), stage the batch's events;
+3. drop staged events whose sort key is not newer than the row's stored one, or than the key's
+   tombstone (so duplicates and out-of-order events change nothing);
+4. fold each key's remaining events, in sort-key order, into one net change: the last event
+   decides delete or upsert; each column takes the value of the last event that set it
+   (``set$<column>``), counting only events after the key's last delete;
+5. apply: delete, update only the columns that were set, insert new rows, move tombstones;
+6. record the batch id for the query.
+
+Deleted keys keep a tombstone (key and sort key) in ``<table>$deleted``, so a stale insert
+arriving after a delete cannot bring the row back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from spanner_cdc.consumer.change_rows import (
+    COMMIT_TIMESTAMP,
+    IS_DELETE,
+    SET_PREFIX,
+    SORT_COLUMNS,
+    TableChanges,
+)
+from spanner_cdc.consumer.replica.backends import SqlBackend, quote
+from spanner_cdc.consumer.table_version import PayloadColumn
+
+BATCHES_TABLE = "cdc$batches"
+TOMBSTONE_SUFFIX = "$deleted"
+STAGE = "cdc$stage"
+FOLDED = "cdc$folded"
+#: What the replica stores with each row (and tombstone) to order changes: sort key and commit time.
+ORDER_COLUMNS = (*SORT_COLUMNS, COMMIT_TIMESTAMP)
+_ORDER_SQL_TYPES = {
+    "postgres": ("BIGINT", "TEXT", "TEXT", "BIGINT"),
+    "duckdb": ("BIGINT", "VARCHAR", "VARCHAR", "BIGINT"),
+}
+_N, _LAST, _LAST_DELETE = "cdc$n", "cdc$last", "cdc$last_delete"
+
+
+@dataclass
+class ReplicaMerge:
+    backend: SqlBackend
+    _known_columns: dict[str, set[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.backend.execute(
+            f"CREATE TABLE IF NOT EXISTS {quote(BATCHES_TABLE)} "
+            "(query_id VARCHAR PRIMARY KEY, batch_id BIGINT NOT NULL, committed_at TIMESTAMPTZ NOT NULL)"
+        )
+
+    def last_batch(self, query_id: str) -> int | None:
+        rows = self.backend.execute(
+            f"SELECT batch_id FROM {quote(BATCHES_TABLE)} WHERE query_id = ?", [query_id]
+        )
+        return int(rows[0][0]) if rows else None
+
+    @contextmanager
+    def batch(self, query_id: str, batch_id: int) -> Iterator[bool]:
+        """One database transaction for one micro-batch of one streaming query.
+
+        Yields False, and records nothing, when the query already committed this batch (a
+        replay); otherwise True, and on leaving the block records the batch id with whatever
+        :meth:`write` (and the consistent cut) did inside it.
+        """
+        try:
+            with self.backend.transaction():
+                last = self.last_batch(query_id)
+                new = last is None or last < batch_id
+                yield new
+                if new:
+                    self.backend.execute(
+                        f"INSERT INTO {quote(BATCHES_TABLE)} VALUES (?, ?, now()) "
+                        "ON CONFLICT (query_id) DO UPDATE SET batch_id = excluded.batch_id, "
+                        "committed_at = excluded.committed_at",
+                        [query_id, batch_id],
+                    )
+        except BaseException:
+            self._known_columns.clear()  # DDL of the failed transaction was rolled back too
+            raise
+
+    def write(self, tables: Sequence[TableChanges]) -> None:
+        """Merge each table's changes; call inside :meth:`batch`."""
+        for changes in tables:
+            self._apply_table(changes)
+
+    # --- per table ---------------------------------------------------------------------------
+
+    def _apply_table(self, changes: TableChanges) -> None:
+        self._ensure_tables(changes)
+        key = changes.key
+        self._stage(changes)
+        target, tombstones = quote(changes.table), quote(changes.table + TOMBSTONE_SUFFIX)
+        for stored in (target, tombstones):
+            self.backend.execute(
+                f"DELETE FROM {quote(STAGE)} AS s USING {stored} AS t "
+                f"WHERE {_match(key)} AND NOT ({_order('s')} > {_order('t')})"
+            )
+        self._fold(changes)
+        sets = ", ".join(
+            f"{quote(c.name)} = CASE WHEN f.{quote(SET_PREFIX + c.name)} THEN f.{quote(c.name)} "
+            f"ELSE t.{quote(c.name)} END"
+            for c in changes.value_columns
+        )
+        order_sets = ", ".join(f"{quote(n)} = f.{quote(n)}" for n in ORDER_COLUMNS)
+        self.backend.execute(
+            f"DELETE FROM {target} AS t USING {quote(FOLDED)} AS f "
+            f"WHERE {_match(key, 't', 'f')} AND (f.{quote(IS_DELETE)} OR f.{quote(_LAST_DELETE)} IS NOT NULL)"
+        )
+        self.backend.execute(
+            f"UPDATE {target} AS t SET {', '.join(filter(None, [sets, order_sets]))} "
+            f"FROM {quote(FOLDED)} AS f WHERE {_match(key, 't', 'f')}"
+        )
+        values = [
+            *(f"f.{quote(k)}" for k in key),
+            *(
+                f"CASE WHEN f.{quote(SET_PREFIX + c.name)} THEN f.{quote(c.name)} END"
+                for c in changes.value_columns
+            ),
+            *(f"f.{quote(n)}" for n in ORDER_COLUMNS),
+        ]
+        inserted = _names([*key, *(c.name for c in changes.value_columns), *ORDER_COLUMNS])
+        stored = f"SELECT 1 FROM {target} AS t WHERE {_match(key, 't', 'f')}"
+        self.backend.execute(
+            f"INSERT INTO {target} ({inserted}) SELECT {', '.join(values)} FROM {quote(FOLDED)} AS f "
+            f"WHERE NOT f.{quote(IS_DELETE)} AND NOT EXISTS ({stored})"
+        )
+        self.backend.execute(
+            f"DELETE FROM {tombstones} AS t USING {quote(FOLDED)} AS f WHERE {_match(key, 't', 'f')}"
+        )
+        tomb_columns = _names([*key, *ORDER_COLUMNS])
+        self.backend.execute(
+            f"INSERT INTO {tombstones} ({tomb_columns}) SELECT {tomb_columns} FROM {quote(FOLDED)} "
+            f"WHERE {quote(IS_DELETE)}"
+        )
+        self.backend.execute(f"DROP TABLE {quote(FOLDED)}")
+        self.backend.execute(f"DROP TABLE {quote(STAGE)}")
+
+    def _ensure_tables(self, changes: TableChanges) -> None:
+        """Create the table and its tombstones, or add the columns a new table version brought."""
+        dialect = self.backend.dialect
+        order = _order_definitions(dialect)
+        key_columns = [c for c in changes.columns if c.name in changes.key]
+        primary_key = f"PRIMARY KEY ({_names(changes.key)})"
+        for table, columns in (
+            (changes.table, changes.columns),
+            (changes.table + TOMBSTONE_SUFFIX, key_columns),
+        ):
+            existing = self._columns(table)
+            if not existing:
+                definitions = [_definition(c, dialect) for c in columns]
+                self.backend.execute(
+                    f"CREATE TABLE {quote(table)} ({', '.join([*definitions, *order, primary_key])})"
+                )
+                self._known_columns[table] = {c.name for c in columns}
+                continue
+            for column in columns:
+                if column.name not in existing:
+                    self.backend.execute(
+                        f"ALTER TABLE {quote(table)} ADD COLUMN {_definition(column, dialect)}"
+                    )
+                    existing.add(column.name)
+
+    def _columns(self, table: str) -> set[str]:
+        known = self._known_columns.get(table)
+        if known is None:
+            rows = self.backend.execute(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = current_schema() AND table_name = ?",
+                [table],
+            )
+            known = {str(r[0]) for r in rows}
+            if known:
+                self._known_columns[table] = known
+        return known
+
+    def _stage(self, changes: TableChanges) -> None:
+        dialect = self.backend.dialect
+        definitions = [
+            *(_definition(c, dialect) for c in changes.columns),
+            *(f"{quote(SET_PREFIX + c.name)} BOOLEAN" for c in changes.value_columns),
+            f"{quote(IS_DELETE)} BOOLEAN",
+            *_order_definitions(dialect),
+        ]
+        self.backend.execute(f"CREATE TEMP TABLE {quote(STAGE)} ({', '.join(definitions)})")
+        self.backend.load(STAGE, changes.replica_stage())
+
+    def _fold(self, changes: TableChanges) -> None:
+        key = changes.key
+        by_key = f"PARTITION BY {_names(key)}"
+        whole = "ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING"
+        values = ", ".join(
+            f"first_value({quote(c.name)}) OVER ({by_key} ORDER BY {quote(SET_PREFIX + c.name)} DESC, "
+            f"{quote(_N)} DESC {whole}) AS {quote(c.name)}, "
+            f"bool_or({quote(SET_PREFIX + c.name)}) OVER ({by_key}) AS {quote(SET_PREFIX + c.name)}"
+            for c in changes.value_columns
+        )
+        carried = _names([*key, _N, _LAST, _LAST_DELETE, IS_DELETE, *ORDER_COLUMNS])
+        self.backend.execute(
+            f"CREATE TEMP TABLE {quote(FOLDED)} AS "
+            f"WITH ordered AS (SELECT *, row_number() OVER ({by_key} ORDER BY {_names(SORT_COLUMNS)}) "
+            f"AS {quote(_N)} FROM {quote(STAGE)}), "
+            f"marked AS (SELECT *, max(CASE WHEN {quote(IS_DELETE)} THEN {quote(_N)} END) OVER ({by_key}) "
+            f"AS {quote(_LAST_DELETE)}, max({quote(_N)}) OVER ({by_key}) AS {quote(_LAST)} FROM ordered), "
+            f"relevant AS (SELECT * FROM marked WHERE {quote(_N)} >= coalesce({quote(_LAST_DELETE)}, 0)), "
+            f"folded AS (SELECT {carried}{', ' + values if values else ''} FROM relevant) "
+            f"SELECT * FROM folded WHERE {quote(_N)} = {quote(_LAST)}"
+        )
+
+
+def _names(names: Sequence[str]) -> str:
+    return ", ".join(quote(n) for n in names)
+
+
+def _match(key: Sequence[str], left: str = "s", right: str = "t") -> str:
+    return " AND ".join(f"{left}.{quote(k)} = {right}.{quote(k)}" for k in key)
+
+
+def _order(alias: str) -> str:
+    return "(" + ", ".join(f"{alias}.{quote(n)}" for n in SORT_COLUMNS) + ")"
+
+
+def _order_definitions(dialect: str) -> list[str]:
+    types = (*_ORDER_SQL_TYPES[dialect], "TIMESTAMPTZ")
+    return [f"{quote(name)} {sql_type}" for name, sql_type in zip(ORDER_COLUMNS, types, strict=True)]
+
+
+def _definition(column: PayloadColumn, dialect: str) -> str:
+    return f"{quote(column.name)} {column.type.sql(dialect)}"

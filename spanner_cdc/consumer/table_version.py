@@ -1,0 +1,136 @@
+"""What the consumer needs to know about one writer schema: the table's columns and their types.
+
+The writer schema (published by the producer on ``{prefix}._schemas``) is the only description
+of a table version the consumer has; everything typed downstream (the changelog's Arrow
+columns, the replica's SQL columns) is derived from its ``payload`` record here, in one place.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import fastavro
+import pyarrow as pa
+
+from spanner_cdc.schemas.errors import ContractError
+from spanner_cdc.schemas.wire import WriterSchema
+
+SQL_DIALECTS = ("postgres", "duckdb")
+#: Avro type (primitive name or logicalType) → Arrow type and SQL type per dialect.
+_SCALARS: dict[str, tuple[pa.DataType, str, str]] = {
+    "boolean": (pa.bool_(), "BOOLEAN", "BOOLEAN"),
+    "long": (pa.int64(), "BIGINT", "BIGINT"),
+    "int": (pa.int32(), "INTEGER", "INTEGER"),
+    "float": (pa.float32(), "REAL", "FLOAT"),
+    "double": (pa.float64(), "DOUBLE PRECISION", "DOUBLE"),
+    "string": (pa.string(), "TEXT", "VARCHAR"),
+    "bytes": (pa.binary(), "BYTEA", "BLOB"),
+    "decimal": (pa.decimal128(38, 9), "NUMERIC(38,9)", "DECIMAL(38,9)"),
+    # PG_NUMERIC: arbitrary precision and NaN; PostgreSQL's NUMERIC holds it, DuckDB's cannot.
+    "number": (pa.string(), "NUMERIC", "VARCHAR"),
+    "json": (pa.string(), "JSONB", "JSON"),
+    "date": (pa.date32(), "DATE", "DATE"),
+    "timestamp-micros": (pa.timestamp("us", tz="UTC"), "TIMESTAMPTZ", "TIMESTAMPTZ"),
+    "timestamp-millis": (pa.timestamp("ms", tz="UTC"), "TIMESTAMPTZ", "TIMESTAMPTZ"),
+}
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """A non-null Avro type of a payload column, with its Arrow and SQL counterparts."""
+
+    avro: Any
+
+    @cached_property
+    def _element(self) -> ColumnType | None:
+        if isinstance(self.avro, dict) and self.avro.get("type") == "array":
+            return ColumnType(_non_null(self.avro["items"]))
+        return None
+
+    @cached_property
+    def _scalar(self) -> tuple[pa.DataType, str, str]:
+        name = (
+            self.avro.get("logicalType") or self.avro.get("type")
+            if isinstance(self.avro, dict)
+            else self.avro
+        )
+        found = _SCALARS.get(str(name))
+        if found is None:
+            raise ContractError(f"no column type for Avro type {self.avro!r}")
+        return found
+
+    @property
+    def arrow(self) -> pa.DataType:
+        element = self._element
+        return pa.list_(element.arrow) if element is not None else self._scalar[0]
+
+    def sql(self, dialect: str) -> str:
+        element = self._element
+        if element is not None:
+            return f"{element.sql(dialect)}[]"
+        return self._scalar[1 + SQL_DIALECTS.index(dialect)]
+
+
+@dataclass(frozen=True)
+class PayloadColumn:
+    """One column: ``name`` as in Spanner (and the sinks), ``field`` as in the Avro payload."""
+
+    name: str
+    field: str
+    type: ColumnType
+
+
+class TableVersion:
+    """One writer schema of one table: its columns in order and which of them form the key."""
+
+    def __init__(self, writer: WriterSchema, columns: Sequence[PayloadColumn], key: Sequence[str]) -> None:
+        self.writer = writer
+        self.columns = tuple(columns)
+        self.key = tuple(key)
+
+    @classmethod
+    def from_writer(cls, writer: WriterSchema, primary_keys: Sequence[str]) -> TableVersion:
+        """``primary_keys`` as events name them (Spanner names, in key order)."""
+        # Expanded, so the payload record is defined in place wherever the schema first defined it.
+        event: Any = fastavro.parse_schema(json.loads(writer.schema_json), expand=True)
+        payload = next((f for f in event.get("fields", []) if f.get("name") == "payload"), None)
+        if payload is None or not isinstance(payload.get("type"), dict):
+            raise ContractError(f"writer schema {writer.fingerprint_hex} has no payload record")
+        columns = [
+            PayloadColumn(f.get("sqlName", f["name"]), f["name"], ColumnType(_non_null(f["type"])))
+            for f in payload["type"]["fields"]
+        ]
+        names = {c.name for c in columns}
+        missing = [k for k in primary_keys if k not in names]
+        if missing:
+            raise ContractError(
+                f"writer schema {writer.fingerprint_hex}: key columns {missing} not in payload"
+            )
+        return cls(writer, columns, primary_keys)
+
+    @cached_property
+    def fields_by_name(self) -> dict[str, str]:
+        """Spanner column name → Avro field name."""
+        return {c.name: c.field for c in self.columns}
+
+
+def merged_columns(versions: Sequence[TableVersion]) -> tuple[PayloadColumn, ...]:
+    """Every column of any version, in first-seen order (versions oldest first): added columns last."""
+    seen: dict[str, PayloadColumn] = {}
+    for version in versions:
+        for column in version.columns:
+            seen.setdefault(column.name, column)
+    return tuple(seen.values())
+
+
+def _non_null(avro: Any) -> Any:
+    if isinstance(avro, list):
+        rest = [t for t in avro if t != "null"]
+        if len(rest) != 1:
+            raise ContractError(f"payload columns must be a union of null and one type, got {avro!r}")
+        return rest[0]
+    return avro

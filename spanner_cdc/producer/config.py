@@ -1,0 +1,175 @@
+"""``spanner-cdc produce`` options and the validated configuration they make."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from spanner_cdc.common.config import (
+    SERVICE_OPTIONS,
+    ConfigError,
+    Option,
+    boolean,
+    integer_in,
+    key_value,
+    positive_float,
+)
+from spanner_cdc.producer.query import MAX_HEARTBEAT_MS, MIN_HEARTBEAT_MS, validate_stream_name
+from spanner_cdc.producer.records import timestamp_micros
+
+#: How far in the future a start timestamp may be before it is an error (clock skew).
+FUTURE_START_TOLERANCE_MICROS = 5_000_000
+RESOURCE_ID_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def _resource_id(text: str) -> str:
+    if not text or any(c not in RESOURCE_ID_CHARS for c in text):
+        raise ValueError("expected lowercase letters, digits, hyphens and underscores")
+    return text
+
+
+def _timestamp(text: str) -> int:
+    return timestamp_micros(text if text.upper() != "NOW" else dt.datetime.now(dt.UTC))
+
+
+def _stream_name(text: str) -> str:
+    return validate_stream_name(text)
+
+
+def _table_pattern(text: str) -> str:
+    if not text or any(c in text for c in "'\"`;\n"):
+        raise ValueError("a table name or glob pattern (quotes and semicolons are not allowed)")
+    return text
+
+
+PRODUCE_OPTIONS = (
+    Option("project", "Google Cloud project id", _resource_id, required=True),
+    Option("instance", "Spanner instance id", _resource_id, required=True),
+    Option("database", "Spanner database id", _resource_id, required=True),
+    Option("change-stream", "change stream to read (a plain identifier)", _stream_name, required=True),
+    Option("emulator-host", "host:port of a Spanner emulator (also read from SPANNER_EMULATOR_HOST)"),
+    Option(
+        "start-timestamp",
+        "RFC 3339 commit timestamp to start from, or 'now'; ignored once checkpoints exist",
+        _timestamp,
+        default="now",
+    ),
+    Option(
+        "end-timestamp", "RFC 3339 timestamp to stop at; exit 0 once every partition finished", _timestamp
+    ),
+    Option(
+        "heartbeat-ms",
+        "heartbeat interval of the change-stream queries",
+        integer_in(MIN_HEARTBEAT_MS, MAX_HEARTBEAT_MS),
+        default=2000,
+    ),
+    Option(
+        "include-tables", "only these tables (comma-separated names or globs)", _table_pattern, repeated=True
+    ),
+    Option(
+        "exclude-tables", "never these tables (comma-separated names or globs)", _table_pattern, repeated=True
+    ),
+    Option("topic-prefix", "Kafka topic prefix (default: the change stream name)"),
+    Option("stream-name", "stream_name in events (default: projects/…/changeStreams/<stream>)"),
+    Option("kafka-bootstrap", "Kafka bootstrap servers", required=True),
+    Option(
+        "kafka-config",
+        "extra librdkafka setting KEY=VALUE, e.g. security.protocol=SASL_SSL (repeatable)",
+        key_value,
+        repeated=True,
+        metavar="KEY=VALUE",
+    ),
+    Option("topic-partitions", "partitions of each event topic it creates", integer_in(1, 10_000), default=6),
+    Option(
+        "replication-factor",
+        "replication factor of the topics it creates (-1: the broker's default)",
+        integer_in(-1, 100),
+        default=-1,
+    ),
+    Option("max-queries", "most change-stream queries running at once", integer_in(1, 10_000), default=200),
+    Option("query-start-rate", "most new queries started per second", positive_float, default=50.0),
+    Option(
+        "stall-heartbeats",
+        "restart a partition query silent for this many heartbeat intervals",
+        integer_in(2, 1000),
+        default=10,
+    ),
+    Option("checkpoint-interval", "seconds between checkpoint writes", positive_float, default=1.0),
+    Option(
+        "watermark-interval",
+        "seconds between watermark records on every event-topic partition (when it advanced)",
+        positive_float,
+        default=1.0,
+    ),
+    *SERVICE_OPTIONS,
+    Option("progress", "show a live progress line (true/false)", boolean, default=True),
+)
+
+
+@dataclass(frozen=True)
+class ProducerConfig:
+    project: str
+    instance: str
+    database: str
+    change_stream: str
+    kafka_bootstrap: str
+    start_timestamp_micros: int
+    end_timestamp_micros: int | None = None
+    emulator_host: str | None = None
+    heartbeat_ms: int = 2000
+    include_tables: tuple[str, ...] = ()
+    exclude_tables: tuple[str, ...] = ()
+    topic_prefix: str = ""
+    stream_name: str = ""
+    kafka_config: dict[str, str] = field(default_factory=dict)
+    topic_partitions: int = 6
+    replication_factor: int = -1
+    max_queries: int = 200
+    query_start_rate: float = 50.0
+    stall_heartbeats: int = 10
+    checkpoint_interval: float = 1.0
+    watermark_interval: float = 1.0
+    metrics_port: int = 0
+    log_format: str = "text"
+    log_level: str = "info"
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        validate_stream_name(self.change_stream)
+        if not self.topic_prefix:
+            object.__setattr__(self, "topic_prefix", self.change_stream)
+        if not self.stream_name:
+            object.__setattr__(
+                self, "stream_name", f"{self.database_path}/changeStreams/{self.change_stream}"
+            )
+        now = int(time.time() * 1_000_000)
+        if self.start_timestamp_micros > now + FUTURE_START_TOLERANCE_MICROS:
+            raise ConfigError("--start-timestamp is in the future; change streams can only be read up to now")
+        if self.end_timestamp_micros is not None and self.end_timestamp_micros < self.start_timestamp_micros:
+            raise ConfigError("--end-timestamp is before --start-timestamp")
+        if not MIN_HEARTBEAT_MS <= self.heartbeat_ms <= MAX_HEARTBEAT_MS:
+            raise ConfigError(f"--heartbeat-ms must be {MIN_HEARTBEAT_MS}-{MAX_HEARTBEAT_MS}")
+
+    @property
+    def database_path(self) -> str:
+        return f"projects/{self.project}/instances/{self.instance}/databases/{self.database}"
+
+    @classmethod
+    def from_options(cls, values: dict[str, Any]) -> ProducerConfig:
+        """From :func:`spanner_cdc.config.resolve` output for PRODUCE_OPTIONS."""
+        start = values.pop("start_timestamp")
+        end = values.pop("end_timestamp")
+        return cls(
+            **{
+                **values,
+                "include_tables": tuple(values["include_tables"]),
+                "exclude_tables": tuple(values["exclude_tables"]),
+                "kafka_config": dict(values["kafka_config"]),
+                "topic_prefix": values["topic_prefix"] or "",
+                "stream_name": values["stream_name"] or "",
+            },
+            start_timestamp_micros=start,
+            end_timestamp_micros=end,
+        )

@@ -1,0 +1,235 @@
+"""Kafka side of the producer: topics, schemas, events and checkpoints over one idempotent client.
+
+Delivery reports are served by :meth:`KafkaPublisher.poll` on the event loop's thread, so the
+callbacks may touch asyncio objects and per-partition trackers without locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from spanner_cdc.common.blocking import call_with_deadline
+from spanner_cdc.schemas.wire import WriterSchema
+
+log = logging.getLogger(__name__)
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}\Z")
+#: librdkafka settings the ordering and delivery guarantees depend on; users may not override them.
+GUARANTEED_SETTINGS = {
+    "enable.idempotence": "true",
+    "acks": "all",
+    "max.in.flight.requests.per.connection": "5",
+    "partitioner": "murmur2_random",
+}
+TUNED_DEFAULTS = {
+    "compression.type": "lz4",
+    "linger.ms": "20",
+    "batch.size": "1000000",
+    "queue.buffering.max.messages": "500000",
+    "queue.buffering.max.kbytes": "1048576",
+}
+DeliveryCallback = Callable[[KafkaError | None, Message], None]
+
+
+class KafkaSetupError(RuntimeError):
+    """The broker cannot be reached or refuses a topic; one clear line for the user."""
+
+
+def topic_for(prefix: str, object_name: str) -> str:
+    topic = f"{prefix}.{object_name}"
+    if not TOPIC_NAME.match(topic):
+        raise KafkaSetupError(
+            f"table {object_name!r} gives the topic name {topic!r}, which Kafka does not accept"
+        )
+    return topic
+
+
+class KafkaPublisher:
+    def __init__(
+        self,
+        bootstrap: str,
+        prefix: str,
+        extra_settings: dict[str, str],
+        topic_partitions: int,
+        replication_factor: int,
+    ) -> None:
+        overridden = sorted(set(extra_settings) & set(GUARANTEED_SETTINGS))
+        if overridden:
+            raise KafkaSetupError(
+                f"--kafka-config may not set {', '.join(overridden)}: ordering depends on them"
+            )
+        self.client_settings: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            "logger": logging.getLogger("librdkafka"),  # its logs join ours instead of raw stderr
+            **extra_settings,
+        }
+        self.producer = Producer({**TUNED_DEFAULTS, **self.client_settings, **GUARANTEED_SETTINGS})
+        self.admin = AdminClient(self.client_settings)
+        self.prefix = prefix
+        self.schemas_topic = f"{prefix}._schemas"
+        self.checkpoints_topic = f"{prefix}._checkpoints"
+        self.topic_partitions = topic_partitions
+        self.replication_factor = replication_factor
+        self._topics: set[str] = set()
+        self._schemas: dict[int, asyncio.Future[None]] = {}
+
+    # --- topics and schemas ---------------------------------------------------------------
+
+    async def check_reachable(self, timeout: float = 10.0) -> None:
+        try:
+            await call_with_deadline(lambda: self.admin.list_topics(timeout=timeout), timeout + 5)
+        except KafkaException as exc:
+            raise KafkaSetupError(
+                f"Kafka at {self.client_settings['bootstrap.servers']} does not answer: {exc.args[0].str()}"
+            ) from None
+
+    async def event_topics(self, timeout: float = 10.0) -> dict[str, int]:
+        """Every event topic of the prefix on the broker, with its partition count.
+
+        Event topics are ``{prefix}.<table>`` (tables start with a letter); the control topics
+        ``{prefix}._…`` are left out. Topics created by an earlier run count too: a watermark
+        is a promise about all of them.
+        """
+        metadata = await call_with_deadline(lambda: self.admin.list_topics(timeout=timeout), timeout + 5)
+        start = self.prefix + "."
+        return {
+            name: len(topic.partitions)
+            for name, topic in metadata.topics.items()
+            if name.startswith(start) and name[len(start) : len(start) + 1].isalpha()
+        }
+
+    def created_event_topics(self) -> set[str]:
+        """The event topics this client created or found while producing."""
+        return {topic for topic in self._topics if topic not in (self.schemas_topic, self.checkpoints_topic)}
+
+    async def ensure_topic(self, topic: str, compacted: bool = False) -> None:
+        if topic in self._topics:
+            return
+        partitions = 1 if compacted else self.topic_partitions
+        config = {"cleanup.policy": "compact"} if compacted else {}
+        new_topic = NewTopic(topic, partitions, self.replication_factor, config=config)
+        futures = self.admin.create_topics([new_topic], operation_timeout=30)
+        try:
+            await asyncio.wrap_future(futures[topic])
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise KafkaSetupError(f"cannot create topic {topic}: {error.str()}") from None
+        self._topics.add(topic)
+
+    async def ensure_schema(self, writer: WriterSchema) -> None:
+        """Publish ``writer`` to ``{prefix}._schemas`` once and wait for the broker's ack.
+
+        Events are produced only after this returns, so a reader never meets a fingerprint it
+        cannot resolve.
+        """
+        pending = self._schemas.get(writer.fingerprint)
+        if pending is None:
+            pending = self._schemas[writer.fingerprint] = self.produce_acknowledged(
+                self.schemas_topic, writer.fingerprint_hex.encode(), writer.schema_json.encode()
+            )
+        await asyncio.shield(pending)
+
+    # --- producing --------------------------------------------------------------------------
+
+    def produce_acknowledged(self, topic: str, key: bytes, value: bytes) -> asyncio.Future[None]:
+        """Produce one message; the future resolves on the broker's acknowledgement."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def settle(error: KafkaError | None, _message: Message) -> None:
+            if future.done():
+                return
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(KafkaException(error))
+
+        self.produce(topic, key, value, settle)
+        return future
+
+    def produce(self, topic: str, key: bytes, value: bytes, on_delivery: DeliveryCallback) -> None:
+        """Queue one message; when the local queue is full, serve delivery reports until it is not."""
+        while True:
+            try:
+                self.producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
+    def poll(self) -> int:
+        """Serve delivery reports now (on the calling thread, which must be the loop's)."""
+        served: int = self.producer.poll(0)
+        return served
+
+    async def run_poller(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            self.poll()
+            await asyncio.sleep(0.005)
+
+    async def flush(self, timeout: float) -> int:
+        """Wait for outstanding messages; returns how many are still undelivered."""
+        deadline = time.monotonic() + timeout
+        while len(self.producer) and time.monotonic() < deadline:
+            self.poll()
+            await asyncio.sleep(0.01)
+        return len(self.producer)
+
+    # --- checkpoints ------------------------------------------------------------------------
+
+    async def write_checkpoints(self, states: list[dict[str, Any]]) -> None:
+        await self.ensure_topic(self.checkpoints_topic, compacted=True)
+        futures = [
+            self.produce_acknowledged(
+                self.checkpoints_topic, state["token"].encode(), json.dumps(state).encode()
+            )
+            for state in states
+        ]
+        await asyncio.gather(*futures)
+
+    def read_checkpoints(self, timeout: float = 30.0) -> list[dict[str, Any]]:
+        """The latest checkpoint per partition token (blocking: call before the loop runs work)."""
+        metadata = self.admin.list_topics(timeout=timeout)
+        if self.checkpoints_topic not in metadata.topics:
+            return []
+        consumer = Consumer(
+            {
+                **self.client_settings,
+                "group.id": f"{self.prefix}.checkpoint-reader",
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            _, high = consumer.get_watermark_offsets(
+                TopicPartition(self.checkpoints_topic, 0), timeout=timeout
+            )
+            latest: dict[str, dict[str, Any]] = {}
+            if high <= 0:
+                return []
+            consumer.assign([TopicPartition(self.checkpoints_topic, 0, 0)])
+            deadline = time.monotonic() + timeout
+            position = 0
+            while position < high:
+                if time.monotonic() > deadline:
+                    raise KafkaSetupError(f"timed out reading {self.checkpoints_topic} ({position}/{high})")
+                message = consumer.poll(1.0)
+                if message is None:
+                    continue
+                error = message.error()
+                if error is not None:
+                    raise KafkaSetupError(f"cannot read {self.checkpoints_topic}: {error.str()}")
+                position = (message.offset() or 0) + 1
+                value = message.value()
+                if value is not None:
+                    state = json.loads(value)
+                    latest[state["token"]] = state
+            return list(latest.values())
+        finally:
+            consumer.close()

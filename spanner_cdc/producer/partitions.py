@@ -1,0 +1,172 @@
+"""Partition lineage: which change-stream partitions exist, what each waits for, what may run.
+
+The rules of seed 000 and DESIGN §4 live here and nowhere else:
+
+- children are registered idempotently by token (a merged child is reported by each parent);
+- a child runs only when **every** parent has finished, and exactly one query runs per token;
+- the initial query (``partition_token = NULL``) is the pseudo-partition :data:`ROOT`, the
+  parent of the partitions it reports;
+- the low watermark is the minimum watermark over unfinished partitions.
+
+This is plain state with no I/O, so the service decides *when* to persist and run, and this
+module decides *what*.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from spanner_cdc.producer.records import ChildPartitionsRecord
+
+ROOT = "<root>"
+log = logging.getLogger(__name__)
+
+
+class PartitionState(enum.StrEnum):
+    CREATED = "CREATED"  # registered; waits for its parents
+    RUNNING = "RUNNING"  # its query was started (and is resumed from its checkpoint after a restart)
+    FINISHED = "FINISHED"  # query ended, every event acknowledged, children durably registered
+
+
+@dataclass
+class Partition:
+    token: str
+    parents: tuple[str, ...]
+    start_micros: int
+    state: PartitionState = PartitionState.CREATED
+    #: Every event of this partition with commit timestamp ≤ checkpoint is acknowledged by Kafka.
+    checkpoint_micros: int = 0
+    #: Everything at or before this was returned by the query (records, heartbeats).
+    watermark_micros: int = 0
+
+    def __post_init__(self) -> None:
+        # Before its query runs, a partition has returned nothing: not even changes committed
+        # at its start timestamp, which belong to it.
+        self.checkpoint_micros = max(self.checkpoint_micros, self.start_micros - 1)
+        self.watermark_micros = max(self.watermark_micros, self.start_micros - 1)
+
+    @property
+    def query_token(self) -> str | None:
+        return None if self.token == ROOT else self.token
+
+    @property
+    def resume_micros(self) -> int:
+        """Where a (re)started query begins: inclusive, so events at the checkpoint may repeat."""
+        return max(self.start_micros, self.checkpoint_micros)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "token": self.token,
+            "parents": list(self.parents),
+            "start_micros": self.start_micros,
+            "state": self.state.value,
+            "checkpoint_micros": self.checkpoint_micros,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Partition:
+        """A partition as a checkpoint record left it, for a new run.
+
+        Its watermark is its checkpoint: the run that wrote the record may have read further,
+        but what it read and had not published is lost with it, and a watermark ahead of the
+        checkpoint would let the new run publish watermarks and release held records past
+        changes it has yet to read again. (Records of earlier versions carry that run's
+        ``watermark_micros``; it is ignored.)
+        """
+        checkpoint = int(data["checkpoint_micros"])
+        return cls(
+            token=str(data["token"]),
+            parents=tuple(data["parents"]),
+            start_micros=int(data["start_micros"]),
+            state=PartitionState(data["state"]),
+            checkpoint_micros=checkpoint,
+            watermark_micros=checkpoint,
+        )
+
+
+@dataclass
+class PartitionScheduler:
+    """The partition table plus the scheduler's own record of every query it started."""
+
+    partitions: dict[str, Partition] = field(default_factory=dict)
+    query_starts: list[str] = field(default_factory=list)
+    query_retries: list[str] = field(default_factory=list)
+    merges_seen: set[str] = field(default_factory=set)
+
+    @classmethod
+    def starting_at(cls, start_micros: int) -> PartitionScheduler:
+        return cls({ROOT: Partition(ROOT, (), start_micros)})
+
+    @classmethod
+    def restored(cls, partitions: Iterable[Partition]) -> PartitionScheduler:
+        return cls({p.token: p for p in partitions})
+
+    def register_children(self, record: ChildPartitionsRecord, reported_by: str) -> list[Partition]:
+        """Partitions this record adds (already-known tokens are not added again)."""
+        added = []
+        for child in record.children:
+            parents = child.parent_tokens or (reported_by,)
+            if len(parents) > 1:
+                self.merges_seen.add(child.token)
+            if child.token in self.partitions:
+                continue
+            partition = Partition(child.token, parents, record.start_timestamp_micros)
+            self.partitions[child.token] = partition
+            added.append(partition)
+        return added
+
+    def runnable(self) -> list[Partition]:
+        """CREATED partitions whose parents all finished, oldest first."""
+        ready = [
+            p for p in self.partitions.values() if p.state == PartitionState.CREATED and self._parents_done(p)
+        ]
+        return sorted(ready, key=lambda p: (p.start_micros, p.token))
+
+    def resumable(self) -> list[Partition]:
+        """RUNNING partitions: after a restart their queries resume from the checkpoint."""
+        return [p for p in self.partitions.values() if p.state == PartitionState.RUNNING]
+
+    def _parents_done(self, partition: Partition) -> bool:
+        for parent in partition.parents:
+            known = self.partitions.get(parent)
+            if known is None:
+                log.error("partition %s waits for unknown parent %s", partition.token[:16], parent[:16])
+                return False
+            if known.state != PartitionState.FINISHED:
+                return False
+        return True
+
+    def mark_running(self, partition: Partition) -> None:
+        if partition.state == PartitionState.FINISHED:
+            raise RuntimeError(f"partition {partition.token} already finished; it is never queried again")
+        partition.state = PartitionState.RUNNING
+        self.query_starts.append(partition.token)
+
+    def note_retry(self, partition: Partition) -> None:
+        """A running partition's query is started again from its checkpoint (error or stall)."""
+        self.query_retries.append(partition.token)
+
+    @staticmethod
+    def mark_finished(partition: Partition) -> None:
+        partition.state = PartitionState.FINISHED
+
+    def unfinished(self) -> list[Partition]:
+        return [p for p in self.partitions.values() if p.state != PartitionState.FINISHED]
+
+    def all_finished(self) -> bool:
+        return not self.unfinished()
+
+    def low_watermark_micros(self) -> int | None:
+        """Minimum watermark over unfinished partitions; None once all finished."""
+        marks = [p.watermark_micros for p in self.unfinished()]
+        return min(marks) if marks else None
+
+    def count_by_state(self) -> dict[PartitionState, int]:
+        counts = dict.fromkeys(PartitionState, 0)
+        for partition in self.partitions.values():
+            counts[partition.state] += 1
+        return counts

@@ -1,0 +1,160 @@
+"""The Spanner side of the producer: open the database, check the stream, run its queries."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from google.api_core import exceptions as google_exceptions
+from google.auth import exceptions as google_auth_exceptions
+from google.cloud import spanner
+from google.cloud.spanner_admin_database_v1.types import DatabaseDialect
+
+from spanner_cdc.common.blocking import call_with_deadline
+from spanner_cdc.common.spanner_client import emulator_client
+from spanner_cdc.common.spanner_client import emulator_host as emulator_host_from_env
+from spanner_cdc.producer.catalog import NOT_CAPTURED, CatalogColumn
+from spanner_cdc.producer.query import GOOGLE_STANDARD_SQL, POSTGRESQL, ChangeStreamQuery
+from spanner_cdc.producer.records import ChangeStreamRecord, records_from_googlesql_row, records_from_json
+from spanner_cdc.schemas.events import DataChangeRecord
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_SECONDS = 30.0
+DIALECTS = {GOOGLE_STANDARD_SQL: DatabaseDialect.GOOGLE_STANDARD_SQL, POSTGRESQL: DatabaseDialect.POSTGRESQL}
+#: Valid in both dialects: unquoted identifiers are case-insensitive in each.
+DIALECT_SQL = (
+    "SELECT option_value FROM information_schema.database_options WHERE option_name = 'database_dialect'"
+)
+
+
+class SpannerSetupError(RuntimeError):
+    """The database or change stream cannot be used; one clear line for the user."""
+
+
+@dataclass
+class SpannerSource:
+    database: Any
+    dialect: str
+    database_path: str
+
+    @classmethod
+    async def open(
+        cls, project: str, instance: str, database: str, emulator_host: str | None
+    ) -> SpannerSource:
+        host = emulator_host_from_env(emulator_host)
+        try:
+            client = emulator_client(host, project) if host else spanner.Client(project=project)
+        except google_auth_exceptions.DefaultCredentialsError:
+            raise SpannerSetupError(
+                "no Google Cloud credentials for Spanner: set GOOGLE_APPLICATION_CREDENTIALS (or run "
+                "where application default credentials exist), or --emulator-host for an emulator"
+            ) from None
+        handle = client.instance(instance).database(database)
+        path = f"projects/{project}/instances/{instance}/databases/{database}"
+        try:
+            await call_with_deadline(handle.reload, CONNECT_TIMEOUT_SECONDS)
+        except TimeoutError:
+            raise SpannerSetupError(
+                f"Spanner does not answer within {CONNECT_TIMEOUT_SECONDS:.0f}s ({path})"
+            ) from None
+        except google_exceptions.NotFound:
+            raise SpannerSetupError(f"database {path} does not exist") from None
+        except google_exceptions.GoogleAPICallError as exc:
+            raise SpannerSetupError(f"cannot open {path}: {exc.message}") from None
+        probe = cls(handle, GOOGLE_STANDARD_SQL, path)
+        [[dialect]] = await call_with_deadline(lambda: probe._query(DIALECT_SQL), CONNECT_TIMEOUT_SECONDS)
+        # The emulator's GetDatabase leaves the dialect unset, and the client re-reads the
+        # database on every access while it is unset: give the handle the dialect we found.
+        handle = client.instance(instance).database(database, database_dialect=DIALECTS[dialect])
+        return cls(handle, dialect, path)
+
+    def _query(self, sql: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
+        types = {name: spanner.param_types.STRING for name in params or {}}
+        with self.database.snapshot() as snapshot:
+            return [list(row) for row in snapshot.execute_sql(sql, params=params, param_types=types)]
+
+    async def check_change_stream(self, stream: str) -> None:
+        """A missing stream is one clear error at start, not a failing query per partition."""
+        if self.dialect == POSTGRESQL:
+            sql = "SELECT 1 FROM information_schema.change_streams WHERE change_stream_name = $1"
+            params = {"p1": stream}
+        else:
+            sql = "SELECT 1 FROM INFORMATION_SCHEMA.CHANGE_STREAMS WHERE CHANGE_STREAM_NAME = @s"
+            params = {"s": stream}
+        if not await call_with_deadline(lambda: self._query(sql, params), CONNECT_TIMEOUT_SECONDS):
+            raise SpannerSetupError(f"change stream {stream!r} does not exist in {self.database_path}")
+
+    def load_catalog(self) -> tuple[dict[str, list[CatalogColumn]], dict[str, frozenset[str]]]:
+        """Columns per table and the columns that accept commit timestamps (blocking)."""
+        if self.dialect == POSTGRESQL:
+            columns_sql = (
+                "SELECT table_schema, table_name, column_name, ordinal_position, spanner_type "
+                "FROM information_schema.columns "
+                "WHERE table_schema NOT IN ('information_schema', 'spanner_sys', 'pg_catalog')"
+            )
+            commit_sql = (
+                "SELECT table_schema, table_name, column_name FROM information_schema.columns "
+                "WHERE spanner_type = 'spanner.commit_timestamp'"
+            )
+        else:
+            columns_sql = (
+                "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, ORDINAL_POSITION, SPANNER_TYPE "
+                "FROM INFORMATION_SCHEMA.COLUMNS "
+                "WHERE TABLE_SCHEMA NOT IN ('INFORMATION_SCHEMA', 'SPANNER_SYS')"
+            )
+            commit_sql = (
+                "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME FROM INFORMATION_SCHEMA.COLUMN_OPTIONS "
+                "WHERE OPTION_NAME = 'allow_commit_timestamp' AND OPTION_VALUE = 'TRUE'"
+            )
+        columns: dict[str, list[CatalogColumn]] = {}
+        for schema, table, column, position, type_text in self._query(columns_sql):
+            if type_text in NOT_CAPTURED:
+                continue
+            name = self._qualified(schema, table)
+            columns.setdefault(name, []).append(
+                CatalogColumn.parse(column, int(position), type_text, self.dialect, name)
+            )
+        commit_columns: dict[str, set[str]] = {}
+        for schema, table, column in self._query(commit_sql):
+            commit_columns.setdefault(self._qualified(schema, table), set()).add(column)
+        return columns, {table: frozenset(names) for table, names in commit_columns.items()}
+
+    @staticmethod
+    def _qualified(schema: str, table: str) -> str:
+        """Table names as change records spell them: ``schema.table`` for named schemas only."""
+        return table if schema in ("", "public") else f"{schema}.{table}"
+
+    def read(
+        self, query: ChangeStreamQuery, token: str | None, start_micros: int
+    ) -> Iterator[list[ChangeStreamRecord]]:
+        """The query's rows as parsed records, one list per row (runs on a worker thread)."""
+        params, types = query.params(token, start_micros)
+        with self.database.snapshot() as snapshot:
+            results = snapshot.execute_sql(query.sql, params=params, param_types=types)
+            for row in results:
+                if self.dialect == POSTGRESQL:
+                    records = list(records_from_json(row[0]))
+                else:
+                    records = list(records_from_googlesql_row(row, results.fields))
+                if log.isEnabledFor(logging.DEBUG):
+                    log_returned(records)
+                yield records
+
+
+def log_returned(records: list[ChangeStreamRecord]) -> None:
+    """One debug line per data change record, as Spanner returned it: with ``--log-level debug``
+    a run's log says which changes the server gave the producer (a change the server never
+    returned cannot reach Kafka; one it returned and Kafka lacks is the producer's to explain)."""
+    for record in records:
+        if isinstance(record, DataChangeRecord):
+            log.debug(
+                "returned tx=%s seq=%s mods=%d commit=%d table=%s",
+                record.server_transaction_id,
+                record.record_sequence,
+                len(record.mods),
+                record.commit_timestamp_micros,
+                record.table_name,
+            )

@@ -1,0 +1,225 @@
+"""Data change records → Datastream-shaped events, one per mod (DESIGN §3).
+
+The record form accepted here is the change record as JSON (the PostgreSQL dialect's native
+form and the seed's examples); the GoogleSQL reader turns its STRUCT rows into the same mapping,
+so both dialects share one event builder.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from spanner_cdc.schemas.errors import ContractError
+from spanner_cdc.schemas.identity import change_uuid, sort_keys
+from spanner_cdc.schemas.spanner_types import format_timestamp_micros, parse_timestamp_micros
+from spanner_cdc.schemas.table import TableSchema
+
+READ_METHOD_CHANGE_STREAMS = "spanner-cdc-change-streams"
+READ_METHOD_BACKFILL = "spanner-backfill"
+MOD_TYPES = ("INSERT", "UPDATE", "DELETE")
+#: What the emulator reports for a PENDING_COMMIT_TIMESTAMP() column (DESIGN §2).
+EMULATOR_PENDING_COMMIT_TIMESTAMP = "9999-12-31T23:59:59Z"
+
+
+@dataclass(frozen=True)
+class Mod:
+    """One row change inside a data change record."""
+
+    keys: Mapping[str, Any]
+    new_values: Mapping[str, Any]
+    old_values: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class DataChangeRecord:
+    """A data change record with its timestamp already in microseconds."""
+
+    commit_timestamp_micros: int
+    record_sequence: str
+    server_transaction_id: str
+    is_last_record_in_transaction_in_partition: bool
+    table_name: str
+    column_types: Sequence[Mapping[str, Any]]
+    mods: tuple[Mod, ...]
+    mod_type: str
+    value_capture_type: str
+    number_of_records_in_transaction: int
+    number_of_partitions_in_transaction: int
+    transaction_tag: str
+    is_system_transaction: bool
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> DataChangeRecord:
+        """Parse the JSON form of a ``data_change_record``."""
+        mod_type = str(record["mod_type"])
+        if mod_type not in MOD_TYPES:
+            raise ContractError(f"data change record has unknown mod_type {mod_type!r}")
+        commit = record["commit_timestamp"]
+        return cls(
+            commit_timestamp_micros=commit if isinstance(commit, int) else parse_timestamp_micros(commit),
+            record_sequence=str(record["record_sequence"]),
+            server_transaction_id=str(record["server_transaction_id"]),
+            is_last_record_in_transaction_in_partition=bool(
+                record["is_last_record_in_transaction_in_partition"]
+            ),
+            table_name=str(record["table_name"]),
+            column_types=[_as_mapping(entry) for entry in record["column_types"]],
+            mods=tuple(
+                Mod(
+                    keys=_as_mapping(mod.get("keys")),
+                    new_values=_as_mapping(mod.get("new_values")),
+                    old_values=_as_mapping(mod.get("old_values")),
+                )
+                for mod in map(_as_mapping, record["mods"])
+            ),
+            mod_type=mod_type,
+            value_capture_type=str(record["value_capture_type"]),
+            number_of_records_in_transaction=int(record["number_of_records_in_transaction"]),
+            number_of_partitions_in_transaction=int(record["number_of_partitions_in_transaction"]),
+            transaction_tag=str(record.get("transaction_tag") or ""),
+            is_system_transaction=bool(record.get("is_system_transaction", False)),
+        )
+
+
+def _as_mapping(value: Any) -> Mapping[str, Any]:
+    """Change records nest JSON; clients hand it over as text, dicts or dict subclasses."""
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        value = json.loads(value) if value else {}
+    if not isinstance(value, Mapping):
+        raise ContractError(f"expected a JSON object in a change record, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event ready to encode: its table version, Kafka key record and event record."""
+
+    table: TableSchema
+    key: dict[str, Any]
+    value: dict[str, Any]
+
+
+@dataclass
+class EventBuilder:
+    """Builds events for one change stream; caches one TableSchema per table version.
+
+    ``commit_timestamp_columns`` maps a table to its ``allow_commit_timestamp`` columns: the
+    emulator reports those as 9999-12-31T23:59:59Z when written with PENDING_COMMIT_TIMESTAMP(),
+    and the record's real commit timestamp is what the column holds.
+    """
+
+    stream_name: str
+    database: str
+    default_schema: str = ""
+    commit_timestamp_columns: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    _tables: dict[tuple[str, str], TableSchema] = field(default_factory=dict, repr=False)
+
+    def table_schema(self, table_name: str, column_types: Sequence[Mapping[str, Any]]) -> TableSchema:
+        cache_key = (table_name, json.dumps(column_types, sort_keys=True, default=str))
+        schema = self._tables.get(cache_key)
+        if schema is None:
+            schema = self._tables[cache_key] = TableSchema.from_column_types(table_name, column_types)
+        return schema
+
+    def build(
+        self,
+        record: DataChangeRecord,
+        partition_token: str | None,
+        read_timestamp_millis: int,
+        table: TableSchema | None = None,
+    ) -> list[Event]:
+        """Every mod of ``record`` as an event, in mod order.
+
+        ``table`` is the record's table version when the caller already resolved it (the
+        producer does, from the catalog); otherwise it is looked up from ``column_types``.
+        """
+        table = table or self.table_schema(record.table_name, record.column_types)
+        schema_name, _, _ = record.table_name.rpartition(".")
+        commit_millis = record.commit_timestamp_micros // 1000
+        primary_keys = [c.name for c in table.key_columns]
+        events = []
+        for mod_index, mod in enumerate(record.mods):
+            keys = table.convert_row(mod.keys)
+            new_values = table.convert_row(self._resolve_pending_commit_timestamps(record, mod.new_values))
+            old_values = table.convert_row(mod.old_values)
+            payload, changed = _payload(record.mod_type, keys, new_values, old_values)
+            metadata = {
+                "database": self.database,
+                "schema": schema_name or self.default_schema,
+                "table": record.table_name,
+                "change_type": record.mod_type,
+                "is_deleted": record.mod_type == "DELETE",
+                "primary_keys": primary_keys,
+                "tx_id": record.server_transaction_id,
+                "commit_timestamp": record.commit_timestamp_micros,
+                "record_sequence": record.record_sequence,
+                "mod_index": mod_index,
+                "partition_token": partition_token,
+                "value_capture_type": record.value_capture_type,
+                "number_of_records_in_transaction": record.number_of_records_in_transaction,
+                "number_of_partitions_in_transaction": record.number_of_partitions_in_transaction,
+                "is_last_record_in_transaction_in_partition": (
+                    record.is_last_record_in_transaction_in_partition
+                ),
+                "transaction_tag": record.transaction_tag,
+                "is_system_transaction": record.is_system_transaction,
+                "number_of_mods_in_record": len(record.mods),
+                "changed_columns": changed,
+                "old_values": {**keys, **old_values} if old_values else None,
+            }
+            value = {
+                "uuid": change_uuid(
+                    self.stream_name, record.server_transaction_id, record.record_sequence, mod_index
+                ),
+                "read_timestamp": read_timestamp_millis,
+                "source_timestamp": commit_millis,
+                "object": record.table_name,
+                "read_method": READ_METHOD_CHANGE_STREAMS,
+                "stream_name": self.stream_name,
+                "schema_key": table.schema_key,
+                "sort_keys": sort_keys(
+                    record.commit_timestamp_micros,
+                    record.server_transaction_id,
+                    record.record_sequence,
+                    mod_index,
+                ),
+                "source_metadata": metadata,
+                "payload": payload,
+            }
+            events.append(Event(table, keys, value))
+        return events
+
+    def _resolve_pending_commit_timestamps(
+        self, record: DataChangeRecord, values: Mapping[str, Any]
+    ) -> Mapping[str, Any]:
+        columns = self.commit_timestamp_columns.get(record.table_name)
+        if not columns:
+            return values
+        commit_text = format_timestamp_micros(record.commit_timestamp_micros)
+        return {
+            name: commit_text if name in columns and value == EMULATOR_PENDING_COMMIT_TIMESTAMP else value
+            for name, value in values.items()
+        }
+
+
+def _payload(
+    mod_type: str,
+    keys: dict[str, Any],
+    new_values: dict[str, Any],
+    old_values: dict[str, Any],
+) -> tuple[dict[str, Any], list[str]]:
+    """The payload and changed_columns for one mod, by mod type (DESIGN §3, payload).
+
+    INSERT and UPDATE carry ``new_values`` (the whole row for NEW_ROW capture types, only the
+    changed columns otherwise); DELETE carries the keys plus whatever old values were captured.
+    Columns absent from the mod are null in the payload and absent from changed_columns, which
+    is how a sink knows not to overwrite them.
+    """
+    if mod_type == "DELETE":
+        return {**keys, **old_values}, sorted(old_values)
+    return {**keys, **new_values}, sorted(new_values)

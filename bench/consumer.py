@@ -44,7 +44,7 @@ def raw_read(spark: Any, config: ConsumerConfig, checkpoint: Path) -> int:
     query = (
         spark.readStream.format(SOURCE_NAME)
         .option("kafka.bootstrap.servers", config.kafka_bootstrap)
-        .option("subscribePattern", config.topic_pattern)
+        .option("subscribePattern", config.topics.event_pattern)
         .option("startingOffsets", "earliest")
         .load()
         .writeStream.foreachBatch(collect)

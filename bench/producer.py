@@ -33,7 +33,8 @@ from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.partitions import Partition, PartitionScheduler
 from spanner_cdc.producer.service import ProducerService
 from spanner_cdc.producer.spanner_source import SpannerSource
-from spanner_cdc.schemas.events import DataChangeRecord, EventBuilder
+from spanner_cdc.schemas.events import EventBuilder
+from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.wire import WriterSchema
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.services import EMULATOR_PROJECT

@@ -17,6 +17,7 @@ from spanner_cdc.common.config import (
     key_value,
     positive_float,
 )
+from spanner_cdc.schemas.topics import Topics
 
 SINKS = ("changelog", "replica")
 SOURCES = ("auto", "kafka", "spanner_cdc_kafka")
@@ -170,15 +171,19 @@ class ConsumerConfig:
         return self.output_dir / "replica.duckdb"
 
     @property
-    def topic_pattern(self) -> str:
-        """Every event topic of the prefix; control topics (``{prefix}._…``) start with '_'."""
-        return re.escape(self.topic_prefix) + r"\.[A-Za-z].*"
+    def topics(self) -> Topics:
+        return Topics(self.topic_prefix)
+
+    @property
+    def table_topics(self) -> tuple[str, ...]:
+        """The topics ``--tables`` names (empty: every event topic of the prefix)."""
+        return tuple(self.topics.event(table) for table in self.tables)
 
     def subscribed(self, topic: str) -> bool:
         """Does this consumer read ``topic`` (what ``--tables`` or the prefix pattern select)?"""
         if self.tables:
-            return topic in {f"{self.topic_prefix}.{table}" for table in self.tables}
-        return re.fullmatch(self.topic_pattern, topic) is not None
+            return topic in self.table_topics
+        return self.topics.is_event_topic(topic)
 
     @classmethod
     def from_options(cls, values: dict[str, Any]) -> ConsumerConfig:

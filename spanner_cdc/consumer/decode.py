@@ -20,6 +20,7 @@ from confluent_kafka import Consumer
 from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
 from spanner_cdc.consumer.table_version import TableVersion
 from spanner_cdc.schemas.errors import ContractError, DecodeError
+from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark, is_watermark
 from spanner_cdc.schemas.wire import SchemaStore, WriterSchema
 
@@ -88,7 +89,7 @@ class SchemaTopic:
     """The writer schemas on ``{prefix}._schemas``, read incrementally on demand."""
 
     def __init__(self, client_config: dict[str, str], prefix: str) -> None:
-        self.topic = f"{prefix}._schemas"
+        self.topic = Topics(prefix).schemas
         self.store = SchemaStore({WATERMARK_WRITER.fingerprint: WATERMARK_WRITER})
         self._client_config = client_config
         self._positions: dict[int, int] = {}

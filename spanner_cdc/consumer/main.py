@@ -134,9 +134,9 @@ class ConsumerJob:
         for key, value in config.kafka_config.items():
             reader = reader.option(f"kafka.{key}", value)
         if config.tables:
-            reader = reader.option("subscribe", ",".join(f"{config.topic_prefix}.{t}" for t in config.tables))
+            reader = reader.option("subscribe", ",".join(config.table_topics))
         else:
-            reader = reader.option("subscribePattern", config.topic_pattern)
+            reader = reader.option("subscribePattern", config.topics.event_pattern)
         writer = (
             reader.load()
             .writeStream.foreachBatch(self.processor)

@@ -33,8 +33,8 @@ from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.demo.bank import DDL, STREAM, TABLE_COLUMNS, TOTAL, BalanceWatch, BankWorkload
 from spanner_cdc.producer.config import ProducerConfig
 from spanner_cdc.producer.main import build_service, describe
-from spanner_cdc.producer.records import timestamp_micros
 from spanner_cdc.producer.service import ProducerService
+from spanner_cdc.schemas.timestamps import timestamp_micros
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.services import EMULATOR_PROJECT
 
@@ -203,7 +203,7 @@ def save_sample_event(config: ConsumerConfig, table: str) -> Path:
     schemas.refresh()
     reader = Consumer({**SHORT_FETCH_WAIT, **config.client_config, "group.id": "spanner-cdc-demo"})
     try:
-        messages = read_to_end(reader, f"{config.topic_prefix}.{table}", {})
+        messages = read_to_end(reader, config.topics.event(table), {})
     finally:
         reader.close()
     events = [schemas.store.decode(value) for _, _, key, value in messages if key is not None and value]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from spanner_cdc.producer.acks import AckTracker
 from spanner_cdc.producer.partitions import Partition
-from spanner_cdc.schemas.events import DataChangeRecord
+from spanner_cdc.schemas.records import DataChangeRecord
 
 
 @dataclass(order=True)

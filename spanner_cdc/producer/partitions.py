@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from spanner_cdc.producer.records import ChildPartitionsRecord
+from spanner_cdc.schemas.records import ChildPartitionsRecord
 
 ROOT = "<root>"
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from typing import Any
 
 from google.cloud.spanner_v1 import param_types
 
-from spanner_cdc.producer.records import micros_to_datetime
+from spanner_cdc.schemas.timestamps import datetime_from_micros
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 GOOGLE_STANDARD_SQL = "GOOGLE_STANDARD_SQL"
@@ -60,8 +60,10 @@ class ChangeStreamQuery:
 
     def params(self, token: str | None, start_micros: int) -> tuple[dict[str, Any], dict[str, Any]]:
         """(params, param_types) for the client's ``execute_sql``."""
-        end = micros_to_datetime(self.end_timestamp_micros) if self.end_timestamp_micros is not None else None
-        values: list[Any] = [micros_to_datetime(start_micros), end, token, self.heartbeat_ms]
+        end = (
+            datetime_from_micros(self.end_timestamp_micros) if self.end_timestamp_micros is not None else None
+        )
+        values: list[Any] = [datetime_from_micros(start_micros), end, token, self.heartbeat_ms]
         types = [param_types.TIMESTAMP, param_types.TIMESTAMP, param_types.STRING, param_types.INT64]
         names = (
             ["p1", "p2", "p3", "p4"] if self.dialect == POSTGRESQL else ["start", "end", "token", "heartbeat"]

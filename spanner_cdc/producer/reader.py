@@ -15,7 +15,7 @@ from typing import Any
 
 from google.api_core import exceptions as google_exceptions
 
-from spanner_cdc.producer.records import ChangeStreamRecord
+from spanner_cdc.schemas.records import ChangeStreamRecord
 
 #: gRPC failures worth retrying from the checkpoint; anything else ends the producer (DESIGN §4).
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (

@@ -39,11 +39,16 @@ from spanner_cdc.producer.ordering import CommitOrderBuffer
 from spanner_cdc.producer.partitions import Partition, PartitionScheduler, PartitionState
 from spanner_cdc.producer.query import ChangeStreamQuery
 from spanner_cdc.producer.reader import TRANSIENT_ERRORS, QueryStalledError, QueryStream
-from spanner_cdc.producer.records import ChangeStreamRecord, ChildPartitionsRecord, HeartbeatRecord
 from spanner_cdc.producer.spanner_source import SpannerSource
 from spanner_cdc.producer.watermarks import WatermarkEmitter, publish_periodically
 from spanner_cdc.schemas.errors import ContractError
-from spanner_cdc.schemas.events import DataChangeRecord, Event, EventBuilder
+from spanner_cdc.schemas.events import Event, EventBuilder
+from spanner_cdc.schemas.records import (
+    ChangeStreamRecord,
+    ChildPartitionsRecord,
+    DataChangeRecord,
+    HeartbeatRecord,
+)
 from spanner_cdc.schemas.table import TableSchema
 from spanner_cdc.schemas.wire import WriterSchema, encode
 

@@ -17,8 +17,8 @@ from spanner_cdc.common.spanner_client import emulator_client
 from spanner_cdc.common.spanner_client import emulator_host as emulator_host_from_env
 from spanner_cdc.producer.catalog import NOT_CAPTURED, CatalogColumn
 from spanner_cdc.producer.query import GOOGLE_STANDARD_SQL, POSTGRESQL, ChangeStreamQuery
-from spanner_cdc.producer.records import ChangeStreamRecord, records_from_googlesql_row, records_from_json
-from spanner_cdc.schemas.events import DataChangeRecord
+from spanner_cdc.producer.rows import records_from_googlesql_row
+from spanner_cdc.schemas.records import ChangeStreamRecord, DataChangeRecord, records_from_json
 
 log = logging.getLogger(__name__)
 

@@ -12,87 +12,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spanner_cdc.schemas.errors import ContractError
 from spanner_cdc.schemas.identity import change_uuid, sort_keys
-from spanner_cdc.schemas.spanner_types import format_timestamp_micros, parse_timestamp_micros
+from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.table import TableSchema
+from spanner_cdc.schemas.timestamps import format_timestamp_micros
 
 READ_METHOD_CHANGE_STREAMS = "spanner-cdc-change-streams"
 READ_METHOD_BACKFILL = "spanner-backfill"
-MOD_TYPES = ("INSERT", "UPDATE", "DELETE")
 #: What the emulator reports for a PENDING_COMMIT_TIMESTAMP() column (DESIGN §2).
 EMULATOR_PENDING_COMMIT_TIMESTAMP = "9999-12-31T23:59:59Z"
-
-
-@dataclass(frozen=True)
-class Mod:
-    """One row change inside a data change record."""
-
-    keys: Mapping[str, Any]
-    new_values: Mapping[str, Any]
-    old_values: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class DataChangeRecord:
-    """A data change record with its timestamp already in microseconds."""
-
-    commit_timestamp_micros: int
-    record_sequence: str
-    server_transaction_id: str
-    is_last_record_in_transaction_in_partition: bool
-    table_name: str
-    column_types: Sequence[Mapping[str, Any]]
-    mods: tuple[Mod, ...]
-    mod_type: str
-    value_capture_type: str
-    number_of_records_in_transaction: int
-    number_of_partitions_in_transaction: int
-    transaction_tag: str
-    is_system_transaction: bool
-
-    @classmethod
-    def from_json(cls, record: Mapping[str, Any]) -> DataChangeRecord:
-        """Parse the JSON form of a ``data_change_record``."""
-        mod_type = str(record["mod_type"])
-        if mod_type not in MOD_TYPES:
-            raise ContractError(f"data change record has unknown mod_type {mod_type!r}")
-        commit = record["commit_timestamp"]
-        return cls(
-            commit_timestamp_micros=commit if isinstance(commit, int) else parse_timestamp_micros(commit),
-            record_sequence=str(record["record_sequence"]),
-            server_transaction_id=str(record["server_transaction_id"]),
-            is_last_record_in_transaction_in_partition=bool(
-                record["is_last_record_in_transaction_in_partition"]
-            ),
-            table_name=str(record["table_name"]),
-            column_types=[_as_mapping(entry) for entry in record["column_types"]],
-            mods=tuple(
-                Mod(
-                    keys=_as_mapping(mod.get("keys")),
-                    new_values=_as_mapping(mod.get("new_values")),
-                    old_values=_as_mapping(mod.get("old_values")),
-                )
-                for mod in map(_as_mapping, record["mods"])
-            ),
-            mod_type=mod_type,
-            value_capture_type=str(record["value_capture_type"]),
-            number_of_records_in_transaction=int(record["number_of_records_in_transaction"]),
-            number_of_partitions_in_transaction=int(record["number_of_partitions_in_transaction"]),
-            transaction_tag=str(record.get("transaction_tag") or ""),
-            is_system_transaction=bool(record.get("is_system_transaction", False)),
-        )
-
-
-def _as_mapping(value: Any) -> Mapping[str, Any]:
-    """Change records nest JSON; clients hand it over as text, dicts or dict subclasses."""
-    if value is None:
-        return {}
-    if isinstance(value, str):
-        value = json.loads(value) if value else {}
-    if not isinstance(value, Mapping):
-        raise ContractError(f"expected a JSON object in a change record, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True)

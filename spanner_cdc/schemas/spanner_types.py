@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import base64
 import binascii
-import datetime as dt
 import decimal
 import json
 import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from spanner_cdc.schemas.errors import UnsupportedTypeError, ValueConversionError
+from spanner_cdc.schemas.timestamps import days_since_epoch, parse_timestamp_micros
 
 AvroType = str | dict[str, Any] | list[Any]
 Converter = Callable[[Any], Any]
@@ -28,12 +27,8 @@ Converter = Callable[[Any], Any]
 NUMERIC_PRECISION = 38
 NUMERIC_SCALE = 9
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
 _NUMERIC_CONTEXT = decimal.Context(prec=NUMERIC_PRECISION + 40)
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-_TIMESTAMP_RE = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|z|[+-]\d{2}:\d{2})\Z"
-)
 
 
 @dataclass(frozen=True)
@@ -115,36 +110,6 @@ def _type_name(spanner_type: SpannerType) -> str:
     return spanner_type.annotation if spanner_type.annotation else spanner_type.code
 
 
-def parse_timestamp_micros(text: str) -> int:
-    """RFC 3339 text → microseconds since the epoch, UTC.
-
-    Spanner TIMESTAMP allows nanoseconds; the contract is timestamp-micros, so a value with a
-    non-zero sub-microsecond part is an error rather than a silent truncation.
-    """
-    match = _TIMESTAMP_RE.match(text) if isinstance(text, str) else None
-    if match is None:
-        raise ValueError("not an RFC 3339 timestamp")
-    year, month, day, hour, minute, second, fraction, zone = match.groups()
-    fraction = (fraction or "").ljust(9, "0")
-    if fraction[6:] != "000":
-        raise ValueError("sub-microsecond precision does not fit timestamp-micros")
-    days = dt.date(int(year), int(month), int(day)).toordinal() - _EPOCH_ORDINAL
-    if int(hour) > 23 or int(minute) > 59 or int(second) > 59:
-        raise ValueError("time of day out of range")
-    offset = 0
-    if zone not in ("Z", "z"):
-        sign = -1 if zone[0] == "-" else 1
-        offset = sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
-    seconds = days * 86400 + int(hour) * 3600 + int(minute) * 60 + int(second) - offset
-    return seconds * 1_000_000 + int(fraction[:6])
-
-
-def format_timestamp_micros(micros: int) -> str:
-    """Microseconds since the epoch → RFC 3339 text with six fractional digits (inverse above)."""
-    moment = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def _parse_bool(value: Any) -> bool:
     if not isinstance(value, bool):
         raise TypeError("expected a JSON boolean")
@@ -224,7 +189,7 @@ def _parse_bytes(value: Any) -> bytes:
 def _parse_date(value: Any) -> int:
     if not isinstance(value, str) or len(value) != 10:
         raise ValueError("expected YYYY-MM-DD")
-    return dt.date.fromisoformat(value).toordinal() - _EPOCH_ORDINAL
+    return days_since_epoch(value)
 
 
 _DECIMAL_38_9 = {

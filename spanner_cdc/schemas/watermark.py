@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from spanner_cdc.schemas.timestamps import micros_from_datetime
 from spanner_cdc.schemas.wire import WriterSchema, encode
 
 KIND_HEADER = "spanner-cdc-kind"
@@ -44,7 +45,6 @@ WATERMARK_SCHEMA: dict[str, Any] = {
     ],
 }
 WATERMARK_WRITER = WriterSchema.from_schema(WATERMARK_SCHEMA)
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True)
@@ -78,5 +78,5 @@ def is_watermark(writer: WriterSchema) -> bool:
 
 def _micros(value: int | dt.datetime) -> int:
     if isinstance(value, dt.datetime):
-        return (value - _EPOCH) // dt.timedelta(microseconds=1)
+        return micros_from_datetime(value)
     return int(value)

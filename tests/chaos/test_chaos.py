@@ -36,7 +36,7 @@ import pytest
 
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.producer.kafka import KafkaPublisher
-from spanner_cdc.schemas.spanner_types import format_timestamp_micros
+from spanner_cdc.schemas.timestamps import format_timestamp_micros
 from spanner_cdc.stack import EmbeddedStack, stop_on_signals
 from tests.support.churn import (
     ACCOUNTS_DDL,

@@ -19,7 +19,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from spanner_cdc.schemas.events import DataChangeRecord, EventBuilder
+from spanner_cdc.schemas.events import EventBuilder
+from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.wire import SchemaStore, WriterSchema, encode
 from spanner_cdc.stack import EmbeddedStack, ServiceError
 from spanner_cdc.stack.services import start_kafka

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.demo import bank
 from spanner_cdc.consumer.batch import ReplicaCommit
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
+from spanner_cdc.demo import bank
 from spanner_cdc.producer.main import build_service
-from spanner_cdc.producer.records import micros_to_datetime
+from spanner_cdc.schemas.timestamps import datetime_from_micros
 from spanner_cdc.stack import EmbeddedStack
 from tests.support.churn import (
     RERUN_ON_EMULATOR_SKIP,
@@ -90,7 +90,7 @@ def test_bank_transfers_leave_every_replica_batch_a_consistent_cut_of_spanner(
     def compare_with_spanner(commit: ReplicaCommit) -> None:
         if commit.cut_micros is None:
             return
-        at_cut = micros_to_datetime(commit.cut_micros)
+        at_cut = datetime_from_micros(commit.cut_micros)
         for table, columns in bank.TABLE_COLUMNS.items():
             with database.snapshot(read_timestamp=at_cut) as snapshot:
                 source = sorted(

@@ -21,8 +21,8 @@ from google.cloud.spanner import COMMIT_TIMESTAMP, KeySet
 from google.cloud.spanner_v1.data_types import JsonObject
 
 from spanner_cdc.producer.main import build_service
-from spanner_cdc.producer.records import micros_to_datetime, timestamp_micros
 from spanner_cdc.producer.service import ProducerService
+from spanner_cdc.schemas.timestamps import datetime_from_micros, timestamp_micros
 from spanner_cdc.schemas.watermark import Watermark
 from spanner_cdc.stack import EmbeddedStack
 from tests.support.churn import (
@@ -141,7 +141,7 @@ def test_churn_default_speed(stack: EmbeddedStack) -> None:
 
 
 def rfc3339(micros: int) -> str:
-    from spanner_cdc.schemas.spanner_types import format_timestamp_micros
+    from spanner_cdc.schemas.timestamps import format_timestamp_micros
 
     return format_timestamp_micros(micros)
 
@@ -304,7 +304,7 @@ def test_postgresql_dialect_end_to_end(stack: EmbeddedStack) -> None:
         "rate": "12345678901234567890.000000005",
         "doc": '{"k": [1]}',
         "tags": ["x", "y"],
-        "updated": micros_to_datetime(commit),
+        "updated": datetime_from_micros(commit),
     }
     assert insert["source_metadata"]["schema"] == "public" and insert["object"] == "accounts"
     assert insert["stream_name"].endswith(f"/databases/{database.database_id}/changeStreams/bank")
@@ -324,11 +324,11 @@ def test_commit_timestamp_columns_carry_the_commit_timestamp(stack: EmbeddedStac
         commits.append(timestamp_micros(batch.committed))
     config = produce_since(stack, database, "Bank", start)
     events = read_events(stack.endpoint("kafka"), config.topic_prefix, "Accounts")
-    assert [e.value["payload"]["LastUpdate"] for e in events] == [micros_to_datetime(c) for c in commits]
+    assert [e.value["payload"]["LastUpdate"] for e in events] == [datetime_from_micros(c) for c in commits]
     # The emulator reports the *old* value of a commit-timestamp column truncated to the second
     # (real Spanner: exact), so only its second is checked.
     old = events[1].value["source_metadata"]["old_values"]["LastUpdate"]
-    assert old == micros_to_datetime(commits[0] // 1_000_000 * 1_000_000)
+    assert old == datetime_from_micros(commits[0] // 1_000_000 * 1_000_000)
 
 
 def test_table_filters(stack: EmbeddedStack) -> None:

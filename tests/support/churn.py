@@ -18,10 +18,10 @@ import pytest
 from spanner_cdc.producer.config import ProducerConfig
 from spanner_cdc.producer.main import build_service
 from spanner_cdc.producer.partitions import ROOT, PartitionScheduler
-from spanner_cdc.producer.records import timestamp_micros
 from spanner_cdc.producer.service import ProducerService
 from spanner_cdc.producer.spanner_source import log_returned
 from spanner_cdc.schemas.identity import change_uuid
+from spanner_cdc.schemas.timestamps import timestamp_micros
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.services import EMULATOR_PROJECT
 from tests.support.kafka_read import Received, read_events

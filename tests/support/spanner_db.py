@@ -9,7 +9,7 @@ from typing import Any
 from google.cloud import spanner
 
 from spanner_cdc.common.spanner_client import create_emulator_database
-from spanner_cdc.producer.records import micros_to_datetime, timestamp_micros
+from spanner_cdc.schemas.timestamps import datetime_from_micros, timestamp_micros
 from spanner_cdc.stack.services import EMULATOR_PROJECT
 
 INSTANCE = "test-instance"
@@ -55,5 +55,5 @@ def read_pg_change_stream(
                     if child["token"] not in seen:
                         seen.add(child["token"])
                         child_start = change_record["child_partitions_record"]["start_timestamp"]
-                        pending.append((child["token"], micros_to_datetime(timestamp_micros(child_start))))
+                        pending.append((child["token"], datetime_from_micros(timestamp_micros(child_start))))
     return records

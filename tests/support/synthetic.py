@@ -15,7 +15,8 @@ from typing import Any
 
 from spanner_cdc.producer.kafka import KafkaPublisher, topic_for
 from spanner_cdc.producer.watermarks import WatermarkEmitter
-from spanner_cdc.schemas.events import DataChangeRecord, Event, EventBuilder
+from spanner_cdc.schemas.events import Event, EventBuilder
+from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.wire import WriterSchema, encode
 
 STREAM = "projects/p/instances/i/databases/d/changeStreams/TestStream"

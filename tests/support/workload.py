@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from spanner_cdc.producer.records import timestamp_micros
+from spanner_cdc.schemas.timestamps import timestamp_micros
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ def test_the_memory_survives_a_reopen(tmp_path: Path) -> None:
 
 def test_the_topic_pattern_leaves_out_control_topics(tmp_path: Path) -> None:
     config = ConsumerConfig("h:1", "Bank.Stream", tmp_path, tmp_path / "c")
-    pattern = re.compile(config.topic_pattern)
+    pattern = re.compile(config.topics.event_pattern)
     assert pattern.fullmatch("Bank.Stream.Accounts")
     assert not pattern.fullmatch("Bank.Stream._schemas")
     assert not pattern.fullmatch("BankxStream.Accounts")

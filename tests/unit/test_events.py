@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from spanner_cdc.schemas.errors import ContractError
-from spanner_cdc.schemas.events import READ_METHOD_CHANGE_STREAMS, DataChangeRecord, Event, EventBuilder
-from spanner_cdc.schemas.spanner_types import parse_timestamp_micros
+from spanner_cdc.schemas.events import READ_METHOD_CHANGE_STREAMS, Event, EventBuilder
+from spanner_cdc.schemas.records import DataChangeRecord
+from spanner_cdc.schemas.timestamps import parse_timestamp_micros
 from tests.support.records import STREAM_NAME, account_transfer_records
 
 pytestmark = pytest.mark.unit

@@ -9,7 +9,7 @@ import pytest
 from spanner_cdc.producer.acks import AckTracker
 from spanner_cdc.producer.ordering import CommitOrderBuffer
 from spanner_cdc.producer.partitions import Partition
-from spanner_cdc.schemas.events import DataChangeRecord
+from spanner_cdc.schemas.records import DataChangeRecord
 from tests.support.records import account_transfer_records
 
 pytestmark = pytest.mark.unit

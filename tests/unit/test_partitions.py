@@ -8,7 +8,7 @@ import pytest
 
 from spanner_cdc.producer.acks import AckTracker
 from spanner_cdc.producer.partitions import ROOT, Partition, PartitionScheduler, PartitionState
-from spanner_cdc.producer.records import ChildPartition, ChildPartitionsRecord
+from spanner_cdc.schemas.records import ChildPartition, ChildPartitionsRecord
 
 pytestmark = pytest.mark.unit
 

@@ -14,9 +14,8 @@ from spanner_cdc.schemas.spanner_types import (
     SpannerType,
     avro_type,
     converter,
-    format_timestamp_micros,
-    parse_timestamp_micros,
 )
+from spanner_cdc.schemas.timestamps import format_timestamp_micros, parse_timestamp_micros
 
 pytestmark = pytest.mark.unit
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from spanner_cdc.schemas.errors import DecodeError
-from spanner_cdc.schemas.events import DataChangeRecord, EventBuilder
+from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.identity import backfill_uuid, change_uuid
+from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.table import TableSchema
 from spanner_cdc.schemas.wire import HEADER_LENGTH, MAGIC, SchemaStore, WriterSchema, encode, read_fingerprint
 from tests.support.records import STREAM_NAME, account_transfer_records
@@ -130,7 +131,8 @@ def test_uuid_is_deterministic_and_distinguishes_identity() -> None:
 STABILITY_SCRIPT = textwrap.dedent(
     """
     import json, sys
-    from spanner_cdc.schemas.events import DataChangeRecord, EventBuilder
+    from spanner_cdc.schemas.events import EventBuilder
+    from spanner_cdc.schemas.records import DataChangeRecord
     from spanner_cdc.schemas.wire import WriterSchema
     from tests.support.records import STREAM_NAME, account_transfer_records
     out = []

@@ -28,8 +28,8 @@ from bench.producer import Figure
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.kafka_source import SOURCE_NAME
 from spanner_cdc.consumer.main import ConsumerJob, drain, spark_session
-from tests.support.consumer_run import consumer_config, fresh_postgres_database, unique_prefix
-from tests.support.synthetic import ChangeFactory, publish, random_history
+from testkit.consumer_run import consumer_config, fresh_postgres_database, unique_prefix
+from testkit.synthetic import ChangeFactory, publish, random_history
 
 WATERMARK_EVERY = 5_000
 

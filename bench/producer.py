@@ -1,7 +1,7 @@
 """Producer benchmarks (issue 3): figures beside raw baselines measured in the same run.
 
 (a) pipeline from recorded change records: conversion, envelope, Avro, produce until Kafka
-    acknowledged, through ProducerService.publish — beside fastavro encoding alone and
+    acknowledged, through EventPublisher.publish — beside fastavro encoding alone and
     confluent-kafka producing the same bytes alone;
 (b) emulator → Kafka: rows committed first, then read and published to the end timestamp;
 (c) commit → ack latency percentiles under a steady write rate;
@@ -27,19 +27,18 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from spanner_cdc.producer.acks import AckTracker
 from spanner_cdc.producer.catalog import CatalogColumn, TableCatalog
 from spanner_cdc.producer.config import ProducerConfig
-from spanner_cdc.producer.kafka import GUARANTEED_SETTINGS, TUNED_DEFAULTS, KafkaPublisher
+from spanner_cdc.producer.kafka import GUARANTEED_SETTINGS, TUNED_DEFAULTS, KafkaClient
 from spanner_cdc.producer.main import build_service
 from spanner_cdc.producer.metrics import ProducerMetrics
-from spanner_cdc.producer.partitions import Partition, PartitionScheduler
-from spanner_cdc.producer.service import ProducerService
-from spanner_cdc.producer.spanner_source import SpannerSource
+from spanner_cdc.producer.publisher import EventPublisher, EventSender
 from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.wire import WriterSchema
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.services import EMULATOR_PROJECT
-from tests.support.records import STREAM_NAME, account_transfer_records
-from tests.support.spanner_db import INSTANCE, create_database
+from testkit.producer_run import running
+from testkit.records import STREAM_NAME, account_transfer_records
+from testkit.spanner_db import INSTANCE, create_database
 
 
 @dataclass(frozen=True)
@@ -105,10 +104,10 @@ def pipeline_figures(bootstrap: str, count: int) -> list[Figure]:
                     producer.poll(0.05)
         producer.flush(120)
 
-    service = offline_service(bootstrap)
+    publisher = offline_publisher(bootstrap)
 
     def through_producer() -> None:
-        asyncio.run(publish_all(service, records))
+        asyncio.run(publish_all(publisher, records))
 
     return [
         timed("(a) baseline: fastavro encode alone", count, fastavro_alone),
@@ -123,38 +122,23 @@ def fastavro_bytes(writer: WriterSchema, value: dict[str, Any]) -> bytes:
     return buffer.getvalue()
 
 
-def offline_service(bootstrap: str) -> ProducerService:
-    """A producer whose Spanner side is replaced by recorded records: only publish() is used."""
-    config = ProducerConfig(
-        project="bench", instance="bench", database="bank", change_stream="Bank", kafka_bootstrap=bootstrap,
-        start_timestamp_micros=0, topic_prefix=f"bench-{uuid.uuid4().hex[:6]}", progress=False,
-    )  # fmt: skip
+def offline_publisher(bootstrap: str) -> EventPublisher:
+    """The producer's publisher with a catalog of the recorded table: no Spanner needed."""
     shape = (("AccountId", 1, "STRING(MAX)"), ("LastUpdate", 2, "TIMESTAMP"), ("Balance", 3, "INT64"))
     columns = [CatalogColumn.parse(n, p, t, "GOOGLE_STANDARD_SQL", "AccountBalance") for n, p, t in shape]
     catalog = TableCatalog("GOOGLE_STANDARD_SQL", lambda: ({"AccountBalance": columns}, {}))
     catalog.refresh()
-    publisher = KafkaPublisher(bootstrap, config.topic_prefix, {}, 6, 1)
-    return ProducerService(
-        config,
-        source=SpannerSource(
-            database=None, dialect="GOOGLE_STANDARD_SQL", database_path=config.database_path
-        ),
-        publisher=publisher,
-        scheduler=PartitionScheduler.starting_at(0),
-        builder=EventBuilder(config.stream_name, "bank"),
-        catalog=catalog,
-        metrics=ProducerMetrics(),
-    )
+    kafka = KafkaClient(bootstrap, f"bench-{uuid.uuid4().hex[:6]}", {}, 6, 1)
+    return EventPublisher(EventSender(kafka, ProducerMetrics()), catalog, EventBuilder(STREAM_NAME, "bank"))
 
 
-async def publish_all(service: ProducerService, records: list[DataChangeRecord]) -> None:
-    """Every record through ProducerService.publish, until Kafka acknowledged all events."""
-    partition = Partition("bench", (), 0)
+async def publish_all(publisher: EventPublisher, records: list[DataChangeRecord]) -> None:
+    """Every record through EventPublisher.publish, until Kafka acknowledged all events."""
     tracker = AckTracker()
     stop = asyncio.Event()
-    poller = asyncio.create_task(service.publisher.run_poller(stop))  # serves acks, as in run()
+    poller = asyncio.create_task(publisher.kafka.run_poller(stop))  # serves acks, as the service does
     for record in records:
-        await service.publish(record, partition, tracker)
+        await publisher.publish(record, "bench", tracker)
     await tracker.drained()
     stop.set()
     await poller
@@ -218,7 +202,7 @@ async def steady_latency(database: Any, spanner: str, kafka: str, rate: float, s
             next_at += interval
             time.sleep(max(0.0, next_at - time.monotonic()))
 
-    async with service.running():
+    async with running(service):
         await asyncio.sleep(1.0)
         writer = threading.Thread(target=write)
         writer.start()

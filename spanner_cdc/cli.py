@@ -19,15 +19,10 @@ from typing import Any
 from spanner_cdc.common.config import ConfigError, add_options, integer_in, resolve
 from spanner_cdc.common.logs import configure as configure_logging
 from spanner_cdc.consumer.config import CONSUME_OPTIONS, ConsumerConfig
-from spanner_cdc.consumer.errors import ConsumerError
+from spanner_cdc.errors import EXIT_FAILURE, EXIT_USAGE, SpannerCdcError
 from spanner_cdc.producer.config import PRODUCE_OPTIONS, ProducerConfig
-from spanner_cdc.producer.kafka import KafkaSetupError
-from spanner_cdc.producer.service import ProducerError
-from spanner_cdc.producer.spanner_source import SpannerSetupError
 from spanner_cdc.stack import SERVICES, EmbeddedStack, ServiceError, stop_on_signals
 
-EXIT_USAGE = 2
-EXIT_FAILURE = 1
 #: The producer's own declarations of where the database is.
 DEMO_DATABASE_OPTIONS = tuple(
     option
@@ -165,18 +160,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.command == "demo-database":
                 return _run_demo_database(args)
             return _run_demo(args)
-    except ConfigError as exc:
-        print(f"spanner-cdc {args.command}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except (
-        ServiceError,
-        SpannerSetupError,
-        KafkaSetupError,
-        ProducerError,
-        ConsumerError,
-    ) as exc:
-        print(f"spanner-cdc: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+    except SpannerCdcError as exc:
+        where = f"spanner-cdc {args.command}" if exc.exit_code == EXIT_USAGE else "spanner-cdc"
+        print(f"{where}: {exc}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         return 130
 
@@ -204,6 +191,7 @@ def _run_demo_database(args: argparse.Namespace) -> int:
 
     from spanner_cdc.common.spanner_client import emulator_host
     from spanner_cdc.demo.bank import ensure_demo_database
+    from spanner_cdc.producer.errors import SpannerSetupError
 
     values = resolve(args, DEMO_DATABASE_OPTIONS, "demo-database")
     host = emulator_host(values["emulator_host"])

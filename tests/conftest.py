@@ -12,7 +12,7 @@ import pytest
 from spanner_cdc.common.logs import PROJECT_LOGGERS
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.stack import EmbeddedStack, stop_on_signals
-from tests.support.consumer_run import (
+from testkit.consumer_run import (
     REPLICAS,
     ConfigFactory,
     consumer_config,

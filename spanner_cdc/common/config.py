@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from spanner_cdc.common.logs import LEVELS
+from spanner_cdc.errors import UsageError
 
 ENV_PREFIX = "SPANNER_CDC_"
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError):
     """A configuration value that cannot be used; the message names the option and source."""
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from spanner_cdc.errors import SpannerCdcError
 
-class ConsumerError(RuntimeError):
+
+class ConsumerError(SpannerCdcError):
     """Kafka or the replica cannot be used, or the streaming query failed; the message says why."""
 
 
@@ -11,5 +13,5 @@ class ReplicaConnectionError(ConsumerError):
     """The replica database cannot be reached or opened."""
 
 
-class BadMessageError(RuntimeError):
+class BadMessageError(SpannerCdcError):
     """An undecodable message while the consumer is set to fail on them (``--on-bad-message fail``)."""

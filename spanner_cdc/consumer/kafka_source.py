@@ -31,6 +31,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, end_offsets
+from spanner_cdc.errors import SpannerCdcError
 
 SOURCE_NAME = "spanner_cdc_kafka"
 #: The row schema of Spark's built-in kafka source.
@@ -63,7 +64,7 @@ READ_TIMEOUT_SECONDS = 120.0
 Offsets = dict[str, dict[str, int]]
 
 
-class KafkaSourceError(RuntimeError):
+class KafkaSourceError(SpannerCdcError):
     """Misconfiguration or data loss; the message says which option or offsets."""
 
 

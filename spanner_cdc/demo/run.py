@@ -107,8 +107,12 @@ class ProducerThread:
         self.service, self._loop = service, asyncio.get_running_loop()
         self._ready.set()
         stop_progress = asyncio.Event()
+        started_at = time.monotonic()
         progress = asyncio.create_task(
-            show_progress(lambda: f"producer: {describe(service)} | {self.replica.describe()}", stop_progress)
+            show_progress(
+                lambda: f"producer: {describe(service, started_at)} | {self.replica.describe()}",
+                stop_progress,
+            )
         )
         try:
             await service.run()

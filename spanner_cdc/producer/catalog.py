@@ -18,10 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spanner_cdc.producer.query import POSTGRESQL
+from spanner_cdc.producer.change_stream_rules import POSTGRESQL
 from spanner_cdc.schemas.errors import UnsupportedTypeError
 from spanner_cdc.schemas.spanner_types import SpannerType
-from spanner_cdc.schemas.table import TableSchema
+from spanner_cdc.schemas.table import TableSchema, TableVersions
 
 _LENGTH = re.compile(r"\(\s*(?:\d+|MAX)\s*\)", re.IGNORECASE)
 _GOOGLESQL_CODES = {
@@ -91,22 +91,18 @@ class CatalogColumn:
 
 @dataclass
 class TableCatalog:
-    """Columns and commit-timestamp columns per table, refreshed on demand."""
+    """Columns and commit-timestamp columns per table, refreshed on demand; the table versions
+    built from them (one per record shape), dropped when the catalog is read again."""
 
     dialect: str
     load: Callable[[], tuple[dict[str, list[CatalogColumn]], dict[str, frozenset[str]]]]
     columns: dict[str, list[CatalogColumn]] = field(default_factory=dict)
     commit_timestamp_columns: dict[str, frozenset[str]] = field(default_factory=dict)
-    _completed: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
-    _schemas: dict[tuple[str, str], TableSchema] = field(default_factory=dict)
+    _versions: TableVersions = field(default_factory=TableVersions)
 
     def refresh(self) -> None:
-        columns, commit_columns = self.load()
-        self.columns = columns
-        self.commit_timestamp_columns.clear()
-        self.commit_timestamp_columns.update(commit_columns)
-        self._completed.clear()
-        self._schemas.clear()
+        self.columns, self.commit_timestamp_columns = self.load()
+        self._versions.clear()
 
     def needs_refresh(self, table: str, column_types: Sequence[Mapping[str, Any]]) -> bool:
         """True when the record lists a column the catalog lacks or types differently."""
@@ -119,24 +115,25 @@ class TableCatalog:
 
     def cached_schema(self, table: str, column_types: Sequence[Mapping[str, Any]]) -> TableSchema | None:
         """The table version for a record shape seen before: one dict lookup on the hot path."""
-        return self._schemas.get((table, repr(column_types)))
+        return self._versions.get(table, column_types)
 
     def table_schema(self, table: str, column_types: Sequence[Mapping[str, Any]]) -> TableSchema:
         """The table version of a record: its columns completed from the catalog."""
-        cache_key = (table, repr(column_types))
-        schema = self._schemas.get(cache_key)
+        schema = self._versions.get(table, column_types)
         if schema is None:
-            schema = TableSchema.from_column_types(table, self.complete(table, column_types))
-            self._schemas[cache_key] = schema
+            schema = self._versions.put(
+                table,
+                column_types,
+                TableSchema.from_column_types(
+                    table,
+                    self.complete(table, column_types),
+                    self.commit_timestamp_columns.get(table, frozenset()),
+                ),
+            )
         return schema
-
-    def cached(self, table: str, column_types: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]] | None:
-        """The completed column list for a record shape seen before (the hot path)."""
-        return self._completed.get((table, repr(column_types)))
 
     def complete(self, table: str, column_types: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """The record's columns plus every other catalog column of the table, by position."""
-        cache_key = (table, repr(column_types))
         listed = {str(entry["name"]) for entry in column_types}
         completed = [dict(entry) for entry in column_types]
         for column in self.columns.get(table, []):
@@ -153,5 +150,4 @@ class TableCatalog:
                 }
             )
         completed.sort(key=lambda entry: int(entry["ordinal_position"]))
-        self._completed[cache_key] = completed
         return completed

@@ -16,7 +16,7 @@ from spanner_cdc.common.config import (
     key_value,
     positive_float,
 )
-from spanner_cdc.producer.query import MAX_HEARTBEAT_MS, MIN_HEARTBEAT_MS, validate_stream_name
+from spanner_cdc.producer.change_stream_rules import MAX_HEARTBEAT_MS, MIN_HEARTBEAT_MS, validate_stream_name
 from spanner_cdc.schemas.timestamps import timestamp_micros
 
 #: How far in the future a start timestamp may be before it is an error (clock skew).

@@ -1,27 +1,26 @@
-"""Kafka side of the producer: topics, schemas, events and checkpoints over one idempotent client.
+"""A thin wrapper over the producer's Kafka clients: settings, topics, and producing with acks.
 
-Delivery reports are served by :meth:`KafkaPublisher.poll` on the event loop's thread, so the
+Delivery reports are served by :meth:`KafkaClient.poll` on the event loop's thread, so the
 callbacks may touch asyncio objects and per-partition trackers without locks.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import re
 import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from spanner_cdc.common.blocking import call_with_deadline
+from spanner_cdc.producer.errors import KafkaSetupError
+from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.wire import WriterSchema
 
 log = logging.getLogger(__name__)
-TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}\Z")
 #: librdkafka settings the ordering and delivery guarantees depend on; users may not override them.
 GUARANTEED_SETTINGS = {
     "enable.idempotence": "true",
@@ -39,20 +38,9 @@ TUNED_DEFAULTS = {
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
 
-class KafkaSetupError(RuntimeError):
-    """The broker cannot be reached or refuses a topic; one clear line for the user."""
+class KafkaClient:
+    """One idempotent producer and an admin client for one topic prefix."""
 
-
-def topic_for(prefix: str, object_name: str) -> str:
-    topic = f"{prefix}.{object_name}"
-    if not TOPIC_NAME.match(topic):
-        raise KafkaSetupError(
-            f"table {object_name!r} gives the topic name {topic!r}, which Kafka does not accept"
-        )
-    return topic
-
-
-class KafkaPublisher:
     def __init__(
         self,
         bootstrap: str,
@@ -73,12 +61,10 @@ class KafkaPublisher:
         }
         self.producer = Producer({**TUNED_DEFAULTS, **self.client_settings, **GUARANTEED_SETTINGS})
         self.admin = AdminClient(self.client_settings)
-        self.prefix = prefix
-        self.schemas_topic = f"{prefix}._schemas"
-        self.checkpoints_topic = f"{prefix}._checkpoints"
+        self.topics = Topics(prefix)
         self.topic_partitions = topic_partitions
         self.replication_factor = replication_factor
-        self._topics: set[str] = set()
+        self._created: set[str] = set()
         self._schemas: dict[int, asyncio.Future[None]] = {}
 
     # --- topics and schemas ---------------------------------------------------------------
@@ -94,24 +80,21 @@ class KafkaPublisher:
     async def event_topics(self, timeout: float = 10.0) -> dict[str, int]:
         """Every event topic of the prefix on the broker, with its partition count.
 
-        Event topics are ``{prefix}.<table>`` (tables start with a letter); the control topics
-        ``{prefix}._…`` are left out. Topics created by an earlier run count too: a watermark
-        is a promise about all of them.
+        Topics created by an earlier run count too: a watermark is a promise about all of them.
         """
         metadata = await call_with_deadline(lambda: self.admin.list_topics(timeout=timeout), timeout + 5)
-        start = self.prefix + "."
         return {
             name: len(topic.partitions)
             for name, topic in metadata.topics.items()
-            if name.startswith(start) and name[len(start) : len(start) + 1].isalpha()
+            if self.topics.is_event_topic(name)
         }
 
     def created_event_topics(self) -> set[str]:
         """The event topics this client created or found while producing."""
-        return {topic for topic in self._topics if topic not in (self.schemas_topic, self.checkpoints_topic)}
+        return {topic for topic in self._created if self.topics.is_event_topic(topic)}
 
     async def ensure_topic(self, topic: str, compacted: bool = False) -> None:
-        if topic in self._topics:
+        if topic in self._created:
             return
         partitions = 1 if compacted else self.topic_partitions
         config = {"cleanup.policy": "compact"} if compacted else {}
@@ -123,10 +106,10 @@ class KafkaPublisher:
             error = exc.args[0]
             if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise KafkaSetupError(f"cannot create topic {topic}: {error.str()}") from None
-        self._topics.add(topic)
+        self._created.add(topic)
 
     async def ensure_schema(self, writer: WriterSchema) -> None:
-        """Publish ``writer`` to ``{prefix}._schemas`` once and wait for the broker's ack.
+        """Publish ``writer`` to the schemas topic once and wait for the broker's ack.
 
         Events are produced only after this returns, so a reader never meets a fingerprint it
         cannot resolve.
@@ -134,7 +117,7 @@ class KafkaPublisher:
         pending = self._schemas.get(writer.fingerprint)
         if pending is None:
             pending = self._schemas[writer.fingerprint] = self.produce_acknowledged(
-                self.schemas_topic, writer.fingerprint_hex.encode(), writer.schema_json.encode()
+                self.topics.schemas, writer.fingerprint_hex.encode(), writer.schema_json.encode()
             )
         await asyncio.shield(pending)
 
@@ -181,55 +164,3 @@ class KafkaPublisher:
             self.poll()
             await asyncio.sleep(0.01)
         return len(self.producer)
-
-    # --- checkpoints ------------------------------------------------------------------------
-
-    async def write_checkpoints(self, states: list[dict[str, Any]]) -> None:
-        await self.ensure_topic(self.checkpoints_topic, compacted=True)
-        futures = [
-            self.produce_acknowledged(
-                self.checkpoints_topic, state["token"].encode(), json.dumps(state).encode()
-            )
-            for state in states
-        ]
-        await asyncio.gather(*futures)
-
-    def read_checkpoints(self, timeout: float = 30.0) -> list[dict[str, Any]]:
-        """The latest checkpoint per partition token (blocking: call before the loop runs work)."""
-        metadata = self.admin.list_topics(timeout=timeout)
-        if self.checkpoints_topic not in metadata.topics:
-            return []
-        consumer = Consumer(
-            {
-                **self.client_settings,
-                "group.id": f"{self.prefix}.checkpoint-reader",
-                "enable.auto.commit": False,
-            }
-        )
-        try:
-            _, high = consumer.get_watermark_offsets(
-                TopicPartition(self.checkpoints_topic, 0), timeout=timeout
-            )
-            latest: dict[str, dict[str, Any]] = {}
-            if high <= 0:
-                return []
-            consumer.assign([TopicPartition(self.checkpoints_topic, 0, 0)])
-            deadline = time.monotonic() + timeout
-            position = 0
-            while position < high:
-                if time.monotonic() > deadline:
-                    raise KafkaSetupError(f"timed out reading {self.checkpoints_topic} ({position}/{high})")
-                message = consumer.poll(1.0)
-                if message is None:
-                    continue
-                error = message.error()
-                if error is not None:
-                    raise KafkaSetupError(f"cannot read {self.checkpoints_topic}: {error.str()}")
-                position = (message.offset() or 0) + 1
-                value = message.value()
-                if value is not None:
-                    state = json.loads(value)
-                    latest[state["token"]] = state
-            return list(latest.values())
-        finally:
-            consumer.close()

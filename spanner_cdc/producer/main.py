@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import signal
 import time
 
 from spanner_cdc.common.blocking import call_with_deadline
 from spanner_cdc.common.progress import show_progress
 from spanner_cdc.producer.catalog import TableCatalog
+from spanner_cdc.producer.change_stream_rules import POSTGRESQL
+from spanner_cdc.producer.checkpoints import CheckpointStore
 from spanner_cdc.producer.config import ProducerConfig
-from spanner_cdc.producer.kafka import KafkaPublisher
+from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.producer.metrics import ProducerMetrics
-from spanner_cdc.producer.partitions import Partition, PartitionScheduler, PartitionState
-from spanner_cdc.producer.query import POSTGRESQL
+from spanner_cdc.producer.partitions import PartitionScheduler, PartitionState
+from spanner_cdc.producer.publisher import EventPublisher, EventSender
 from spanner_cdc.producer.service import ProducerService
 from spanner_cdc.producer.spanner_source import CONNECT_TIMEOUT_SECONDS, SpannerSource
 from spanner_cdc.schemas.events import EventBuilder
+from spanner_cdc.schemas.timestamps import clock_text, seconds_behind
 
 
 async def build_service(config: ProducerConfig) -> ProducerService:
@@ -26,51 +28,50 @@ async def build_service(config: ProducerConfig) -> ProducerService:
     await source.check_change_stream(config.change_stream)
     catalog = TableCatalog(source.dialect, source.load_catalog)
     await call_with_deadline(catalog.refresh, CONNECT_TIMEOUT_SECONDS)
-    builder = EventBuilder(
-        stream_name=config.stream_name,
-        database=config.database,
-        default_schema="public" if source.dialect == POSTGRESQL else "",
-        commit_timestamp_columns=catalog.commit_timestamp_columns,
-    )
-    publisher = KafkaPublisher(
+    kafka = KafkaClient(
         config.kafka_bootstrap,
         config.topic_prefix,
         config.kafka_config,
         config.topic_partitions,
         config.replication_factor,
     )
-    await publisher.check_reachable()
-    await publisher.ensure_topic(publisher.schemas_topic, compacted=True)
-    await publisher.ensure_topic(publisher.checkpoints_topic, compacted=True)
-    states = await call_with_deadline(publisher.read_checkpoints, 60)
+    await kafka.check_reachable()
+    await kafka.ensure_topic(kafka.topics.schemas, compacted=True)
+    await kafka.ensure_topic(kafka.topics.checkpoints, compacted=True)
+    checkpoints = CheckpointStore(kafka)
+    restored = await call_with_deadline(checkpoints.read, 60)
     scheduler = (
-        PartitionScheduler.restored(Partition.from_json(state) for state in states)
-        if states
+        PartitionScheduler.restored(restored)
+        if restored
         else PartitionScheduler.starting_at(config.start_timestamp_micros)
+    )
+    metrics = ProducerMetrics()
+    builder = EventBuilder(
+        stream_name=config.stream_name,
+        database=config.database,
+        default_schema="public" if source.dialect == POSTGRESQL else "",
     )
     return ProducerService(
         config,
         source=source,
-        publisher=publisher,
+        dialect=source.dialect,
+        publisher=EventPublisher(EventSender(kafka, metrics), catalog, builder),
+        checkpoints=checkpoints,
         scheduler=scheduler,
-        builder=builder,
-        catalog=catalog,
-        metrics=ProducerMetrics(),
+        metrics=metrics,
     )
 
 
-def describe(service: ProducerService) -> str:
+def describe(service: ProducerService, started_at: float) -> str:
     """The progress line: events/s, lag, partitions running/finished, low watermark."""
-    elapsed = max(1e-9, time.monotonic() - service.progress.started_at)
+    elapsed = max(1e-9, time.monotonic() - started_at)
     counts = service.scheduler.count_by_state()
     low = service.scheduler.low_watermark_micros()
     if low is None:
         watermark, lag = "all partitions finished", "-"
     else:
-        moment = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=low)
-        watermark = moment.strftime("%H:%M:%S.%f")[:-3]
-        lag = f"{max(0.0, time.time() - low / 1e6):.1f}s"
-    acked = service.progress.events_acked
+        watermark, lag = clock_text(low), f"{seconds_behind(low):.1f}s"
+    acked = service.publisher.sender.acknowledged
     return (
         f"events {acked} ({acked / elapsed:,.0f}/s)  lag {lag}  "
         f"partitions running {counts[PartitionState.RUNNING]} waiting {counts[PartitionState.CREATED]} "
@@ -86,7 +87,10 @@ async def produce(config: ProducerConfig) -> None:
         loop.add_signal_handler(signum, service.request_stop)
     service.metrics.serve(config.metrics_port)
     progress_stop = asyncio.Event()
-    progress = asyncio.create_task(show_progress(lambda: describe(service), progress_stop, config.progress))
+    started_at = time.monotonic()
+    progress = asyncio.create_task(
+        show_progress(lambda: describe(service, started_at), progress_stop, config.progress)
+    )
     try:
         await service.run()
     finally:

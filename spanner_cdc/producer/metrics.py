@@ -50,6 +50,11 @@ class ProducerMetrics(ServedMetrics):
             "Data change records older than their partition's watermark (a server-side ordering bug)",
             registry=self.registry,
         )
+        self.queries_ended_early = Counter(
+            "spanner_cdc_producer_queries_ended_early",
+            "Partition queries that ended before the end timestamp without child partitions (retried)",
+            registry=self.registry,
+        )
         self.queries_started = Counter(
             "spanner_cdc_producer_queries_started",
             "Change-stream queries started",

@@ -42,6 +42,9 @@ class Partition:
     checkpoint_micros: int = 0
     #: Everything at or before this was returned by the query (records, heartbeats).
     watermark_micros: int = 0
+    #: Queries started for it in this process: first starts (at most one) and retries.
+    starts: int = 0
+    retries: int = 0
 
     def __post_init__(self) -> None:
         # Before its query runs, a partition has returned nothing: not even changes committed
@@ -90,12 +93,9 @@ class Partition:
 
 @dataclass
 class PartitionScheduler:
-    """The partition table plus the scheduler's own record of every query it started."""
+    """The partition table: lineage, states, and what may run next."""
 
     partitions: dict[str, Partition] = field(default_factory=dict)
-    query_starts: list[str] = field(default_factory=list)
-    query_retries: list[str] = field(default_factory=list)
-    merges_seen: set[str] = field(default_factory=set)
 
     @classmethod
     def starting_at(cls, start_micros: int) -> PartitionScheduler:
@@ -110,8 +110,6 @@ class PartitionScheduler:
         added = []
         for child in record.children:
             parents = child.parent_tokens or (reported_by,)
-            if len(parents) > 1:
-                self.merges_seen.add(child.token)
             if child.token in self.partitions:
                 continue
             partition = Partition(child.token, parents, record.start_timestamp_micros)
@@ -144,11 +142,12 @@ class PartitionScheduler:
         if partition.state == PartitionState.FINISHED:
             raise RuntimeError(f"partition {partition.token} already finished; it is never queried again")
         partition.state = PartitionState.RUNNING
-        self.query_starts.append(partition.token)
+        partition.starts += 1
 
-    def note_retry(self, partition: Partition) -> None:
+    @staticmethod
+    def note_retry(partition: Partition) -> None:
         """A running partition's query is started again from its checkpoint (error or stall)."""
-        self.query_retries.append(partition.token)
+        partition.retries += 1
 
     @staticmethod
     def mark_finished(partition: Partition) -> None:

@@ -1,36 +1,24 @@
 """Change-stream query text and parameters, per dialect (seed 000).
 
 The stream name is spliced into SQL (a table-valued function name cannot be a parameter), so it
-is accepted only when it is a plain identifier; everything else is bound as a parameter.
+is accepted only when it is a plain identifier (``change_stream_rules``); everything else is
+bound as a parameter.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from google.cloud.spanner_v1 import param_types
 
+from spanner_cdc.producer.change_stream_rules import (
+    MAX_HEARTBEAT_MS,
+    MIN_HEARTBEAT_MS,
+    POSTGRESQL,
+    validate_stream_name,
+)
 from spanner_cdc.schemas.timestamps import datetime_from_micros
-
-IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
-GOOGLE_STANDARD_SQL = "GOOGLE_STANDARD_SQL"
-POSTGRESQL = "POSTGRESQL"
-MIN_HEARTBEAT_MS, MAX_HEARTBEAT_MS = 1_000, 300_000
-
-
-class InvalidStreamNameError(ValueError):
-    pass
-
-
-def validate_stream_name(name: str) -> str:
-    if not IDENTIFIER.match(name):
-        raise InvalidStreamNameError(
-            f"change stream name {name!r} is not a valid identifier (letters, digits, underscore; "
-            "not starting with a digit; at most 128 characters)"
-        )
-    return name
 
 
 @dataclass(frozen=True)

@@ -13,24 +13,11 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from google.api_core import exceptions as google_exceptions
-
+from spanner_cdc.producer.errors import QueryStalledError
 from spanner_cdc.schemas.records import ChangeStreamRecord
 
-#: gRPC failures worth retrying from the checkpoint; anything else ends the producer (DESIGN §4).
-TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
-    google_exceptions.ServiceUnavailable,
-    google_exceptions.Aborted,
-    google_exceptions.DeadlineExceeded,
-    google_exceptions.ResourceExhausted,
-    google_exceptions.InternalServerError,
-)
 ROWS_IN_FLIGHT = 256
 _END = object()
-
-
-class QueryStalledError(Exception):
-    """No record and no heartbeat for longer than the stall limit."""
 
 
 class QueryStream:

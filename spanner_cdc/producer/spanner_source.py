@@ -16,7 +16,9 @@ from spanner_cdc.common.blocking import call_with_deadline
 from spanner_cdc.common.spanner_client import emulator_client
 from spanner_cdc.common.spanner_client import emulator_host as emulator_host_from_env
 from spanner_cdc.producer.catalog import NOT_CAPTURED, CatalogColumn
-from spanner_cdc.producer.query import GOOGLE_STANDARD_SQL, POSTGRESQL, ChangeStreamQuery
+from spanner_cdc.producer.change_stream_rules import GOOGLE_STANDARD_SQL, POSTGRESQL
+from spanner_cdc.producer.errors import SpannerSetupError
+from spanner_cdc.producer.query import ChangeStreamQuery
 from spanner_cdc.producer.rows import records_from_googlesql_row
 from spanner_cdc.schemas.records import ChangeStreamRecord, DataChangeRecord, records_from_json
 
@@ -28,10 +30,6 @@ DIALECTS = {GOOGLE_STANDARD_SQL: DatabaseDialect.GOOGLE_STANDARD_SQL, POSTGRESQL
 DIALECT_SQL = (
     "SELECT option_value FROM information_schema.database_options WHERE option_name = 'database_dialect'"
 )
-
-
-class SpannerSetupError(RuntimeError):
-    """The database or change stream cannot be used; one clear line for the user."""
 
 
 @dataclass

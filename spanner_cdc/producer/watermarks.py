@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from spanner_cdc.producer.kafka import KafkaPublisher
+from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.schemas.watermark import KIND_HEADER, WATERMARK_KIND, WATERMARK_WRITER, Watermark
 
 log = logging.getLogger(__name__)
@@ -33,10 +33,10 @@ class WatermarkEmitter:
     higher offset whichever client writes it.
     """
 
-    def __init__(self, publisher: KafkaPublisher, stream_name: str) -> None:
-        self.publisher = publisher
+    def __init__(self, kafka: KafkaClient, stream_name: str) -> None:
+        self.kafka = kafka
         self.stream_name = stream_name
-        self._client = Producer({**publisher.client_settings, "acks": "all", "linger.ms": "5"})
+        self._client = Producer({**kafka.client_settings, "acks": "all", "linger.ms": "5"})
         #: The last watermark every partition acknowledged; None before the first.
         self.published_micros: int | None = None
         self._topics: dict[str, int] = {}
@@ -56,7 +56,7 @@ class WatermarkEmitter:
         if not topics:
             return False
         if not self._schema_published:
-            await self.publisher.ensure_schema(WATERMARK_WRITER)
+            await self.kafka.ensure_schema(WATERMARK_WRITER)
             self._schema_published = True
         value = Watermark(self.stream_name, safe_micros, topics).encode(int(time.time() * 1000))
         await asyncio.to_thread(self._write, value, topics)
@@ -85,10 +85,10 @@ class WatermarkEmitter:
             raise KafkaException(failures[0] if failures else "watermark records not acknowledged in time")
 
     async def _event_topics(self) -> dict[str, int]:
-        known = self.publisher.created_event_topics()
+        known = self.kafka.created_event_topics()
         stale = time.monotonic() - self._topics_read_at > TOPIC_REFRESH_SECONDS
         if stale or not known <= self._topics.keys():
-            self._topics = await self.publisher.event_topics()
+            self._topics = await self.kafka.event_topics()
             self._topics_read_at = time.monotonic()
         return self._topics
 

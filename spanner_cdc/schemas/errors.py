@@ -6,8 +6,10 @@ cannot be represented must stop the pipeline loudly rather than be dropped or co
 
 from __future__ import annotations
 
+from spanner_cdc.errors import SpannerCdcError
 
-class ContractError(ValueError):
+
+class ContractError(SpannerCdcError):
     """Base class: input that cannot be turned into a contract-conforming event."""
 
 

@@ -7,14 +7,13 @@ so both dialects share one event builder.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from spanner_cdc.schemas.identity import change_uuid, sort_keys
 from spanner_cdc.schemas.records import DataChangeRecord
-from spanner_cdc.schemas.table import TableSchema
+from spanner_cdc.schemas.table import TableSchema, TableVersions
 from spanner_cdc.schemas.timestamps import format_timestamp_micros
 
 READ_METHOD_CHANGE_STREAMS = "spanner-cdc-change-streams"
@@ -34,24 +33,23 @@ class Event:
 
 @dataclass
 class EventBuilder:
-    """Builds events for one change stream; caches one TableSchema per table version.
+    """Builds events for one change stream.
 
-    ``commit_timestamp_columns`` maps a table to its ``allow_commit_timestamp`` columns: the
-    emulator reports those as 9999-12-31T23:59:59Z when written with PENDING_COMMIT_TIMESTAMP(),
-    and the record's real commit timestamp is what the column holds.
+    The producer hands it each record's table version from its catalog (every column listed,
+    commit-timestamp columns known); without one, the record's own ``column_types`` define it.
     """
 
     stream_name: str
     database: str
     default_schema: str = ""
-    commit_timestamp_columns: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    _tables: dict[tuple[str, str], TableSchema] = field(default_factory=dict, repr=False)
+    _tables: TableVersions = field(default_factory=TableVersions, repr=False)
 
     def table_schema(self, table_name: str, column_types: Sequence[Mapping[str, Any]]) -> TableSchema:
-        cache_key = (table_name, json.dumps(column_types, sort_keys=True, default=str))
-        schema = self._tables.get(cache_key)
+        schema = self._tables.get(table_name, column_types)
         if schema is None:
-            schema = self._tables[cache_key] = TableSchema.from_column_types(table_name, column_types)
+            schema = self._tables.put(
+                table_name, column_types, TableSchema.from_column_types(table_name, column_types)
+            )
         return schema
 
     def build(
@@ -73,7 +71,7 @@ class EventBuilder:
         events = []
         for mod_index, mod in enumerate(record.mods):
             keys = table.convert_row(mod.keys)
-            new_values = table.convert_row(self._resolve_pending_commit_timestamps(record, mod.new_values))
+            new_values = table.convert_row(_resolve_pending_commit_timestamps(table, record, mod.new_values))
             old_values = table.convert_row(mod.old_values)
             payload, changed = _payload(record.mod_type, keys, new_values, old_values)
             metadata = {
@@ -122,17 +120,18 @@ class EventBuilder:
             events.append(Event(table, keys, value))
         return events
 
-    def _resolve_pending_commit_timestamps(
-        self, record: DataChangeRecord, values: Mapping[str, Any]
-    ) -> Mapping[str, Any]:
-        columns = self.commit_timestamp_columns.get(record.table_name)
-        if not columns:
-            return values
-        commit_text = format_timestamp_micros(record.commit_timestamp_micros)
-        return {
-            name: commit_text if name in columns and value == EMULATOR_PENDING_COMMIT_TIMESTAMP else value
-            for name, value in values.items()
-        }
+
+def _resolve_pending_commit_timestamps(
+    table: TableSchema, record: DataChangeRecord, values: Mapping[str, Any]
+) -> Mapping[str, Any]:
+    columns = table.commit_timestamp_columns
+    if not columns:
+        return values
+    commit_text = format_timestamp_micros(record.commit_timestamp_micros)
+    return {
+        name: commit_text if name in columns and value == EMULATOR_PENDING_COMMIT_TIMESTAMP else value
+        for name, value in values.items()
+    }
 
 
 def _payload(

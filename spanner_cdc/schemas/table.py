@@ -49,10 +49,20 @@ class Column:
 
 
 class TableSchema:
-    """The contract for one version of one table."""
+    """The contract for one version of one table.
 
-    def __init__(self, table: str, columns: Iterable[Column]) -> None:
+    ``commit_timestamp_columns`` are the columns that accept ``PENDING_COMMIT_TIMESTAMP()``
+    (``allow_commit_timestamp`` / ``spanner.commit_timestamp``): the emulator reports their new
+    value as 9999-12-31T23:59:59Z, and the record's commit timestamp is what they hold. They are
+    a property of the database's table, not of the Avro shape, so they do not change the
+    ``schema_key``.
+    """
+
+    def __init__(
+        self, table: str, columns: Iterable[Column], commit_timestamp_columns: frozenset[str] = frozenset()
+    ) -> None:
         self.table = table
+        self.commit_timestamp_columns = commit_timestamp_columns
         self.columns: tuple[Column, ...] = tuple(sorted(columns, key=lambda c: c.ordinal_position))
         self._check_names()
         self.key_columns = tuple(c for c in self.columns if c.is_primary_key)
@@ -62,7 +72,12 @@ class TableSchema:
         self._avro_types = {c.name: avro_type(c.type, table, c.name) for c in self.columns}
 
     @classmethod
-    def from_column_types(cls, table: str, column_types: Sequence[Mapping[str, Any]]) -> TableSchema:
+    def from_column_types(
+        cls,
+        table: str,
+        column_types: Sequence[Mapping[str, Any]],
+        commit_timestamp_columns: frozenset[str] = frozenset(),
+    ) -> TableSchema:
         """Build from a data change record's ``column_types`` list."""
         return cls(
             table,
@@ -75,6 +90,7 @@ class TableSchema:
                 )
                 for entry in column_types
             ),
+            commit_timestamp_columns,
         )
 
     def _check_names(self) -> None:
@@ -151,6 +167,28 @@ class TableSchema:
     @cached_property
     def _avro_names(self) -> dict[str, str]:
         return {c.name: c.avro_name for c in self.columns}
+
+
+class TableVersions:
+    """Table versions by (table, ``column_types``): each built once, then one dict lookup.
+
+    The key is the ``repr`` of the record's column list: records of one version from one client
+    repeat it exactly, and a different spelling of the same shape only costs a second build of an
+    equal schema.
+    """
+
+    def __init__(self) -> None:
+        self._versions: dict[tuple[str, str], TableSchema] = {}
+
+    def get(self, table: str, column_types: Sequence[Mapping[str, Any]]) -> TableSchema | None:
+        return self._versions.get((table, repr(column_types)))
+
+    def put(self, table: str, column_types: Sequence[Mapping[str, Any]], schema: TableSchema) -> TableSchema:
+        self._versions[(table, repr(column_types))] = schema
+        return schema
+
+    def clear(self) -> None:
+        self._versions.clear()
 
 
 def _load_avsc(name: str) -> dict[str, Any]:

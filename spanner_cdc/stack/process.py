@@ -17,10 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from spanner_cdc.errors import SpannerCdcError
+
 LOG_TAIL_LINES = 40
 
 
-class ServiceError(RuntimeError):
+class ServiceError(SpannerCdcError):
     """A service could not be started, reached or resolved; the message says what to do."""
 
 

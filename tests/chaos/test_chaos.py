@@ -35,9 +35,12 @@ from typing import Any
 import pytest
 
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
-from spanner_cdc.producer.kafka import KafkaPublisher
+from spanner_cdc.producer.checkpoints import CheckpointStore
+from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.schemas.timestamps import format_timestamp_micros
 from spanner_cdc.stack import EmbeddedStack, stop_on_signals
+from testkit.consumer_run import consume_command, consumer_config, unique_prefix
+from testkit.spanner_db import create_database
 from tests.support.churn import (
     ACCOUNTS_DDL,
     RERUN_ON_EMULATOR_SKIP,
@@ -45,9 +48,7 @@ from tests.support.churn import (
     now_micros,
     produce_command,
 )
-from tests.support.consumer_run import consume_command, consumer_config, unique_prefix
 from tests.support.kafka_read import Received, read_events
-from tests.support.spanner_db import create_database
 from tests.support.workload import AccountWriter
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.chaos]
@@ -210,7 +211,8 @@ def test_the_pipeline_loses_and_duplicates_nothing_under_kills_and_stalls(
 
 def partition_states(kafka: str, prefix: str) -> list[dict[str, Any]]:
     """The producer's partition table as its checkpoint topic holds it (merges have 2+ parents)."""
-    return KafkaPublisher(kafka, prefix, {}, topic_partitions=1, replication_factor=-1).read_checkpoints()
+    client = KafkaClient(kafka, prefix, {}, topic_partitions=1, replication_factor=-1)
+    return [partition.to_json() for partition in CheckpointStore(client).read()]
 
 
 def outcome(events: list[Received], consumer: Any, writer: AccountWriter, database: Any) -> dict[str, int]:

@@ -15,8 +15,8 @@ from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.readers import changelog_rows, quarantine_rows, replica_rows
 from spanner_cdc.schemas.wire import WriterSchema, encode
 from spanner_cdc.stack import EmbeddedStack
-from tests.support.consumer_run import ConfigFactory, run_consumer
-from tests.support.synthetic import ChangeFactory, publish
+from testkit.consumer_run import ConfigFactory, run_consumer
+from testkit.synthetic import ChangeFactory, publish
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -17,9 +17,9 @@ import pytest
 
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
-from tests.support.consumer_run import consume_command, consumer_config, unique_prefix
+from testkit.consumer_run import consume_command, consumer_config, unique_prefix
+from testkit.synthetic import ChangeFactory, publish, random_history
 from tests.support.scrape import fetch, scrape, total
-from tests.support.synthetic import ChangeFactory, publish, random_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 EVENTS = "spanner_cdc_consumer_events_total"

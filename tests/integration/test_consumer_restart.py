@@ -19,8 +19,8 @@ import pytest
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.stack import EmbeddedStack
-from tests.support.consumer_run import consume_command, consumer_config, run_consumer, unique_prefix
-from tests.support.synthetic import ChangeFactory, publish, random_history
+from testkit.consumer_run import consume_command, consumer_config, run_consumer, unique_prefix
+from testkit.synthetic import ChangeFactory, publish, random_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 KILLS = 3

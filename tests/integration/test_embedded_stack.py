@@ -24,7 +24,7 @@ from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.wire import SchemaStore, WriterSchema, encode
 from spanner_cdc.stack import EmbeddedStack, ServiceError
 from spanner_cdc.stack.services import start_kafka
-from tests.support.spanner_db import create_database, read_pg_change_stream
+from testkit.spanner_db import create_database, read_pg_change_stream
 
 pytestmark = pytest.mark.integration
 

@@ -15,6 +15,9 @@ from spanner_cdc.demo import bank
 from spanner_cdc.producer.main import build_service
 from spanner_cdc.schemas.timestamps import datetime_from_micros
 from spanner_cdc.stack import EmbeddedStack
+from testkit.consumer_run import consumer_config, fresh_postgres_database, run_consumer
+from testkit.producer_run import running, wait_until
+from testkit.spanner_db import create_database
 from tests.support.churn import (
     RERUN_ON_EMULATOR_SKIP,
     SourceLog,
@@ -23,8 +26,6 @@ from tests.support.churn import (
     producer_config,
     run_churn,
 )
-from tests.support.consumer_run import consumer_config, fresh_postgres_database, run_consumer
-from tests.support.spanner_db import create_database
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -66,11 +67,11 @@ def test_bank_transfers_leave_every_replica_batch_a_consistent_cut_of_spanner(
 
     async def produce_while_transferring() -> None:
         service = await build_service(config)
-        async with service.running():
+        async with running(service):
             await asyncio.to_thread(workload.open_accounts)
             await asyncio.to_thread(workload.run, 8, 25)
             last = now_micros()
-            await service.wait_until(lambda: (service.scheduler.low_watermark_micros() or 0) > last, 120)
+            await wait_until(service, lambda: (service.scheduler.low_watermark_micros() or 0) > last, 120)
 
     source_log = SourceLog(config, bank.TABLE_COLUMNS)
     with source_log.recording():

@@ -25,6 +25,8 @@ from spanner_cdc.producer.service import ProducerService
 from spanner_cdc.schemas.timestamps import datetime_from_micros, timestamp_micros
 from spanner_cdc.schemas.watermark import Watermark
 from spanner_cdc.stack import EmbeddedStack
+from testkit.producer_run import running, wait_until
+from testkit.spanner_db import create_database
 from tests.support.churn import (
     ACCOUNTS_DDL,
     RERUN_ON_EMULATOR_SKIP,
@@ -32,6 +34,7 @@ from tests.support.churn import (
     bank_source_log,
     change_of,
     lineage_depth,
+    merges,
     now_micros,
     produce_command,
     produce_since,
@@ -41,7 +44,6 @@ from tests.support.churn import (
     wait_past,
 )
 from tests.support.kafka_read import Received, read_events, read_topic
-from tests.support.spanner_db import create_database
 from tests.support.workload import AccountWriter, Committed
 
 pytestmark = pytest.mark.integration
@@ -107,10 +109,10 @@ def check_churn_run(service: ProducerService, events: list[Received], writer: Ac
     assert_exactly_the_committed_changes(events, writer.committed)
     assert len({e.value["uuid"] for e in events}) == len(events), "a change was published twice"
     assert_per_key_commit_order(events)
-    starts = collections.Counter(service.scheduler.query_starts)
-    assert max(starts.values()) == 1, "a partition token was queried twice"
-    assert not service.scheduler.query_retries
-    assert service.scheduler.merges_seen, "no merge was observed"
+    partitions = service.scheduler.partitions.values()
+    assert max(p.starts for p in partitions) == 1, "a partition token was queried twice"
+    assert not any(p.retries for p in partitions)
+    assert merges(service.scheduler), "no merge was observed"
     assert lineage_depth(service.scheduler) >= 3
     config = service.config
     last_commit = max(c.commit_micros for c in writer.committed)
@@ -377,7 +379,7 @@ def test_stalled_spanner_restarts_partitions_from_their_checkpoints(stack: Embed
 
         async def scenario() -> ProducerService:
             service = await build_service(config)
-            async with service.running():
+            async with running(service):
                 await asyncio.to_thread(writer.run, 3)
                 os.killpg(pgid, signal.SIGSTOP)
                 try:
@@ -386,13 +388,13 @@ def test_stalled_spanner_restarts_partitions_from_their_checkpoints(stack: Embed
                     os.killpg(pgid, signal.SIGCONT)
                 await asyncio.to_thread(writer.run, 3)
                 last = max(c.commit_micros for c in writer.committed)
-                await service.wait_until(lambda: (service.scheduler.low_watermark_micros() or 0) > last, 120)
+                await wait_until(service, lambda: (service.scheduler.low_watermark_micros() or 0) > last, 120)
             return service
 
         source_log = SourceLog(config)
         with source_log.recording():
             service = asyncio.run(scenario())
-        assert service.scheduler.query_retries, "the stall was never detected"
+        assert any(p.retries for p in service.scheduler.partitions.values()), "the stall was never detected"
         events = read_events(stack.endpoint("kafka"), config.topic_prefix, "Accounts")
         with source_log.diagnosing():  # needs the emulator up
             assert_exactly_the_committed_changes(events, writer.committed)

@@ -14,10 +14,10 @@ import pytest
 
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
+from testkit.spanner_db import create_database
 from tests.support.churn import ACCOUNTS_DDL, produce_command
 from tests.support.kafka_read import read_events
 from tests.support.scrape import scrape
-from tests.support.spanner_db import create_database
 
 pytestmark = pytest.mark.integration
 

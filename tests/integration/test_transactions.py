@@ -22,7 +22,7 @@ from spanner_cdc.consumer.batch import ReplicaCommit
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.consumer.replica.cut import PENDING
 from spanner_cdc.stack import EmbeddedStack
-from tests.support.consumer_run import (
+from testkit.consumer_run import (
     ConfigFactory,
     consume_command,
     consumer_config,
@@ -30,7 +30,7 @@ from tests.support.consumer_run import (
     run_consumer,
     unique_prefix,
 )
-from tests.support.synthetic import ChangeFactory, publish
+from testkit.synthetic import ChangeFactory, publish
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 TRANSFER_COLUMNS = (("Id", "INT64", True), ("Amount", "INT64", False))

@@ -24,8 +24,9 @@ from spanner_cdc.schemas.identity import change_uuid
 from spanner_cdc.schemas.timestamps import timestamp_micros
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.services import EMULATOR_PROJECT
+from testkit.producer_run import running, wait_until
+from testkit.spanner_db import INSTANCE, create_database
 from tests.support.kafka_read import Received, read_events
-from tests.support.spanner_db import INSTANCE, create_database
 from tests.support.workload import AccountWriter
 
 ACCOUNTS_DDL = [
@@ -79,6 +80,11 @@ def lineage_depth(scheduler: PartitionScheduler) -> int:
         return depth[token]
 
     return max(of(token) for token in scheduler.partitions)
+
+
+def merges(scheduler: PartitionScheduler) -> list[str]:
+    """Tokens of partitions with more than one parent."""
+    return [p.token for p in scheduler.partitions.values() if len(p.parents) > 1]
 
 
 class EmulatorSkipError(AssertionError):
@@ -218,17 +224,17 @@ async def run_churn(
 async def churn_while_writing(
     service: ProducerService, writer: AccountWriter, min_seconds: float, max_seconds: float
 ) -> None:
-    async with service.running():
+    async with running(service):
         writing = asyncio.create_task(asyncio.to_thread(writer.run, max_seconds))
         started = time.monotonic()
         while not writing.done():
             await asyncio.sleep(0.5)
-            churned = service.scheduler.merges_seen and lineage_depth(service.scheduler) >= 4
+            churned = merges(service.scheduler) and lineage_depth(service.scheduler) >= 4
             if time.monotonic() - started >= min_seconds and churned:
                 writer.stop()
         await writing
         last_commit = max(c.commit_micros for c in writer.committed)
-        await service.wait_until(lambda: (service.scheduler.low_watermark_micros() or 0) > last_commit, 120)
+        await wait_until(service, lambda: (service.scheduler.low_watermark_micros() or 0) > last_commit, 120)
 
 
 async def produce_until_end(config: ProducerConfig) -> ProducerService:

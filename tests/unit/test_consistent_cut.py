@@ -17,7 +17,7 @@ from spanner_cdc.consumer.replica.backends import DuckDbBackend
 from spanner_cdc.consumer.replica.cut import ConsistentCut, incomplete_transactions
 from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark
 from spanner_cdc.schemas.wire import SchemaStore, WriterSchema, encode
-from tests.support.synthetic import STREAM, ChangeFactory
+from testkit.synthetic import STREAM, ChangeFactory
 
 pytestmark = pytest.mark.unit
 TOPIC = "P.Accounts"

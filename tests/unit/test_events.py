@@ -9,8 +9,9 @@ import pytest
 from spanner_cdc.schemas.errors import ContractError
 from spanner_cdc.schemas.events import READ_METHOD_CHANGE_STREAMS, Event, EventBuilder
 from spanner_cdc.schemas.records import DataChangeRecord
+from spanner_cdc.schemas.table import TableSchema
 from spanner_cdc.schemas.timestamps import parse_timestamp_micros
-from tests.support.records import STREAM_NAME, account_transfer_records
+from testkit.records import STREAM_NAME, account_transfer_records
 
 pytestmark = pytest.mark.unit
 
@@ -18,16 +19,20 @@ COLUMNS = account_transfer_records()[0]["column_types"]
 COMMIT = "2024-05-01T10:00:00.000001Z"
 
 
-def build(mod_type: str, capture: str, mod: dict[str, Any], **builder_options: Any) -> Event:
-    record = {
-        **account_transfer_records()[0],
-        "commit_timestamp": COMMIT,
-        "mod_type": mod_type,
-        "value_capture_type": capture,
-        "mods": [mod],
-    }
-    builder = EventBuilder(STREAM_NAME, "bank", **builder_options)
-    [event] = builder.build(DataChangeRecord.from_json(record), "token-7", 1_714_557_600_500)
+def build(
+    mod_type: str, capture: str, mod: dict[str, Any], commit_timestamp_columns: frozenset[str] = frozenset()
+) -> Event:
+    record = DataChangeRecord.from_json(
+        {
+            **account_transfer_records()[0],
+            "commit_timestamp": COMMIT,
+            "mod_type": mod_type,
+            "value_capture_type": capture,
+            "mods": [mod],
+        }
+    )
+    table = TableSchema.from_column_types(record.table_name, record.column_types, commit_timestamp_columns)
+    [event] = EventBuilder(STREAM_NAME, "bank").build(record, "token-7", 1_714_557_600_500, table)
     return event
 
 
@@ -108,9 +113,7 @@ def test_delete_carries_keys_and_captured_old_values(capture: str, old: dict[str
 
 def test_pending_commit_timestamp_column_gets_the_commit_timestamp() -> None:
     mod = {"keys": {"AccountId": "A"}, "new_values": {"LastUpdate": "9999-12-31T23:59:59Z", "Balance": "3"}}
-    event = build(
-        "INSERT", "NEW_ROW", mod, commit_timestamp_columns={"AccountBalance": frozenset({"LastUpdate"})}
-    )
+    event = build("INSERT", "NEW_ROW", mod, commit_timestamp_columns=frozenset({"LastUpdate"}))
     assert event.value["payload"]["LastUpdate"] == parse_timestamp_micros(COMMIT)
     untouched = build("INSERT", "NEW_ROW", mod)
     assert untouched.value["payload"]["LastUpdate"] == parse_timestamp_micros("9999-12-31T23:59:59Z")

@@ -10,7 +10,7 @@ from spanner_cdc.producer.acks import AckTracker
 from spanner_cdc.producer.ordering import CommitOrderBuffer
 from spanner_cdc.producer.partitions import Partition
 from spanner_cdc.schemas.records import DataChangeRecord
-from tests.support.records import account_transfer_records
+from testkit.records import account_transfer_records
 
 pytestmark = pytest.mark.unit
 TEMPLATE = DataChangeRecord.from_json(account_transfer_records()[0])

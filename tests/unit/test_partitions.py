@@ -45,7 +45,7 @@ def test_merged_child_waits_for_every_parent_and_registers_once() -> None:
     assert scheduler.register_children(merge, "b") == [], "reported again by the other parent"
     finish(scheduler, "b")
     assert [p.token for p in scheduler.runnable()] == ["m"]
-    assert scheduler.merges_seen == {"m"}
+    assert scheduler.partitions["m"].parents == ("a", "b")
 
 
 def test_a_finished_partition_is_never_queried_again() -> None:

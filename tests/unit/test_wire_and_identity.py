@@ -17,7 +17,7 @@ from spanner_cdc.schemas.identity import backfill_uuid, change_uuid
 from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.table import TableSchema
 from spanner_cdc.schemas.wire import HEADER_LENGTH, MAGIC, SchemaStore, WriterSchema, encode, read_fingerprint
-from tests.support.records import STREAM_NAME, account_transfer_records
+from testkit.records import STREAM_NAME, account_transfer_records
 
 pytestmark = pytest.mark.unit
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -134,7 +134,7 @@ STABILITY_SCRIPT = textwrap.dedent(
     from spanner_cdc.schemas.events import EventBuilder
     from spanner_cdc.schemas.records import DataChangeRecord
     from spanner_cdc.schemas.wire import WriterSchema
-    from tests.support.records import STREAM_NAME, account_transfer_records
+    from testkit.records import STREAM_NAME, account_transfer_records
     out = []
     for record in account_transfer_records():
         event = EventBuilder(STREAM_NAME, "bank").build(DataChangeRecord.from_json(record), "t", 0)[0]

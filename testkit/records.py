@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-DATA = Path(__file__).resolve().parent.parent / "data"
+DATA = Path(__file__).resolve().parent / "data"
 STREAM_NAME = "projects/demo/instances/demo/databases/bank/changeStreams/BankStream"
 
 

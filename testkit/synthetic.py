@@ -13,11 +13,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spanner_cdc.producer.kafka import KafkaPublisher, topic_for
+from spanner_cdc.producer.acks import AckTracker
+from spanner_cdc.producer.kafka import KafkaClient
+from spanner_cdc.producer.metrics import ProducerMetrics
+from spanner_cdc.producer.publisher import EventSender
 from spanner_cdc.producer.watermarks import WatermarkEmitter
 from spanner_cdc.schemas.events import Event, EventBuilder
 from spanner_cdc.schemas.records import DataChangeRecord
-from spanner_cdc.schemas.wire import WriterSchema, encode
 
 STREAM = "projects/p/instances/i/databases/d/changeStreams/TestStream"
 BASE_MICROS = 1_750_000_000_000_000
@@ -89,39 +91,33 @@ def publish(
     raw: Iterable[tuple[str, bytes]] = (),
     watermark: int | bool = True,
 ) -> None:
-    """Schemas first, then every event (key and value single-object encoded), then raw messages,
-    then — as the producer would — a watermark on every event-topic partition: by default the
-    newest commit timestamp published, or the given one; ``False`` for none."""
+    """Every event through the producer's own sender (schemas first, key and value single-object
+    encoded, acknowledged), then raw messages, then — as the producer would — a watermark on every
+    event-topic partition: by default the newest commit timestamp published, or the given one;
+    ``False`` for none."""
     events = list(events)
 
     async def run() -> None:
-        publisher = KafkaPublisher(bootstrap, prefix, {}, topic_partitions=3, replication_factor=-1)
+        kafka = KafkaClient(bootstrap, prefix, {}, topic_partitions=3, replication_factor=-1)
         poller_stop = asyncio.Event()
-        poller = asyncio.create_task(publisher.run_poller(poller_stop))
-        await publisher.ensure_topic(publisher.schemas_topic, compacted=True)
+        poller = asyncio.create_task(kafka.run_poller(poller_stop))
+        await kafka.ensure_topic(kafka.topics.schemas, compacted=True)
+        tracker = AckTracker()
+        await EventSender(kafka, ProducerMetrics()).send(events, tracker)
         pending = []
-        for event in events:
-            value_writer = WriterSchema.from_schema(event.table.event_schema)
-            key_writer = WriterSchema.from_schema(event.table.key_schema)
-            await publisher.ensure_schema(value_writer)
-            await publisher.ensure_schema(key_writer)
-            topic = topic_for(prefix, event.table.table)
-            await publisher.ensure_topic(topic)
-            pending.append(
-                publisher.produce_acknowledged(
-                    topic, encode(key_writer, event.key), encode(value_writer, event.value)
-                )
-            )
         for topic, value in raw:
-            await publisher.ensure_topic(topic)
-            pending.append(publisher.produce_acknowledged(topic, b"raw", value))
+            await kafka.ensure_topic(topic)
+            pending.append(kafka.produce_acknowledged(topic, b"raw", value))
         await asyncio.gather(*pending)
+        await tracker.drained()
+        if tracker.failed:
+            raise RuntimeError(f"Kafka did not acknowledge an event: {tracker.failed}")
         if watermark is not False:
             newest = max((e.value["source_metadata"]["commit_timestamp"] for e in events), default=None)
-            await WatermarkEmitter(publisher, STREAM).publish(newest if watermark is True else watermark)
+            await WatermarkEmitter(kafka, STREAM).publish(newest if watermark is True else watermark)
         poller_stop.set()
         await poller
-        await publisher.flush(30)
+        await kafka.flush(30)
 
     asyncio.run(run())
 

@@ -1,0 +1,70 @@
+"""The producer's checkpoints: one compacted record per partition token on ``{prefix}._checkpoints``.
+
+A record is the partition's lineage and state (``Partition.to_json``): written when a partition
+is discovered (before its parent may finish), as its acknowledged position advances, and when it
+finishes. A new run restores the newest record of every token. The end of the topic is found
+through ``common.kafka_offsets`` (``read_to_end``): the embedded broker under-reports ListOffsets (the
+base offset of the last batch + 1), and a reader that trusted it restored older states for the
+tokens of the last batch, re-reading finished partitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import Consumer
+
+from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
+from spanner_cdc.producer.errors import KafkaSetupError
+from spanner_cdc.producer.kafka import KafkaClient
+from spanner_cdc.producer.partitions import Partition
+
+
+class CheckpointStore:
+    def __init__(self, kafka: KafkaClient) -> None:
+        self.kafka = kafka
+        self.topic = kafka.topics.checkpoints
+
+    async def write(self, partitions: Iterable[Partition]) -> None:
+        """Write each partition's state and wait until Kafka acknowledged all of them."""
+        await self.kafka.ensure_topic(self.topic, compacted=True)
+        futures = [
+            self.kafka.produce_acknowledged(
+                self.topic, partition.token.encode(), json.dumps(partition.to_json()).encode()
+            )
+            for partition in partitions
+        ]
+        await asyncio.gather(*futures)
+
+    def read(self, timeout: float = 30.0) -> list[Partition]:
+        """The newest state of every partition token (blocking: call before the loop runs work)."""
+        metadata = self.kafka.admin.list_topics(timeout=timeout)
+        if self.topic not in metadata.topics:
+            return []
+        consumer = Consumer(
+            {
+                **SHORT_FETCH_WAIT,
+                **self.kafka.client_settings,
+                "group.id": f"{self.kafka.topics.prefix}.checkpoint-reader",
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            return [Partition.from_json(state) for state in self._newest_states(consumer, timeout)]
+        finally:
+            consumer.close()
+
+    def _newest_states(self, consumer: Consumer, timeout: float) -> list[dict[str, Any]]:
+        try:
+            messages = read_to_end(consumer, self.topic, {}, timeout=timeout)
+        except TimeoutError as exc:
+            raise KafkaSetupError(f"cannot read {self.topic}: {exc}") from None
+        latest: dict[str, dict[str, Any]] = {}
+        for _partition, _offset, _key, value in messages:
+            if value is not None:
+                state = json.loads(value)
+                latest[state["token"]] = state
+        return list(latest.values())

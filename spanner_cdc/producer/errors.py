@@ -1,0 +1,36 @@
+"""The producer's errors. Retryable ones restart a partition's query from its checkpoint
+(``producer.retry``); the others end the producer with their message as the one line shown."""
+
+from __future__ import annotations
+
+from spanner_cdc.errors import RetryableError, SpannerCdcError
+
+
+class ProducerError(SpannerCdcError):
+    """The producer cannot go on (a partition query failed for good, or a task crashed)."""
+
+
+class SpannerSetupError(SpannerCdcError):
+    """The database or change stream cannot be used."""
+
+
+class KafkaSetupError(SpannerCdcError):
+    """The broker cannot be reached or refuses a topic."""
+
+
+class QueryStalledError(RetryableError):
+    """No record and no heartbeat for longer than the stall limit."""
+
+
+class DeliveryFailedError(RetryableError):
+    """Kafka did not acknowledge an event of this partition run."""
+
+
+class QueryEndedEarlyError(RetryableError):
+    """A partition query ended normally before the end timestamp without reporting children.
+
+    Spanner ends a partition's query after its child partitions record (or at the end
+    timestamp); an end without either would leave the children unknown and never read, so it is
+    retried from the checkpoint instead of finishing the partition (Debezium's #2523, Beam's
+    #40232).
+    """

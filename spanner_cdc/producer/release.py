@@ -1,0 +1,70 @@
+"""Commit-order release: held data change records go to the publisher once the low watermark
+passes them (the buffer and the reasons are in ``producer.ordering``).
+
+Every release runs under one lock, so a watermark or a shutdown never sees a release half done:
+a record taken from the buffer but not yet handed to Kafka would be in neither place, and a
+watermark or checkpoint computed then could pass it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from spanner_cdc.producer.acks import AckTracker
+from spanner_cdc.producer.ordering import CommitOrderBuffer
+from spanner_cdc.producer.partitions import Partition, PartitionScheduler
+from spanner_cdc.producer.publisher import EventPublisher
+from spanner_cdc.schemas.records import DataChangeRecord
+
+#: Records held before partitions ahead of the low watermark pause (back-pressure).
+MAX_HELD_RECORDS = 100_000
+_POLL_SECONDS = 0.02
+
+
+class CommitOrderRelease:
+    def __init__(self, scheduler: PartitionScheduler, publisher: EventPublisher) -> None:
+        self.scheduler = scheduler
+        self.publisher = publisher
+        self.buffer = CommitOrderBuffer()
+        self._lock = asyncio.Lock()
+
+    def hold(self, record: DataChangeRecord, partition: Partition, tracker: AckTracker) -> None:
+        self.buffer.hold(record, partition, tracker)
+
+    async def release(self) -> None:
+        """Publish held records the low watermark has passed, in commit order."""
+        if not len(self.buffer):
+            return
+        async with self._lock:
+            await self.release_locked()
+
+    async def release_locked(self) -> None:
+        """The same, for a caller already inside :meth:`locked`."""
+        for held in self.buffer.release(self.scheduler.low_watermark_micros()):
+            await self.publisher.publish(held.record, held.partition.query_token, held.tracker)
+
+    @contextlib.asynccontextmanager
+    async def locked(self) -> AsyncIterator[None]:
+        """No release runs inside this block."""
+        async with self._lock:
+            yield
+
+    async def wait_published(self, tracker: AckTracker) -> None:
+        """After a query ended: wait until the other partitions' progress released its records."""
+        while self.buffer.holds(tracker):
+            await self.release()
+            await asyncio.sleep(_POLL_SECONDS)
+
+    async def wait_for_room(self, partition: Partition) -> None:
+        """Back-pressure: while too much is held, partitions ahead of the low watermark pause.
+
+        The partitions holding the low watermark back never wait, so the buffer always drains.
+        """
+        while len(self.buffer) > MAX_HELD_RECORDS:
+            low = self.scheduler.low_watermark_micros()
+            if low is None or partition.watermark_micros <= low:
+                return
+            await self.release()
+            await asyncio.sleep(_POLL_SECONDS)

@@ -24,7 +24,7 @@ MAX_BACKOFF_SECONDS = 30.0
 
 
 def is_retryable(error: BaseException) -> bool:
-    return isinstance(error, RetryableError | TRANSIENT_SPANNER_ERRORS)
+    return isinstance(error, (RetryableError, *TRANSIENT_SPANNER_ERRORS))
 
 
 def backoff_seconds(attempt: int) -> float:

@@ -1,0 +1,129 @@
+"""A partition's life against scripted change-stream answers and the real broker: what the
+producer does with query ends Spanner should never send, and restoring its checkpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from spanner_cdc.producer.catalog import TableCatalog
+from spanner_cdc.producer.change_stream_rules import GOOGLE_STANDARD_SQL
+from spanner_cdc.producer.checkpoints import CheckpointStore
+from spanner_cdc.producer.config import ProducerConfig
+from spanner_cdc.producer.kafka import KafkaClient
+from spanner_cdc.producer.metrics import ProducerMetrics
+from spanner_cdc.producer.partitions import ROOT, Partition, PartitionScheduler, PartitionState
+from spanner_cdc.producer.publisher import EventPublisher, EventSender
+from spanner_cdc.producer.query import ChangeStreamQuery
+from spanner_cdc.producer.service import ProducerService
+from spanner_cdc.schemas.events import EventBuilder
+from spanner_cdc.schemas.records import (
+    ChangeStreamRecord,
+    ChildPartition,
+    ChildPartitionsRecord,
+    HeartbeatRecord,
+)
+from spanner_cdc.schemas.timestamps import now_micros
+from spanner_cdc.stack import EmbeddedStack
+from testkit.consumer_run import unique_prefix
+from testkit.producer_run import running, wait_until
+
+pytestmark = pytest.mark.integration
+Rows = list[list[ChangeStreamRecord]]
+
+
+class ScriptedSource:
+    """Answers each partition's queries from a script: the n-th query of a token gets the n-th
+    answer (the last one again once the script runs out)."""
+
+    def __init__(self, script: dict[str | None, list[Rows]]) -> None:
+        self.script = script
+        self.queries: collections.Counter[str | None] = collections.Counter()
+
+    def read(
+        self, query: ChangeStreamQuery, token: str | None, start_micros: int
+    ) -> Iterator[list[ChangeStreamRecord]]:
+        answers = self.script[token]
+        answer = answers[min(self.queries[token], len(answers) - 1)]
+        self.queries[token] += 1
+        yield from answer
+
+
+def service_for(stack: EmbeddedStack, source: ScriptedSource, start: int) -> ProducerService:
+    config = ProducerConfig(
+        project="p", instance="i", database="d", change_stream="S", kafka_bootstrap=stack.endpoint("kafka"),
+        start_timestamp_micros=start, topic_prefix=unique_prefix("life"), progress=False,
+    )  # fmt: skip
+    kafka = KafkaClient(config.kafka_bootstrap, config.topic_prefix, {}, 1, -1)
+    metrics = ProducerMetrics()
+    catalog = TableCatalog(GOOGLE_STANDARD_SQL, lambda: ({}, {}))
+    publisher = EventPublisher(EventSender(kafka, metrics), catalog, EventBuilder(config.stream_name, "d"))
+    return ProducerService(
+        config,
+        source=source,
+        dialect=GOOGLE_STANDARD_SQL,
+        publisher=publisher,
+        checkpoints=CheckpointStore(kafka),
+        scheduler=PartitionScheduler.starting_at(start),
+        metrics=metrics,
+    )
+
+
+def children(start: int, token: str, parent: str) -> list[ChangeStreamRecord]:
+    return [ChildPartitionsRecord(start, "00000001", (ChildPartition(token, (parent,)),))]
+
+
+def test_a_query_that_ends_early_without_children_is_retried_not_finished(stack: EmbeddedStack) -> None:
+    start = now_micros() - 1_000_000
+    source = ScriptedSource(
+        {
+            None: [[children(start, "A", ROOT)]],
+            # A's first query ends normally, before any end timestamp, reporting no children.
+            "A": [
+                [[HeartbeatRecord(start + 10)]],
+                [[HeartbeatRecord(start + 20)], children(start + 30, "B", "A")],
+            ],
+            "B": [[[HeartbeatRecord(start + 40)]]],
+        }
+    )
+    service = service_for(stack, source, start)
+
+    async def scenario() -> None:
+        async with running(service):
+            await wait_until(service, lambda: "B" in service.scheduler.partitions, 30)
+
+    asyncio.run(scenario())
+    a = service.scheduler.partitions["A"]
+    assert a.retries >= 1, "the early end was taken as the partition's finish"
+    assert a.state == PartitionState.FINISHED
+    assert source.queries["A"] == 2
+    assert (
+        service.metrics.registry.get_sample_value("spanner_cdc_producer_queries_ended_early_total") or 0
+    ) >= 1
+
+
+def test_checkpoints_produced_in_one_batch_are_all_restored(stack: EmbeddedStack) -> None:
+    """The embedded broker answers ListOffsets with the base offset of the last batch + 1; a
+    reader that trusted it restored only the first record of a batch."""
+    prefix = unique_prefix("ckpt")
+    partitions = [
+        Partition(f"token-{n:02d}", (ROOT,), 1_000, PartitionState.RUNNING, checkpoint_micros=2_000 + n)
+        for n in range(20)
+    ]
+
+    async def write() -> None:
+        kafka = KafkaClient(stack.endpoint("kafka"), prefix, {}, 1, -1)
+        stop = asyncio.Event()
+        poller = asyncio.create_task(kafka.run_poller(stop))
+        await CheckpointStore(kafka).write(partitions)
+        stop.set()
+        await poller
+
+    asyncio.run(write())
+    restored = CheckpointStore(KafkaClient(stack.endpoint("kafka"), prefix, {}, 1, -1)).read()
+    states: dict[str, Any] = {p.token: p.to_json() for p in restored}
+    assert states == {p.token: p.to_json() for p in partitions}

@@ -1,0 +1,54 @@
+"""What ``pip install spanner-cdc`` puts on a machine, and what each service's extra must bring."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+REPOSITORY = Path(__file__).resolve().parents[2]
+#: Makes importing the named top-level packages fail, in a fresh interpreter.
+BLOCK_IMPORTS = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {blocked!r}:
+            raise ImportError('blocked for this test: ' + name)
+sys.meta_path.insert(0, Block())
+"""
+
+
+def test_the_wheel_installs_one_top_level_package(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--wheel-dir", str(tmp_path), str(REPOSITORY)],
+        check=True, capture_output=True, cwd=tmp_path,
+    )  # fmt: skip
+    [wheel] = tmp_path.glob("spanner_cdc-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert top_level == {"spanner_cdc"}
+    assert "spanner_cdc/schemas/avsc/envelope.avsc" in names
+
+
+@pytest.mark.parametrize(
+    ("command", "absent"),
+    [
+        ("produce", ("pyspark", "pyarrow", "duckdb", "psycopg")),  # the producer image has no Spark
+        ("consume", ("google", "asyncio_throttle")),  # the consumer image has no Spanner client
+    ],
+)
+def test_each_service_runs_without_the_other_ones_libraries(command: str, absent: tuple[str, ...]) -> None:
+    module = {"produce": "spanner_cdc.producer.main", "consume": "spanner_cdc.consumer.main"}[command]
+    script = BLOCK_IMPORTS.format(blocked=set(absent)) + (
+        f"import {module}\n"
+        "from spanner_cdc.cli import main\n"
+        f"try:\n    main([{command!r}, '--help'])\nexcept SystemExit as stop:\n    sys.exit(stop.code)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert f"usage: spanner-cdc {command}" in result.stdout

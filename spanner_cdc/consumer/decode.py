@@ -10,7 +10,6 @@ quarantine row with topic, partition, offset, raw bytes and reason.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,17 +24,6 @@ from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark, is_waterm
 from spanner_cdc.schemas.wire import SchemaStore, WriterSchema
 
 UNKNOWN_FINGERPRINT = "unknown-fingerprint"
-QUARANTINE_SCHEMA = pa.schema(
-    [
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("reason", pa.string()),
-        ("detail", pa.string()),
-    ]
-)
 
 
 @dataclass(frozen=True)
@@ -172,11 +160,3 @@ class BatchDecoder:
         except (KeyError, TypeError, ContractError) as exc:
             raise DecodeError("not-an-event", f"decodes, but is not a change event: {exc}") from exc
         return version
-
-
-def quarantine_table(rows: Iterable[Quarantined]) -> pa.Table:
-    listed = list(rows)
-    return pa.table(
-        {name: [getattr(row, name) for row in listed] for name in QUARANTINE_SCHEMA.names},
-        schema=QUARANTINE_SCHEMA,
-    )

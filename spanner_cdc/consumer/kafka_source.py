@@ -31,32 +31,10 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, end_offsets
+from spanner_cdc.consumer.kafka_rows import ARROW_SCHEMA, SPARK_DDL
 from spanner_cdc.errors import SpannerCdcError
 
 SOURCE_NAME = "spanner_cdc_kafka"
-#: The row schema of Spark's built-in kafka source.
-KAFKA_SCHEMA = ", ".join(
-    [
-        "key binary",
-        "value binary",
-        "topic string",
-        "partition int",
-        "offset long",
-        "timestamp timestamp",
-        "timestampType int",
-    ]
-)
-ARROW_SCHEMA = pa.schema(
-    [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("timestampType", pa.int32()),
-    ]
-)
 ROWS_PER_ARROW_BATCH = 10_000
 POLL_SECONDS = 1.0
 #: How long a read waits for offsets the driver saw as available before giving up.
@@ -308,7 +286,7 @@ class KafkaSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
-        return KAFKA_SCHEMA
+        return SPARK_DDL
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:  # noqa: N802
         return KafkaStreamReader(SourceOptions.parse(dict(self.options)))

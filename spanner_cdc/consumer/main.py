@@ -16,17 +16,21 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException
 
-from spanner_cdc.consumer.batch import BatchProcessor, ReplicaCommit
-from spanner_cdc.consumer.changelog import ChangelogSink
+from spanner_cdc.consumer.batch import BatchProcessor
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.decode import BatchDecoder, SchemaTopic
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.kafka_source import SOURCE_NAME, KafkaSource
 from spanner_cdc.consumer.metrics import ConsumerMetrics
-from spanner_cdc.consumer.replica.backends import DuckDbBackend, PostgresBackend, SqlBackend
-from spanner_cdc.consumer.replica.cut import ConsistentCut
-from spanner_cdc.consumer.replica.merge import ReplicaMerge
+from spanner_cdc.consumer.sinks.changelog import ChangelogSink
+from spanner_cdc.consumer.sinks.contents import Sink
+from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
+from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend, PostgresBackend, SqlBackend
+from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut
+from spanner_cdc.consumer.sinks.replica.merge import ReplicaMerge
+from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit, ReplicaSink
+from spanner_cdc.schemas.timestamps import MICROS_PER_SECOND
 
 log = logging.getLogger("spanner_cdc.consumer")
 KAFKA_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
@@ -100,24 +104,28 @@ class ConsumerJob:
         check_kafka(config)
         backend = replica_backend(config) if "replica" in config.sinks else None
         decoder = BatchDecoder(SchemaTopic(config.client_config, config.topic_prefix))
-        cut = (
-            ConsistentCut(backend, decoder, config.subscribed)
-            if backend is not None and config.whole_transactions
-            else None
-        )
+        metrics = ConsumerMetrics()
+        sinks: list[Sink] = []
+        if "changelog" in config.sinks:
+            sinks.append(ChangelogSink(config.changelog_dir))
+        if backend is not None:
+            cut = (
+                ConsistentCut(backend, decoder.decode, config.subscribed)
+                if config.whole_transactions
+                else None
+            )
+            sinks.append(
+                ReplicaSink(ReplicaMerge(backend), metrics, config.spark_checkpoint, cut, on_replica_commit)
+            )
+        sinks.append(QuarantineSink(config.quarantine_dir))
         processor = BatchProcessor(
-            decoder=decoder,
+            decode=decoder.decode,
             delivered=DeliveredChanges(
-                config.checkpoint_dir / "dedupe", config.dedupe_horizon_seconds * 1_000_000
+                config.checkpoint_dir / "dedupe", config.dedupe_horizon_seconds * MICROS_PER_SECOND
             ),
-            changelog=ChangelogSink(config.changelog_dir) if "changelog" in config.sinks else None,
-            replica=ReplicaMerge(backend) if backend is not None else None,
-            quarantine_dir=config.quarantine_dir,
+            sinks=sinks,
             fail_on_bad_message=config.on_bad_message == "fail",
-            metrics=ConsumerMetrics(),
-            spark_checkpoint=config.spark_checkpoint,
-            cut=cut,
-            on_replica_commit=on_replica_commit,
+            metrics=metrics,
         )
         return cls(config, processor, backend)
 

@@ -10,7 +10,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from spanner_cdc.common.metrics import ServedMetrics
 
 if TYPE_CHECKING:
-    from spanner_cdc.consumer.replica.cut import Release
+    from spanner_cdc.consumer.sinks.replica.cut import Release
 
 BATCH_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 

@@ -9,8 +9,8 @@ from typing import Any
 import duckdb
 import psycopg
 
-from spanner_cdc.consumer.changelog import ChangelogSink
 from spanner_cdc.consumer.config import ConsumerConfig
+from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 
 
 @contextmanager

@@ -17,7 +17,7 @@ from typing import Any
 from google.cloud.spanner import COMMIT_TIMESTAMP, KeySet
 
 from spanner_cdc.common.spanner_client import create_emulator_database, emulator_client
-from spanner_cdc.consumer.batch import ReplicaCommit
+from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit
 
 STREAM = "BankStream"
 ACCOUNTS = 20

@@ -25,11 +25,11 @@ from confluent_kafka import Consumer
 from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
 from spanner_cdc.common.progress import show_progress
 from spanner_cdc.common.spanner_client import create_emulator_database
-from spanner_cdc.consumer.batch import ReplicaCommit
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.decode import SchemaTopic
 from spanner_cdc.consumer.main import ConsumerJob, run_until_stopped, spark_session, wait_until_started
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
+from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit
 from spanner_cdc.demo.bank import DDL, STREAM, TABLE_COLUMNS, TOTAL, BalanceWatch, BankWorkload
 from spanner_cdc.producer.config import ProducerConfig
 from spanner_cdc.producer.main import build_service, describe

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.consumer.batch import ReplicaCommit
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
+from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit
 from spanner_cdc.demo import bank
 from spanner_cdc.producer.main import build_service
 from spanner_cdc.schemas.timestamps import datetime_from_micros

@@ -1,4 +1,4 @@
-"""Whole transactions and the consistent cut (consumer.replica.cut), on real Spark and replicas.
+"""Whole transactions and the consistent cut (consumer.sinks.replica.cut), on real Spark and replicas.
 
 Transactions are built as the producer would publish them (tests/support/synthetic.py), so a
 test can stop one halfway: some records on Kafka, the rest and the watermark that covers them
@@ -18,9 +18,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from spanner_cdc.consumer.batch import ReplicaCommit
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
-from spanner_cdc.consumer.replica.cut import PENDING
+from spanner_cdc.consumer.sinks.replica.cut import PENDING
+from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import (
     ConfigFactory,

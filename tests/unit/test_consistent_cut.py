@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 
 from spanner_cdc.consumer.decode import BatchDecoder, DecodedEvent, SchemaTopic, WatermarkSeen
-from spanner_cdc.consumer.replica.backends import DuckDbBackend
-from spanner_cdc.consumer.replica.cut import ConsistentCut, incomplete_transactions
+from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend
+from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut, incomplete_transactions
 from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark
 from spanner_cdc.schemas.wire import SchemaStore, WriterSchema, encode
 from testkit.synthetic import STREAM, ChangeFactory
@@ -31,7 +31,7 @@ def decoder() -> BatchDecoder:
 @pytest.fixture
 def cut(tmp_path: Path, decoder: BatchDecoder) -> ConsistentCut:
     return ConsistentCut(
-        DuckDbBackend(tmp_path / "replica.duckdb"), decoder, lambda topic: topic != "P.Other"
+        DuckDbBackend(tmp_path / "replica.duckdb"), decoder.decode, lambda topic: topic != "P.Other"
     )
 
 

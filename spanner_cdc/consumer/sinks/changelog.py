@@ -18,14 +18,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spanner_cdc.consumer.change_rows import TableChanges
-from spanner_cdc.consumer.parquet_files import batch_file_name, write_atomically
+from spanner_cdc.consumer.sinks.contents import BatchContents
+from spanner_cdc.consumer.sinks.parquet_files import batch_file_name, write_atomically
 
 
 class ChangelogSink:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def write(self, batch_id: int, changes: TableChanges) -> int:
+    def write(self, batch_id: int, contents: BatchContents) -> None:
+        for changes in contents.tables:
+            self.write_table(batch_id, changes)
+
+    def write_table(self, batch_id: int, changes: TableChanges) -> int:
         """Write one table's changes of one batch; returns the rows written."""
         table = changes.changelog()
         commit_dates = pc.cast(

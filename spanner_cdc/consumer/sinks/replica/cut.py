@@ -26,7 +26,6 @@ arrived: counted and logged, never waited for. An event at or before a cut alrea
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -34,25 +33,18 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from spanner_cdc.consumer.decode import BatchDecoder, DecodedEvent, WatermarkSeen
+from spanner_cdc.consumer.decode import DecodedBatch, DecodedEvent, WatermarkSeen
 from spanner_cdc.consumer.errors import ConsumerError
-from spanner_cdc.consumer.replica.backends import SqlBackend, quote
+from spanner_cdc.consumer.kafka_rows import DECODE_SCHEMA
+from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, quote
+from spanner_cdc.schemas.timestamps import datetime_from_micros
 
 log = logging.getLogger("spanner_cdc.consumer")
 PENDING = "cdc$pending"
 WATERMARKS = "cdc$watermarks"
 CUT = "cdc$consistent_cut"
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-_PENDING_ARROW = pa.schema(
-    [
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("commit_micros", pa.int64()),
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-    ]
-)
+#: Held events: the columns decoding reads, plus the commit timestamp the cut selects by.
+_PENDING_ARROW = DECODE_SCHEMA.append(pa.field("commit_micros", pa.int64()))
 
 
 @dataclass(frozen=True)
@@ -68,9 +60,15 @@ class Release:
 
 
 class ConsistentCut:
-    def __init__(self, backend: SqlBackend, decoder: BatchDecoder, subscribed: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        backend: SqlBackend,
+        decode: Callable[[pa.Table], DecodedBatch],
+        subscribed: Callable[[str], bool],
+    ) -> None:
         self.backend = backend
-        self.decoder = decoder
+        #: Kafka rows (``kafka_rows.DECODE_SCHEMA``) → events: held events are kept as their bytes.
+        self.decode = decode
         self.subscribed = subscribed
         backend.execute(
             f"CREATE TABLE IF NOT EXISTS {quote(PENDING)} (topic VARCHAR NOT NULL, "
@@ -160,7 +158,7 @@ class ConsistentCut:
             f"INSERT INTO {quote(CUT)} VALUES (1, ?, ?, ?, now()) ON CONFLICT (id) DO UPDATE SET "
             "cut_micros = excluded.cut_micros, cut = excluded.cut, "
             "topics_from_micros = excluded.topics_from_micros, updated_at = excluded.updated_at",
-            [cut, _EPOCH + dt.timedelta(microseconds=cut), topics_from],
+            [cut, datetime_from_micros(cut), topics_from],
         )
 
     # --- held events ------------------------------------------------------------------------
@@ -192,19 +190,20 @@ class ConsistentCut:
         topics, partitions, offsets, keys, values = zip(*rows, strict=True)
         table = pa.table(
             {
-                "key": pa.array([_bytes(k) for k in keys], pa.binary()),
-                "value": pa.array([_bytes(v) for v in values], pa.binary()),
-                "topic": pa.array(topics, pa.string()),
-                "partition": pa.array(partitions, pa.int32()),
-                "offset": pa.array(offsets, pa.int64()),
-            }
+                "key": [_bytes(k) for k in keys],
+                "value": [_bytes(v) for v in values],
+                "topic": topics,
+                "partition": partitions,
+                "offset": offsets,
+            },
+            schema=DECODE_SCHEMA,
         )
-        decoded = self.decoder.decode(table)
+        decoded = self.decode(table)
         if decoded.quarantined or decoded.watermarks:
             first = decoded.quarantined[0] if decoded.quarantined else None
             raise ConsumerError(
                 f"a held event no longer decodes ({first.reason if first else 'watermark'}); "
-                f"{PENDING} is inconsistent with {self.decoder.schemas.topic}"
+                f"{PENDING} is inconsistent with the schemas topic"
             )
         return decoded.events
 

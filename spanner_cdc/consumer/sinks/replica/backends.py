@@ -1,7 +1,7 @@
 """The two replica databases behind one small interface: run SQL, load Arrow rows, transact.
 
 Everything else (DDL, the merge, the batch marker) is the same SQL for both, in
-:mod:`consumer.replica.merge`. SQL is written with ``?`` placeholders; identifiers never
+:mod:`consumer.sinks.replica.merge`. SQL is written with ``?`` placeholders; identifiers never
 contain ``?`` or ``%`` (they come from Spanner names, which cannot).
 """
 

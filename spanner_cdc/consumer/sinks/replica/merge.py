@@ -29,7 +29,7 @@ from spanner_cdc.consumer.change_rows import (
     SORT_COLUMNS,
     TableChanges,
 )
-from spanner_cdc.consumer.replica.backends import SqlBackend, quote
+from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, quote
 from spanner_cdc.consumer.table_version import PayloadColumn
 
 BATCHES_TABLE = "cdc$batches"

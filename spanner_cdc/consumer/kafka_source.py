@@ -7,7 +7,7 @@ source, and the options use its names (``kafka.bootstrap.servers``, ``subscribe`
 the format only.
 
 Offsets are ``{"topic": {"partition": next offset}}``; Spark keeps them in its checkpoint, and
-partitions are assigned (never subscribed through a consumer group), as DESIGN §2 advises.
+partitions are assigned (never subscribed through a consumer group), as docs/design.md §2 advises.
 End offsets come from :func:`spanner_cdc.kafka_offsets.end_offsets`, which is right on Tansu.
 """
 

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the consumer (DESIGN §7)."""
+"""Prometheus metrics of the consumer (docs/design.md §7)."""
 
 from __future__ import annotations
 

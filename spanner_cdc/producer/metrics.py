@@ -1,4 +1,4 @@
-"""Prometheus metrics of the producer (DESIGN §7), on a registry of its own per service."""
+"""Prometheus metrics of the producer (docs/design.md §7), on a registry of its own per service."""
 
 from __future__ import annotations
 

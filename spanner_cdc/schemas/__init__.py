@@ -1,4 +1,4 @@
-"""The event contract between producer and consumer (DESIGN §3).
+"""The event contract between producer and consumer (docs/design.md §3).
 
 Everything that decides how a Spanner change becomes bytes on Kafka lives here, so that the
 producer, the consumer and third-party readers agree by construction: Spanner → Avro type

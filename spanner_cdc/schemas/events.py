@@ -1,4 +1,4 @@
-"""Data change records → Datastream-shaped events, one per mod (DESIGN §3).
+"""Data change records → Datastream-shaped events, one per mod (docs/design.md §3).
 
 The record form accepted here is the change record as JSON (the PostgreSQL dialect's native
 form and the seed's examples); the GoogleSQL reader turns its STRUCT rows into the same mapping,
@@ -18,7 +18,7 @@ from spanner_cdc.schemas.timestamps import format_timestamp_micros
 
 READ_METHOD_CHANGE_STREAMS = "spanner-cdc-change-streams"
 READ_METHOD_BACKFILL = "spanner-backfill"
-#: What the emulator reports for a PENDING_COMMIT_TIMESTAMP() column (DESIGN §2).
+#: What the emulator reports for a PENDING_COMMIT_TIMESTAMP() column (docs/design.md §2).
 EMULATOR_PENDING_COMMIT_TIMESTAMP = "9999-12-31T23:59:59Z"
 
 
@@ -140,7 +140,7 @@ def _payload(
     new_values: dict[str, Any],
     old_values: dict[str, Any],
 ) -> tuple[dict[str, Any], list[str]]:
-    """The payload and changed_columns for one mod, by mod type (DESIGN §3, payload).
+    """The payload and changed_columns for one mod, by mod type (docs/design.md §3, payload).
 
     INSERT and UPDATE carry ``new_values`` (the whole row for NEW_ROW capture types, only the
     changed columns otherwise); DELETE carries the keys plus whatever old values were captured.

@@ -69,7 +69,7 @@ class SpannerType:
 
 
 def avro_type(spanner_type: SpannerType, table: str, column: str) -> AvroType:
-    """The Avro type of a non-null value of ``spanner_type`` (DESIGN §3, Types)."""
+    """The Avro type of a non-null value of ``spanner_type`` (docs/design.md §3, Types)."""
     if spanner_type.element is not None and spanner_type.code == "ARRAY":
         return {"type": "array", "items": ["null", avro_type(spanner_type.element, table, column)]}
     mapped = _AVRO_TYPES.get(_type_name(spanner_type))

@@ -137,7 +137,7 @@ class TableSchema:
     @cached_property
     def event_schema(self) -> dict[str, Any]:
         """The envelope of ``avsc/envelope.avsc`` with this table's payload type defined in it."""
-        schema = _load_avsc("envelope.avsc")
+        schema = load_avsc("envelope.avsc")
         schema["namespace"] = self.namespace
         if not _define_first_reference(schema, PAYLOAD_TYPE_NAME, self.payload_schema):
             raise ContractError("envelope.avsc never references the Payload type")
@@ -146,7 +146,7 @@ class TableSchema:
     @cached_property
     def key_schema(self) -> dict[str, Any]:
         """The Kafka message key: the primary-key columns in key order."""
-        schema = _load_avsc("key.avsc")
+        schema = load_avsc("key.avsc")
         schema["namespace"] = self.namespace
         schema["fields"] = self._fields(self.key_columns)
         return schema
@@ -191,7 +191,7 @@ class TableVersions:
         self._versions.clear()
 
 
-def _load_avsc(name: str) -> dict[str, Any]:
+def load_avsc(name: str) -> dict[str, Any]:
     """A fresh, mutable copy of one of the shipped ``.avsc`` templates."""
     return copy.deepcopy(_read_avsc(name))
 

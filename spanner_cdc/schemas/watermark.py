@@ -23,27 +23,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from spanner_cdc.schemas.table import load_avsc
 from spanner_cdc.schemas.timestamps import micros_from_datetime
 from spanner_cdc.schemas.wire import WriterSchema, encode
 
 KIND_HEADER = "spanner-cdc-kind"
 WATERMARK_KIND = b"watermark"
-WATERMARK_SCHEMA: dict[str, Any] = {
-    "type": "record",
-    "name": "Watermark",
-    "namespace": "spanner_cdc",
-    "doc": "Every change committed at or before `watermark` is at a lower offset of this partition.",
-    "fields": [
-        {"name": "stream_name", "type": "string"},
-        {"name": "watermark", "type": {"type": "long", "logicalType": "timestamp-micros"}},
-        {"name": "emitted_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-        {
-            "name": "topics",
-            "type": {"type": "map", "values": "int"},
-            "doc": "every event topic the producer writes, with its partition count",
-        },
-    ],
-}
+WATERMARK_SCHEMA: dict[str, Any] = load_avsc("watermark.avsc")
 WATERMARK_WRITER = WriterSchema.from_schema(WATERMARK_SCHEMA)
 
 

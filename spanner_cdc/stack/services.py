@@ -1,4 +1,4 @@
-"""The three services of the embedded stack, each resolved in the order DESIGN §2 fixes.
+"""The three services of the embedded stack, each resolved in the order docs/design.md §2 fixes.
 
 For every service: an address given in the environment → a local binary → a container through
 testcontainers when a Docker engine answers → one ServiceError naming what is missing and how
@@ -148,7 +148,7 @@ def find_emulator_gateway() -> Path | None:
 
 
 def start_spanner(workdir: Path, churn_seconds: int | None = None) -> ServiceHandle:
-    """Resolve the emulator; ``churn_seconds`` shortens partition-token lifetimes (DESIGN §2)."""
+    """Resolve the emulator; ``churn_seconds`` shortens partition-token lifetimes (docs/design.md §2)."""
 
     def local() -> ServiceHandle | None:
         gateway = find_emulator_gateway()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -23,9 +24,16 @@ sys.meta_path.insert(0, Block())
 
 
 def test_the_wheel_installs_one_top_level_package(tmp_path: Path) -> None:
+    source = tmp_path / "source"  # setuptools builds in the source tree: use a copy
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPOSITORY / name, source / name)
+    shutil.copytree(
+        REPOSITORY / "spanner_cdc", source / "spanner_cdc", ignore=shutil.ignore_patterns("__pycache__")
+    )
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "--wheel-dir", str(tmp_path), str(REPOSITORY)],
+         "--wheel-dir", str(tmp_path), str(source)],
         check=True, capture_output=True, cwd=tmp_path,
     )  # fmt: skip
     [wheel] = tmp_path.glob("spanner_cdc-*.whl")

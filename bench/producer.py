@@ -186,8 +186,8 @@ def bench_config(spanner: str, kafka: str, database: str, **overrides: Any) -> P
 
 
 async def steady_latency(database: Any, spanner: str, kafka: str, rate: float, seconds: float) -> list[float]:
-    service = await build_service(bench_config(spanner, kafka, database.database_id))
-    service.metrics.latency_samples = []
+    metrics = SampledMetrics()
+    service = await build_service(bench_config(spanner, kafka, database.database_id), metrics)
     stop = threading.Event()
 
     def write() -> None:
@@ -210,7 +210,20 @@ async def steady_latency(database: Any, spanner: str, kafka: str, rate: float, s
         stop.set()
         await asyncio.to_thread(writer.join)
         await asyncio.sleep(2.0)
-    return service.metrics.latency_samples
+    return metrics.samples
+
+
+class SampledMetrics(ProducerMetrics):
+    """The producer's metrics, keeping every commit → ack latency for exact percentiles (the
+    histogram's buckets are too coarse for a p99)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.samples: list[float] = []
+
+    def observe_commit_to_ack(self, seconds: float) -> None:
+        super().observe_commit_to_ack(seconds)
+        self.samples.append(seconds)
 
 
 def percentile(samples: list[float], fraction: float) -> float:

@@ -22,8 +22,9 @@ from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.timestamps import clock_text, seconds_behind
 
 
-async def build_service(config: ProducerConfig) -> ProducerService:
-    """Check Spanner and Kafka, restore or start the partition table, and build the service."""
+async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None = None) -> ProducerService:
+    """Check Spanner and Kafka, restore or start the partition table, and build the service
+    (reporting to ``metrics``, a registry of its own unless given)."""
     source = await SpannerSource.open(config.project, config.instance, config.database, config.emulator_host)
     await source.check_change_stream(config.change_stream)
     catalog = TableCatalog(source.dialect, source.load_catalog)
@@ -45,7 +46,7 @@ async def build_service(config: ProducerConfig) -> ProducerService:
         if restored
         else PartitionScheduler.starting_at(config.start_timestamp_micros)
     )
-    metrics = ProducerMetrics()
+    metrics = metrics or ProducerMetrics()
     builder = EventBuilder(
         stream_name=config.stream_name,
         database=config.database,

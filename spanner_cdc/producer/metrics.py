@@ -12,8 +12,6 @@ LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300
 class ProducerMetrics(ServedMetrics):
     def __init__(self) -> None:
         super().__init__()
-        #: Exact commit→ack latencies, kept only when a benchmark asks for percentiles.
-        self.latency_samples: list[float] | None = None
         self.events = Counter(
             "spanner_cdc_producer_events",
             "Events acknowledged by Kafka",
@@ -64,5 +62,3 @@ class ProducerMetrics(ServedMetrics):
 
     def observe_commit_to_ack(self, seconds: float) -> None:
         self.commit_to_ack.observe(seconds)
-        if self.latency_samples is not None:
-            self.latency_samples.append(seconds)

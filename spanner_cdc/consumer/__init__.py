@@ -1,1 +1,1 @@
-"""Kafka → Spark sinks (``spanner-cdc consume``): built in the consumer issue."""
+"""Kafka → Spark → changelog, replica and quarantine (``spanner-cdc consume``; docs/consumer.md)."""

@@ -1,0 +1,1 @@
+"""``make demo``: the bank workload, the whole pipeline on the embedded stack, and its checks."""

@@ -1,1 +1,1 @@
-"""Spanner change streams → Kafka (``spanner-cdc produce``): built in the producer issue."""
+"""Spanner change streams → Kafka (``spanner-cdc produce``; docs/producer.md)."""

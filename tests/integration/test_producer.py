@@ -131,6 +131,23 @@ def test_churn_fast_every_change_once_in_order(churn_spanner: str, stack: Embedd
         check_churn_run(service, events, writer)
 
 
+@RERUN_ON_EMULATOR_SKIP
+def test_one_query_slot_with_several_live_partitions_delivers_everything(
+    churn_spanner: str, stack: EmbeddedStack
+) -> None:
+    """``--max-queries 1`` while the churning emulator keeps several partitions live. A partition
+    whose query ended waits for its records' release, which needs the others to read: it used to
+    keep its query slot meanwhile, and with fewer slots than live partitions nothing was ever
+    published and no stall was detected."""
+    service, events, writer, _, source_log = asyncio.run(
+        run_churn(churn_spanner, stack.endpoint("kafka"), 3, 8, max_queries=1)
+    )
+    assert sum(1 for p in service.scheduler.partitions.values() if p.starts) > 2, "too few partitions"
+    with source_log.diagnosing():
+        assert_exactly_the_committed_changes(events, writer.committed)
+        assert_per_key_commit_order(events)
+
+
 @pytest.mark.slow
 @RERUN_ON_EMULATOR_SKIP
 def test_churn_default_speed(stack: EmbeddedStack) -> None:

@@ -206,12 +206,13 @@ def change_of(event: Received) -> Change:
 
 
 async def run_churn(
-    spanner: str, kafka: str, min_seconds: float, max_seconds: float
+    spanner: str, kafka: str, min_seconds: float, max_seconds: float, **overrides: Any
 ) -> tuple[ProducerService, list[Received], AccountWriter, Any, SourceLog]:
     """Writes while partitions churn until a merge and lineage depth 4 were seen; the producer's
-    service, the events on Kafka, the writer, the database and what the emulator returned."""
+    service, the events on Kafka, the writer, the database and what the emulator returned.
+    ``overrides`` are producer options."""
     database = create_database(spanner, ACCOUNTS_DDL)
-    config = producer_config(spanner, kafka, database, "Bank")
+    config = producer_config(spanner, kafka, database, "Bank", **overrides)
     service = await build_service(config)
     source_log = SourceLog(config)
     writer = AccountWriter(database)

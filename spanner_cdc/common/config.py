@@ -191,6 +191,11 @@ def choice(*allowed: str) -> Callable[[str], str]:
 #: Options every long-running command has.
 SERVICE_OPTIONS = (
     Option("metrics-port", "Prometheus metrics HTTP port (0: off)", integer_in(0, 65535), default=0),
+    Option(
+        "metrics-host",
+        "address the metrics port listens on (0.0.0.0: every interface, e.g. in a container)",
+        default="127.0.0.1",
+    ),
     Option("log-format", "text or json", choice("text", "json"), default="text"),
     Option(
         "log-level",

@@ -139,6 +139,7 @@ class ConsumerConfig:
     spark_master: str = "local[2]"
     spark_conf: dict[str, str] = field(default_factory=dict)
     metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
     log_format: str = "text"
     log_level: str = "info"
 

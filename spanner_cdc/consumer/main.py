@@ -222,7 +222,7 @@ def consume(config: ConsumerConfig) -> None:
         config.spark_master, f"spanner-cdc-consume-{config.topic_prefix}", config.spark_conf
     )
     try:
-        job.processor.metrics.serve(config.metrics_port)
+        job.processor.metrics.serve(config.metrics_port, config.metrics_host)
         with stop_requested() as stop:
             log.info("consuming %s.* into %s", config.topic_prefix, ", ".join(config.sinks))
             drain(job, spark, stop)

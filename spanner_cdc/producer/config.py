@@ -132,6 +132,7 @@ class ProducerConfig:
     checkpoint_interval: float = 1.0
     watermark_interval: float = 1.0
     metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
     log_format: str = "text"
     log_level: str = "info"
     progress: bool = True

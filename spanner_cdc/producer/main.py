@@ -86,7 +86,7 @@ async def produce(config: ProducerConfig) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, service.request_stop)
-    service.metrics.serve(config.metrics_port)
+    service.metrics.serve(config.metrics_port, config.metrics_host)
     progress_stop = asyncio.Event()
     started_at = time.monotonic()
     progress = asyncio.create_task(

@@ -13,12 +13,11 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterable
-from typing import Any
 
 from confluent_kafka import Consumer
 
 from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
-from spanner_cdc.producer.errors import KafkaSetupError
+from spanner_cdc.producer.errors import CheckpointError, KafkaSetupError
 from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.producer.partitions import Partition
 
@@ -53,18 +52,29 @@ class CheckpointStore:
             }
         )
         try:
-            return [Partition.from_json(state) for state in self._newest_states(consumer, timeout)]
-        finally:
-            consumer.close()
-
-    def _newest_states(self, consumer: Consumer, timeout: float) -> list[dict[str, Any]]:
-        try:
             messages = read_to_end(consumer, self.topic, {}, timeout=timeout)
         except TimeoutError as exc:
             raise KafkaSetupError(f"cannot read {self.topic}: {exc}") from None
-        latest: dict[str, dict[str, Any]] = {}
-        for _partition, _offset, _key, value in messages:
+        finally:
+            consumer.close()
+        newest: dict[str, Partition] = {}
+        for _partition, offset, key, value in messages:
             if value is not None:
-                state = json.loads(value)
-                latest[state["token"]] = state
-        return list(latest.values())
+                partition = self._parse(offset, key, value)
+                newest[partition.token] = partition
+        return list(newest.values())
+
+    def _parse(self, offset: int, key: bytes | None, value: bytes) -> Partition:
+        try:
+            partition = Partition.from_json(json.loads(value))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise CheckpointError(
+                f"{self.topic} offset {offset} is not a checkpoint record ({exc}); the producer will not "
+                "guess where that partition stands: restore the topic, or start afresh with a new "
+                "--topic-prefix and a --start-timestamp"
+            ) from None
+        if key is not None and key != partition.token.encode():
+            raise CheckpointError(
+                f"{self.topic} offset {offset}: the record's key is not its token {partition.token[:16]!r}"
+            )
+        return partition

@@ -18,6 +18,11 @@ class KafkaSetupError(SpannerCdcError):
     """The broker cannot be reached or refuses a topic."""
 
 
+class CheckpointError(SpannerCdcError):
+    """The checkpoint topic holds a record that is not a partition's state: the producer cannot
+    know where that partition stands, so it does not guess (which could skip changes)."""
+
+
 class QueryStalledError(RetryableError):
     """No record and no heartbeat for longer than the stall limit."""
 

@@ -71,8 +71,9 @@ class Partition:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Partition:
-        """A partition as a checkpoint record left it, for a new run.
+    def from_json(cls, data: Any) -> Partition:
+        """A partition as a checkpoint record left it, for a new run; ValueError naming what is
+        wrong when ``data`` is not such a record (the caller says where it came from).
 
         Its watermark is its checkpoint: the run that wrote the record may have read further,
         but what it read and had not published is lost with it, and a watermark ahead of the
@@ -80,15 +81,31 @@ class Partition:
         changes it has yet to read again. (Records of earlier versions carry that run's
         ``watermark_micros``; it is ignored.)
         """
-        checkpoint = int(data["checkpoint_micros"])
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        token, parents = data.get("token"), data.get("parents")
+        if not isinstance(token, str) or not token:
+            raise ValueError("'token' is not a non-empty string")
+        if not isinstance(parents, list) or not all(isinstance(p, str) and p for p in parents):
+            raise ValueError("'parents' is not a list of tokens")
+        start, checkpoint = _integer(data, "start_micros"), _integer(data, "checkpoint_micros")
+        if data.get("state") not in PartitionState.__members__:
+            raise ValueError(f"'state' is not one of {', '.join(PartitionState)}")
         return cls(
-            token=str(data["token"]),
-            parents=tuple(data["parents"]),
-            start_micros=int(data["start_micros"]),
+            token=token,
+            parents=tuple(parents),
+            start_micros=start,
             state=PartitionState(data["state"]),
             checkpoint_micros=checkpoint,
             watermark_micros=checkpoint,
         )
+
+
+def _integer(data: dict[str, Any], name: str) -> int:
+    value = data.get(name)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name!r} is not an integer")
+    return value
 
 
 @dataclass

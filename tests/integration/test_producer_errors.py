@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
 from testkit.spanner_db import create_database
@@ -112,6 +114,45 @@ def test_missing_database(stack: EmbeddedStack) -> None:
 def test_start_outside_retention(stack: EmbeddedStack, bank: Any) -> None:
     result = run_produce(stack, bank, "--start-timestamp", "2020-01-01T00:00:00Z")
     assert_one_line_error(result, 1, "too far in the past")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "phrase"),
+    [
+        (b"t1", b"\x00\xffnot json", "is not a checkpoint record"),
+        (b"t1", b"[1, 2]", "not a JSON object"),
+        (b"t1", b'{"token": 5}', "'token' is not a non-empty string"),
+        (
+            b"t1",
+            b'{"token": "t1", "parents": ["<root>"], "start_micros": 1, "state": "DONE", '
+            b'"checkpoint_micros": 1}',
+            "'state' is not one of",
+        ),
+        (
+            b"other",
+            b'{"token": "t1", "parents": [], "start_micros": 1, "state": "RUNNING", "checkpoint_micros": 1}',
+            "key is not its token",
+        ),
+    ],
+)
+def test_a_damaged_checkpoint_topic_is_one_line_not_a_traceback(
+    stack: EmbeddedStack, bank: Any, key: bytes, value: bytes, phrase: str
+) -> None:
+    prefix = f"ckpt-{uuid.uuid4().hex[:6]}"
+
+    async def write_garbage() -> None:
+        kafka = KafkaClient(stack.endpoint("kafka"), prefix, {}, 1, -1)
+        stop = asyncio.Event()
+        poller = asyncio.create_task(kafka.run_poller(stop))
+        await kafka.ensure_topic(kafka.topics.checkpoints, compacted=True)
+        await kafka.produce_acknowledged(kafka.topics.checkpoints, key, value)
+        stop.set()
+        await poller
+
+    asyncio.run(write_garbage())
+    command = produce_command(stack.endpoint("spanner"), stack.endpoint("kafka"), bank, "Bank", prefix)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert_one_line_error(result, 1, f"{prefix}._checkpoints offset 0", phrase)
 
 
 def test_unreachable_broker(stack: EmbeddedStack, bank: Any) -> None:

@@ -23,6 +23,8 @@ class AckTracker:
         self._drained = asyncio.Event()
         self._drained.set()
         self.failed: str | None = None
+        #: A failure a retry cannot mend (the producer stops with this line).
+        self.fatal: str | None = None
 
     def sent(self, commit_micros: int) -> None:
         self._pending[commit_micros] = self._pending.get(commit_micros, 0) + 1
@@ -40,6 +42,11 @@ class AckTracker:
     def delivery_failed(self, reason: str) -> None:
         """The event stays pending forever, so the checkpoint can never pass it."""
         self.failed = self.failed or reason
+        self._drained.set()
+
+    def give_up(self, reason: str) -> None:
+        """The event can never be delivered: the run must stop the producer, not retry."""
+        self.fatal = self.fatal or reason
         self._drained.set()
 
     @property

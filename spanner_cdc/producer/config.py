@@ -12,6 +12,7 @@ from spanner_cdc.common.config import (
     ConfigError,
     Option,
     boolean,
+    choice,
     integer_in,
     key_value,
     positive_float,
@@ -103,6 +104,13 @@ PRODUCE_OPTIONS = (
         positive_float,
         default=1.0,
     ),
+    Option(
+        "on-oversize-event",
+        "an event larger than Kafka accepts: dead-letter (its identity and the reason to "
+        "{prefix}._dead_letters, then go on) or fail (stop with one line)",
+        choice("dead-letter", "fail"),
+        default="dead-letter",
+    ),
     *SERVICE_OPTIONS,
     Option("progress", "show a live progress line (true/false)", boolean, default=True),
 )
@@ -131,6 +139,7 @@ class ProducerConfig:
     stall_heartbeats: int = 10
     checkpoint_interval: float = 1.0
     watermark_interval: float = 1.0
+    on_oversize_event: str = "dead-letter"
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     log_format: str = "text"

@@ -39,6 +39,7 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
     await kafka.check_reachable()
     await kafka.ensure_topic(kafka.topics.schemas, compacted=True)
     await kafka.ensure_topic(kafka.topics.checkpoints, compacted=True)
+    await kafka.ensure_topic(kafka.topics.dead_letters)
     checkpoints = CheckpointStore(kafka)
     restored = await call_with_deadline(checkpoints.read, 60)
     scheduler = (
@@ -56,7 +57,7 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
         config,
         source=source,
         dialect=source.dialect,
-        publisher=EventPublisher(EventSender(kafka, metrics), catalog, builder),
+        publisher=EventPublisher(EventSender(kafka, metrics, config.on_oversize_event), catalog, builder),
         checkpoints=checkpoints,
         scheduler=scheduler,
         metrics=metrics,

@@ -43,6 +43,11 @@ class ProducerMetrics(ServedMetrics):
         self.delivery_errors = Counter(
             "spanner_cdc_producer_delivery_errors", "Events Kafka did not acknowledge", registry=self.registry
         )
+        self.dead_letters = Counter(
+            "spanner_cdc_producer_dead_letters",
+            "Events larger than Kafka accepts, written to {prefix}._dead_letters instead",
+            registry=self.registry,
+        )
         self.late_records = Counter(
             "spanner_cdc_producer_late_records",
             "Data change records older than their partition's watermark (a server-side ordering bug)",

@@ -90,8 +90,7 @@ class PartitionRunner:
                     await self._read(run)
                 await self.release.wait_published(run.tracker)
                 await run.tracker.drained()
-                if run.tracker.failed:
-                    raise DeliveryFailedError(run.tracker.failed)
+                _raise_delivery_failure(run.tracker)
                 break
             except Exception as exc:
                 if not is_retryable(exc):
@@ -143,8 +142,7 @@ class PartitionRunner:
                 for record in records:
                     await self.actions.apply(run, record)
                 await self.release.release()
-                if run.tracker.failed:
-                    raise DeliveryFailedError(run.tracker.failed)
+                _raise_delivery_failure(run.tracker)
         finally:
             stream.stop()
         self._ended(run)
@@ -160,6 +158,13 @@ class PartitionRunner:
         if end is not None:
             # A query that ended normally returned everything up to the end timestamp.
             run.partition.watermark_micros = max(run.partition.watermark_micros, end)
+
+
+def _raise_delivery_failure(tracker: AckTracker) -> None:
+    if tracker.fatal:
+        raise ProducerError(tracker.fatal)
+    if tracker.failed:
+        raise DeliveryFailedError(tracker.failed)
 
 
 def _final(error: Exception) -> SpannerCdcError:

@@ -14,11 +14,13 @@ The one path from a record to Kafka: the producer's partitions and the benchmark
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from spanner_cdc.producer.acks import AckTracker
 from spanner_cdc.producer.catalog import TableCatalog
@@ -27,18 +29,38 @@ from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.schemas.events import Event, EventBuilder
 from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.table import TableSchema
-from spanner_cdc.schemas.timestamps import seconds_behind
+from spanner_cdc.schemas.timestamps import format_timestamp_micros, seconds_behind
 from spanner_cdc.schemas.wire import WriterSchema, encode
 
 log = logging.getLogger(__name__)
 
 
-class EventSender:
-    """Events → Kafka: writer schemas published first, key and value encoded, acks counted."""
+@dataclass(frozen=True)
+class Outgoing:
+    """One event on its way: where it goes, its key, the size of its value."""
 
-    def __init__(self, kafka: KafkaClient, metrics: ProducerMetrics) -> None:
+    event: Event
+    topic: str
+    key: bytes
+    size: int
+
+
+class EventSender:
+    """Events → Kafka: writer schemas published first, key and value encoded, acks counted.
+
+    An event larger than Kafka accepts (``message.max.bytes`` of the client or the broker) can
+    never be delivered; retrying would loop forever. ``on_oversize`` decides: ``dead-letter``
+    writes what identifies it (uuid, table, key, commit timestamp, size, reason — not the payload,
+    which is the part too large) to ``{prefix}._dead_letters`` and counts it as delivered;
+    ``fail`` stops the producer with one line.
+    """
+
+    def __init__(
+        self, kafka: KafkaClient, metrics: ProducerMetrics, on_oversize: str = "dead-letter"
+    ) -> None:
         self.kafka = kafka
         self.metrics = metrics
+        self.on_oversize = on_oversize
         #: Events Kafka acknowledged since start (the progress line).
         self.acknowledged = 0
         self._writers: dict[tuple[str, str], tuple[WriterSchema, WriterSchema]] = {}
@@ -50,13 +72,50 @@ class EventSender:
             topic = self.kafka.topics.event(table.table)
             writer, key_writer = await self._writers_for(table, topic)
             tracker.sent(event.value["source_metadata"]["commit_timestamp"])
-            self.kafka.produce(
-                topic,
-                encode(key_writer, event.key),
-                encode(writer, event.value),
-                self._on_delivery(tracker, event),
-            )
+            value = encode(writer, event.value)
+            outgoing = Outgoing(event, topic, encode(key_writer, event.key), len(value))
+            try:
+                self.kafka.produce(topic, outgoing.key, value, self._on_delivery(tracker, outgoing))
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
+                    raise
+                self._too_large(tracker, outgoing, exc.args[0].str())
         self.kafka.poll()
+
+    def _too_large(self, tracker: AckTracker, outgoing: Outgoing, reason: str) -> None:
+        value = outgoing.event.value
+        commit = value["source_metadata"]["commit_timestamp"]
+        what = (
+            f"event {value['uuid']} of table {value['object']} ({outgoing.size:,} bytes) "
+            "is larger than Kafka accepts"
+        )
+        if self.on_oversize == "fail":
+            tracker.give_up(
+                f"{what} ({reason}); raise message.max.bytes on the producer (--kafka-config) and the "
+                "broker, or run with --on-oversize-event dead-letter"
+            )
+            return
+        self.metrics.dead_letters.inc()
+        log.warning("%s: written to %s instead", what, self.kafka.topics.dead_letters)
+        letter = {
+            "uuid": value["uuid"],
+            "topic": outgoing.topic,
+            "object": value["object"],
+            "commit_timestamp": format_timestamp_micros(commit),
+            "sort_keys": value["sort_keys"],
+            "size_bytes": outgoing.size,
+            "reason": reason,
+        }
+
+        def delivered(error: KafkaError | None, _message: Message) -> None:
+            if error is not None:
+                tracker.delivery_failed(error.str())
+            else:
+                tracker.acknowledged(commit)
+
+        self.kafka.produce(
+            self.kafka.topics.dead_letters, outgoing.key, json.dumps(letter).encode(), delivered
+        )
 
     async def _writers_for(self, table: TableSchema, topic: str) -> tuple[WriterSchema, WriterSchema]:
         cache_key = (table.table, table.schema_key)
@@ -78,13 +137,18 @@ class EventSender:
             )
         return writers
 
-    def _on_delivery(self, tracker: AckTracker, event: Event) -> Callable[[KafkaError | None, Message], None]:
-        metadata = event.value["source_metadata"]
+    def _on_delivery(
+        self, tracker: AckTracker, outgoing: Outgoing
+    ) -> Callable[[KafkaError | None, Message], None]:
+        metadata = outgoing.event.value["source_metadata"]
         commit = metadata["commit_timestamp"]
         table, change_type = metadata["table"], metadata["change_type"]
 
         def delivered(error: KafkaError | None, _message: Message) -> None:
             if error is not None:
+                if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:  # the broker's limit is lower
+                    self._too_large(tracker, outgoing, error.str())
+                    return
                 self.metrics.delivery_errors.inc()
                 tracker.delivery_failed(error.str())
                 return

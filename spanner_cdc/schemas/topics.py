@@ -1,7 +1,8 @@
 """Kafka topic names of one change stream: the events of each table and the two control topics.
 
-Events of table ``T`` go to ``{prefix}.T``; writer schemas to ``{prefix}._schemas`` and the
-producer's checkpoints to ``{prefix}._checkpoints``. Table names start with a letter and control
+Events of table ``T`` go to ``{prefix}.T``; writer schemas to ``{prefix}._schemas``, the
+producer's checkpoints to ``{prefix}._checkpoints`` and events Kafka refused for their size to
+``{prefix}._dead_letters``. Table names start with a letter and control
 topics with ``_``, so a pattern can tell them apart.
 """
 
@@ -31,6 +32,11 @@ class Topics:
     @property
     def checkpoints(self) -> str:
         return f"{self.prefix}._checkpoints"
+
+    @property
+    def dead_letters(self) -> str:
+        """What could not go to its event topic (an event over the size Kafka accepts), and why."""
+        return f"{self.prefix}._dead_letters"
 
     def event(self, table: str) -> str:
         topic = f"{self.prefix}.{table}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import decimal
+import json
 import os
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from google.cloud.spanner_v1.data_types import JsonObject
 
 from spanner_cdc.producer.main import build_service
 from spanner_cdc.producer.service import ProducerService
-from spanner_cdc.schemas.timestamps import datetime_from_micros, timestamp_micros
+from spanner_cdc.schemas.timestamps import datetime_from_micros, format_timestamp_micros, timestamp_micros
 from spanner_cdc.schemas.watermark import Watermark
 from spanner_cdc.stack import EmbeddedStack
 from testkit.producer_run import running, wait_until
@@ -43,7 +44,7 @@ from tests.support.churn import (
     run_churn,
     wait_past,
 )
-from tests.support.kafka_read import Received, read_events, read_topic
+from tests.support.kafka_read import Received, read_all, read_events, read_topic
 from tests.support.workload import AccountWriter, Committed
 
 pytestmark = pytest.mark.integration
@@ -348,6 +349,52 @@ def test_commit_timestamp_columns_carry_the_commit_timestamp(stack: EmbeddedStac
     # (real Spanner: exact), so only its second is checked.
     old = events[1].value["source_metadata"]["old_values"]["LastUpdate"]
     assert old == datetime_from_micros(commits[0] // 1_000_000 * 1_000_000)
+
+
+NOTES_DDL = [
+    "CREATE TABLE Notes (Id INT64 NOT NULL, Body STRING(MAX)) PRIMARY KEY (Id)",
+    "CREATE CHANGE STREAM NotesStream FOR Notes",
+]
+#: A client-side message.max.bytes the 30 KB note exceeds and the others do not.
+SMALL_MESSAGES = {"message.max.bytes": "10000"}
+
+
+def write_notes(database: Any) -> int:
+    start = now_micros()
+    for note_id, size in ((1, 10), (2, 30_000), (3, 10)):
+        with database.batch() as batch:
+            batch.insert("Notes", columns=["Id", "Body"], values=[[note_id, "x" * size]])
+    return start
+
+
+def test_an_event_larger_than_kafka_accepts_goes_to_the_dead_letter_topic(stack: EmbeddedStack) -> None:
+    database = create_database(stack.endpoint("spanner"), NOTES_DDL)
+    start = write_notes(database)
+    config = produce_since(stack, database, "NotesStream", start, kafka_config=SMALL_MESSAGES)
+    events = read_events(stack.endpoint("kafka"), config.topic_prefix, "Notes")
+    assert [e.value["payload"]["Id"] for e in events] == [1, 3]
+    [(_, _, key, value)] = read_all(stack.endpoint("kafka"), f"{config.topic_prefix}._dead_letters")
+    assert value is not None and key is not None
+    letter = json.loads(value)
+    assert letter["object"] == "Notes" and letter["topic"] == f"{config.topic_prefix}.Notes"
+    assert letter["size_bytes"] > 30_000 and "too large" in letter["reason"].lower()
+    assert uuid.UUID(letter["uuid"]) and len(letter["sort_keys"]) == 4
+
+
+def test_an_event_larger_than_kafka_accepts_stops_the_producer_when_asked(stack: EmbeddedStack) -> None:
+    database = create_database(stack.endpoint("spanner"), NOTES_DDL)
+    start = write_notes(database)
+    prefix = f"big-{uuid.uuid4().hex[:6]}"
+    command = produce_command(
+        stack.endpoint("spanner"), stack.endpoint("kafka"), database, "NotesStream", prefix,
+        "--start-timestamp", format_timestamp_micros(start), "--kafka-config", "message.max.bytes=10000",
+        "--on-oversize-event", "fail",
+    )  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "of table Notes" in result.stderr.strip().splitlines()[-1]
+    assert "is larger than Kafka accepts" in result.stderr.strip().splitlines()[-1]
 
 
 def test_table_filters(stack: EmbeddedStack) -> None:

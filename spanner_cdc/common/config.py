@@ -36,6 +36,11 @@ class Option:
     required: bool = False
     repeated: bool = False
     metavar: str | None = None
+    #: What separates entries of a repeated option given as one string (environment, a TOML
+    #: string) or in one command-line value.
+    separator: str = ","
+    #: Values may hold credentials: an error shows at most the key of a ``KEY=VALUE`` entry.
+    sensitive: bool = False
 
     @property
     def dest(self) -> str:
@@ -113,11 +118,10 @@ def _parse(option: Option, raw: Any, source: str) -> Any:
     items: list[Any]
     if option.repeated:
         if isinstance(raw, str):
-            items = [part.strip() for part in raw.split(",") if part.strip()]
-        elif isinstance(raw, list):
-            items = [part.strip() for item in raw for part in str(item).split(",") if part.strip()]
-        else:
-            raise ConfigError(f"{source}: expected a list, got {raw!r}")
+            raw = [raw]
+        if not isinstance(raw, list):
+            raise ConfigError(f"{source}: expected a list, got {_shown(option, str(raw))}")
+        items = [part.strip() for item in raw for part in str(item).split(option.separator) if part.strip()]
     else:
         items = [raw]
     parsed = []
@@ -126,8 +130,16 @@ def _parse(option: Option, raw: Any, source: str) -> Any:
         try:
             parsed.append(option.parse(text))
         except (ValueError, TypeError) as exc:
-            raise ConfigError(f"{source}: invalid value {text!r}: {exc}") from None
+            raise ConfigError(f"{source}: invalid value {_shown(option, text)}: {exc}") from None
     return parsed if option.repeated else parsed[0]
+
+
+def _shown(option: Option, text: str) -> str:
+    """``text`` as an error may show it: a sensitive value is reduced to its key, if any."""
+    if not option.sensitive:
+        return repr(text)
+    key, sep, _ = text.partition("=")
+    return f"'{key.strip()}=<hidden>'" if sep else "<hidden>"
 
 
 def _read_toml(path: Path, section: str) -> dict[str, Any]:
@@ -177,6 +189,24 @@ def key_value(text: str) -> tuple[str, str]:
     if not sep or not key.strip():
         raise ValueError("expected KEY=VALUE")
     return key.strip(), value.strip()
+
+
+def settings_option(name: str, what: str) -> Option:
+    """A repeatable ``KEY=VALUE`` option passed through to a client library (librdkafka, Spark).
+
+    Values may contain commas (lists, JAAS configurations) and credentials: each command-line
+    flag is one entry, and in the environment or a TOML string entries are one per line; errors
+    never show a value.
+    """
+    return Option(
+        name,
+        f"extra {what} setting KEY=VALUE (repeatable; in the environment one per line)",
+        key_value,
+        repeated=True,
+        metavar="KEY=VALUE",
+        separator="\n",
+        sensitive=True,
+    )
 
 
 def choice(*allowed: str) -> Callable[[str], str]:

@@ -14,8 +14,8 @@ from spanner_cdc.common.config import (
     boolean,
     choice,
     integer_in,
-    key_value,
     positive_float,
+    settings_option,
 )
 from spanner_cdc.schemas.topics import Topics
 
@@ -36,13 +36,7 @@ def _table(text: str) -> str:
 
 CONSUME_OPTIONS = (
     Option("kafka-bootstrap", "Kafka bootstrap servers", required=True),
-    Option(
-        "kafka-config",
-        "extra librdkafka setting KEY=VALUE for the source and schema reader (repeatable)",
-        key_value,
-        repeated=True,
-        metavar="KEY=VALUE",
-    ),
+    settings_option("kafka-config", "librdkafka"),
     Option("topic-prefix", "the producer's topic prefix (its change stream name unless set)", required=True),
     Option(
         "tables",
@@ -106,13 +100,7 @@ CONSUME_OPTIONS = (
         default="auto",
     ),
     Option("spark-master", "Spark master URL", default="local[2]"),
-    Option(
-        "spark-conf",
-        "extra Spark setting KEY=VALUE (repeatable)",
-        key_value,
-        repeated=True,
-        metavar="KEY=VALUE",
-    ),
+    settings_option("spark-conf", "Spark"),
     *SERVICE_OPTIONS,
 )
 

@@ -14,8 +14,8 @@ from spanner_cdc.common.config import (
     boolean,
     choice,
     integer_in,
-    key_value,
     positive_float,
+    settings_option,
 )
 from spanner_cdc.producer.change_stream_rules import MAX_HEARTBEAT_MS, MIN_HEARTBEAT_MS, validate_stream_name
 from spanner_cdc.schemas.timestamps import timestamp_micros
@@ -75,13 +75,7 @@ PRODUCE_OPTIONS = (
     Option("topic-prefix", "Kafka topic prefix (default: the change stream name)"),
     Option("stream-name", "stream_name in events (default: projects/…/changeStreams/<stream>)"),
     Option("kafka-bootstrap", "Kafka bootstrap servers", required=True),
-    Option(
-        "kafka-config",
-        "extra librdkafka setting KEY=VALUE, e.g. security.protocol=SASL_SSL (repeatable)",
-        key_value,
-        repeated=True,
-        metavar="KEY=VALUE",
-    ),
+    settings_option("kafka-config", "librdkafka"),
     Option("topic-partitions", "partitions of each event topic it creates", integer_in(1, 10_000), default=6),
     Option(
         "replication-factor",

@@ -57,6 +57,24 @@ def test_defaults_and_repeated_options() -> None:
     assert values["heartbeat_ms"] == 2000 and values["end_timestamp"] is None
 
 
+def test_client_settings_keep_their_commas_and_come_one_per_line_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p,w";'
+    given = parse([*REQUIRED, "--kafka-config", f"sasl.jaas.config={jaas}", "--kafka-config", "a=1,2"])
+    assert given["kafka_config"] == [("sasl.jaas.config", jaas), ("a", "1,2")]
+    monkeypatch.setenv("SPANNER_CDC_KAFKA_CONFIG", "sasl.password=p,w\nsecurity.protocol=SASL_SSL\n")
+    assert parse(REQUIRED)["kafka_config"] == [("sasl.password", "p,w"), ("security.protocol", "SASL_SSL")]
+
+
+@pytest.mark.parametrize("value", ["sasl.password", "hunter2", "=hunter2"])
+def test_a_refused_client_setting_is_not_echoed(value: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        parse([*REQUIRED, "--kafka-config", value])
+    assert "--kafka-config" in str(refused.value)
+    assert "hunter2" not in str(refused.value)
+
+
 def test_errors_name_the_source() -> None:
     with pytest.raises(ConfigError, match=r"--heartbeat-ms: invalid value '99999999'"):
         parse([*REQUIRED, "--heartbeat-ms", "99999999"])

@@ -213,7 +213,10 @@ def _run_stack(args: argparse.Namespace) -> int:
         stack = EmbeddedStack.start(workdir, args.services, args.churn_seconds)
         stack.save()
         for name, handle in stack.services.items():
-            print(f"export {STACK_ENV_NAMES[name]}={handle.endpoint}  # {name} ({handle.source})")
+            if handle.env_var:  # the caller's shell has it already; printing it would show secrets
+                print(f"# {name}: {handle.env_var} from the environment ({handle.shown_endpoint})")
+            else:
+                print(f"export {STACK_ENV_NAMES[name]}={handle.endpoint}  # {name} ({handle.source})")
         return 0
     stack = EmbeddedStack.load(workdir)
     if args.stack_command == "down":
@@ -224,7 +227,7 @@ def _run_stack(args: argparse.Namespace) -> int:
         return 0
     statuses = stack.status()
     for name, status in statuses.items():
-        print(f"{name:9} {stack.endpoint(name):45} {status}")
+        print(f"{name:9} {stack.services[name].shown_endpoint:45} {status}")
     return 0 if all(s == "ready" for s in statuses.values()) else EXIT_FAILURE
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from spanner_cdc.stack.process import ServiceError
 from spanner_cdc.stack.services import (
     ServiceHandle,
+    probe_error,
     probe_kafka,
     probe_postgres,
     probe_spanner,
@@ -101,7 +102,7 @@ class EmbeddedStack:
                 PROBES[name](handle.endpoint)
                 result[name] = "ready"
             except Exception as exc:
-                result[name] = f"not answering: {exc}"
+                result[name] = f"not answering: {probe_error(exc)}"
         return result
 
     def save(self) -> Path:
@@ -120,7 +121,7 @@ class EmbeddedStack:
         if not path.is_file():
             raise ServiceError(f"no stack state at {path}: is a stack up there?")
         state = json.loads(path.read_text())
-        services = {name: ServiceHandle(**handle) for name, handle in state["services"].items()}
+        services = {name: ServiceHandle.from_json(handle) for name, handle in state["services"].items()}
         return cls(workdir, services, owns_workdir=bool(state["owns_workdir"]))
 
 

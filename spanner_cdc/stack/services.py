@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from spanner_cdc.common.secrets import redact
 from spanner_cdc.stack.process import (
     LocalProcess,
     ServiceError,
@@ -45,6 +46,9 @@ class ServiceHandle:
     name: str
     endpoint: str
     source: str
+    #: For an address from the environment: the variable it came from (read again on load, so
+    #: that the state file never holds a password).
+    env_var: str | None = None
     pgid: int | None = None
     container_id: str | None = None
     data_dir: str | None = None
@@ -60,8 +64,20 @@ class ServiceHandle:
             with contextlib.suppress(docker.errors.NotFound):
                 docker.from_env().containers.get(self.container_id).remove(force=True)
 
+    @property
+    def shown_endpoint(self) -> str:
+        """The address as a person may see it (a connection string's password hidden)."""
+        return redact(self.endpoint)
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "endpoint": self.shown_endpoint}
+
+    @classmethod
+    def from_json(cls, state: dict[str, Any]) -> ServiceHandle:
+        handle = cls(**state)
+        if handle.env_var and os.environ.get(handle.env_var):
+            handle.endpoint = os.environ[handle.env_var]
+        return handle
 
 
 def resolve(
@@ -79,8 +95,10 @@ def resolve(
         try:
             probe(given)
         except Exception as exc:
-            raise ServiceError(f"{name}: {env_var}={given} does not answer: {exc}") from exc
-        return ServiceHandle(name, given, "environment")
+            raise ServiceError(
+                f"{name}: {env_var}={redact(given)} does not answer: {probe_error(exc)}"
+            ) from None
+        return ServiceHandle(name, given, "environment", env_var=env_var)
     handle = local()
     if handle is not None:
         return handle
@@ -285,8 +303,18 @@ def start_kafka(workdir: Path) -> ServiceHandle:
 def probe_postgres(dsn: str) -> None:
     import psycopg
 
-    with psycopg.connect(dsn, connect_timeout=3) as connection:
-        connection.execute("SELECT 1").fetchone()
+    try:
+        with psycopg.connect(dsn, connect_timeout=3) as connection:
+            connection.execute("SELECT 1").fetchone()
+    except psycopg.ProgrammingError:  # libpq's parse errors quote the string, password and all
+        raise ServiceError(
+            "the connection string does not parse (libpq's message may quote the password)"
+        ) from None
+
+
+def probe_error(error: Exception) -> str:
+    """A probe's failure as a person may read it: no password, even one libpq quoted."""
+    return redact(str(error))
 
 
 def find_postgres_bindir() -> Path | None:

@@ -62,3 +62,22 @@ def test_unreachable_postgres_replica_is_one_line(tmp_path: Path, stack: Embedde
     assert result.returncode == EXIT_FAILURE
     assert "cannot connect to the PostgreSQL replica" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("dsn", "message"),
+    [
+        ("postgresql://nobody:hunter2@127.0.0.1:{port}/db", "cannot connect to the PostgreSQL replica"),
+        ("host=127.0.0.1 password=hunter2 oops", "does not parse"),
+        ("postgresql://nobody:hun ter2@127.0.0.1:{port}/db", "does not parse"),
+    ],
+)
+def test_a_replica_password_never_reaches_the_screen(
+    tmp_path: Path, stack: EmbeddedStack, dsn: str, message: str
+) -> None:
+    """libpq's own errors quote a connection string that does not parse, password and all."""
+    args = ["--kafka-bootstrap", stack.endpoint("kafka"), "--topic-prefix", "P", "--replica", "postgres"]
+    result = consume(tmp_path, *args, "--postgres-dsn", dsn.format(port=free_port()))
+    assert result.returncode == EXIT_FAILURE, result.stderr
+    assert message in result.stderr
+    assert "hunter2" not in result.stderr + result.stdout and "ter2" not in result.stderr

@@ -23,6 +23,7 @@ from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.wire import SchemaStore, WriterSchema, encode
 from spanner_cdc.stack import EmbeddedStack, ServiceError
+from spanner_cdc.stack.process import free_port
 from spanner_cdc.stack.services import start_kafka
 from testkit.spanner_db import create_database, read_pg_change_stream
 
@@ -103,14 +104,15 @@ def test_address_in_environment_is_used_as_is(
     assert (handle.source, handle.endpoint, handle.pgid) == ("environment", stack.endpoint("kafka"), None)
 
 
-def run_stack_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """``spanner-cdc stack …`` in a subprocess, without the stack addresses of this test run."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPANNER_CDC_", "SPANNER_EMULATOR"))}
+def run_stack_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``spanner-cdc stack …`` in a subprocess, without the stack addresses of this test run
+    (but those in ``env``)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SPANNER_CDC_", "SPANNER_EMULATOR"))}
     return subprocess.run(
         [sys.executable, "-m", "spanner_cdc.cli", "stack", *args],
         capture_output=True,
         text=True,
-        env=env,
+        env={**clean, **(env or {})},
         timeout=120,
         check=False,
     )
@@ -149,6 +151,37 @@ def processes_running_in(directory: Path) -> list[int]:
         except OSError:
             continue
     return pids
+
+
+def test_a_password_in_the_environment_is_shown_nowhere(stack: EmbeddedStack, tmp_path: Path) -> None:
+    """``stack up``/``status``/``down`` with a PostgreSQL address that carries a password: the
+    services it names still work, and the password is in no output and not in the state file."""
+    dsn = stack.endpoint("postgres").replace("postgresql://postgres@", "postgresql://postgres:hunter2@")
+    env = {"SPANNER_CDC_POSTGRES_DSN": dsn}
+    workdir = tmp_path / "stack"
+    up = run_stack_cli("up", "--dir", str(workdir), "--services", "postgres", env=env)
+    assert up.returncode == 0, up.stderr
+    try:
+        assert "SPANNER_CDC_POSTGRES_DSN from the environment" in up.stdout
+        status = run_stack_cli("status", "--dir", str(workdir), env=env)
+        assert status.returncode == 0 and "ready" in status.stdout, status.stdout + status.stderr
+        saved = (workdir / "state.json").read_text()
+    finally:
+        down = run_stack_cli("down", "--dir", str(workdir), env=env)
+    assert down.returncode == 0, down.stderr
+    shown = up.stdout + up.stderr + status.stdout + status.stderr + down.stdout + down.stderr + saved
+    assert "hunter2" not in shown
+
+
+@pytest.mark.parametrize(
+    "dsn", ["postgresql://postgres:hunter2@127.0.0.1:{port}/db", "password=hunter2 oops"]
+)
+def test_an_unusable_address_with_a_password_is_one_line_without_it(dsn: str, tmp_path: Path) -> None:
+    env = {"SPANNER_CDC_POSTGRES_DSN": dsn.format(port=free_port())}
+    up = run_stack_cli("up", "--dir", str(tmp_path / "stack"), "--services", "postgres", env=env)
+    assert up.returncode == 1 and "Traceback" not in up.stderr, up.stderr
+    assert "postgres: SPANNER_CDC_POSTGRES_DSN=" in up.stderr
+    assert "hunter2" not in up.stdout + up.stderr
 
 
 def test_failed_start_stops_what_was_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

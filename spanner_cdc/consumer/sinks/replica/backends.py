@@ -16,6 +16,7 @@ import duckdb
 import psycopg
 import pyarrow as pa
 
+from spanner_cdc.common.secrets import redact
 from spanner_cdc.consumer.errors import ReplicaConnectionError
 
 
@@ -78,8 +79,15 @@ class PostgresBackend:
     def __init__(self, dsn: str) -> None:
         try:
             self._db = psycopg.connect(dsn, connect_timeout=10, autocommit=True)
+        except psycopg.ProgrammingError:  # libpq's parse errors quote the string, password and all
+            raise ReplicaConnectionError(
+                "the PostgreSQL replica's connection string (--postgres-dsn) does not parse; libpq's "
+                "message is not shown because it may quote the password"
+            ) from None
         except psycopg.Error as exc:
-            raise ReplicaConnectionError(f"cannot connect to the PostgreSQL replica: {exc}".strip()) from None
+            raise ReplicaConnectionError(
+                f"cannot connect to the PostgreSQL replica: {redact(str(exc))}".strip()
+            ) from None
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._db.cursor() as cursor:

@@ -27,7 +27,8 @@ def option_table(options: Sequence[Option]) -> str:
         else:
             default = f"`{_text(option.default)}`"
         meaning = option.help.replace("|", "\\|")
-        rows.append(f"| `--{option.name}` | `{option.env_var}` | {default} | {meaning} |")
+        flags = ", ".join(f"`{flag}`" for flag in option.flags)
+        rows.append(f"| {flags} | `{option.env_var}` | {default} | {meaning} |")
     return "\n".join(rows)
 
 

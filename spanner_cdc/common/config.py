@@ -41,10 +41,23 @@ class Option:
     separator: str = ","
     #: Values may hold credentials: an error shows at most the key of a ``KEY=VALUE`` entry.
     sensitive: bool = False
+    #: Other spellings users bring from other tools (``--bootstrap-server``).
+    aliases: tuple[str, ...] = ()
 
     @property
     def dest(self) -> str:
         return self.name.replace("-", "_")
+
+    @property
+    def is_switch(self) -> bool:
+        """A true/false option: ``--name`` alone means true, ``--no-name`` false."""
+        return self.parse is boolean
+
+    @property
+    def flags(self) -> list[str]:
+        """Every command-line spelling, the main one first."""
+        negative = [f"--no-{self.name}"] if self.is_switch else []
+        return [f"--{self.name}", *(f"--{alias}" for alias in self.aliases), *negative]
 
     @property
     def env_var(self) -> str:
@@ -65,8 +78,20 @@ def add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> N
             extra += f"; default {option.default}"
         if option.required:
             extra += "; required"
+        main, *aliases = [flag for flag in option.flags if not flag.startswith("--no-")]
+        if option.is_switch:
+            parser.add_argument(
+                main, *aliases, dest=option.dest, nargs="?", const="true", default=None,
+                metavar="true|false", help=option.help + extra,
+            )  # fmt: skip
+            parser.add_argument(
+                f"--no-{option.name}", dest=option.dest, action="store_const", const="false",
+                help=f"the same as {main} false",
+            )  # fmt: skip
+            continue
         parser.add_argument(
-            f"--{option.name}",
+            main,
+            *aliases,
             dest=option.dest,
             action="append" if option.repeated else "store",
             default=None,

@@ -35,7 +35,7 @@ def _table(text: str) -> str:
 
 
 CONSUME_OPTIONS = (
-    Option("kafka-bootstrap", "Kafka bootstrap servers", required=True),
+    Option("kafka-bootstrap", "Kafka bootstrap servers", required=True, aliases=("bootstrap-server",)),
     settings_option("kafka-config", "librdkafka"),
     Option("topic-prefix", "the producer's topic prefix (its change stream name unless set)", required=True),
     Option(
@@ -62,8 +62,8 @@ CONSUME_OPTIONS = (
     Option(
         "whole-transactions",
         "hold each transaction until the producer's watermarks say it is complete, then apply it "
-        "whole, so the replica is a consistent cut (true/false; false applies every batch as it "
-        "comes, for throughput)",
+        "whole, so the replica is a consistent cut (--no-whole-transactions applies every batch as "
+        "it comes, for throughput)",
         boolean,
         default=True,
     ),
@@ -86,7 +86,7 @@ CONSUME_OPTIONS = (
         default=50_000,
     ),
     Option("trigger-seconds", "seconds between micro-batches", positive_float, default=1.0),
-    Option("available-now", "process what is in Kafka now, then exit (true/false)", boolean, default=False),
+    Option("available-now", "process what is in Kafka now, then exit", boolean, default=False),
     Option(
         "starting-offsets",
         "earliest or latest, for a new checkpoint",

@@ -48,6 +48,14 @@ class TableFilter:
             return False
         return not any(fnmatch.fnmatchcase(table, pattern) for pattern in self.exclude)
 
+    def unmatched(self, tables: Sequence[str]) -> list[str]:
+        """Patterns that select no table of ``tables``: most likely a typo, worth a warning."""
+        return [
+            pattern
+            for pattern in (*self.include, *self.exclude)
+            if not any(fnmatch.fnmatchcase(table, pattern) for table in tables)
+        ]
+
 
 class DataChangeAction:
     """Hold the record for commit-order release (unless its table is filtered out)."""

@@ -74,7 +74,7 @@ PRODUCE_OPTIONS = (
     ),
     Option("topic-prefix", "Kafka topic prefix (default: the change stream name)"),
     Option("stream-name", "stream_name in events (default: projects/…/changeStreams/<stream>)"),
-    Option("kafka-bootstrap", "Kafka bootstrap servers", required=True),
+    Option("kafka-bootstrap", "Kafka bootstrap servers", required=True, aliases=("bootstrap-server",)),
     settings_option("kafka-config", "librdkafka"),
     Option("topic-partitions", "partitions of each event topic it creates", integer_in(1, 10_000), default=6),
     Option(
@@ -106,7 +106,7 @@ PRODUCE_OPTIONS = (
         default="dead-letter",
     ),
     *SERVICE_OPTIONS,
-    Option("progress", "show a live progress line (true/false)", boolean, default=True),
+    Option("progress", "show a live progress line", boolean, default=True),
 )
 
 

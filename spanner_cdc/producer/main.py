@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import time
 
 from spanner_cdc.common.blocking import call_with_deadline
 from spanner_cdc.common.progress import show_progress
+from spanner_cdc.producer.actions import TableFilter
 from spanner_cdc.producer.catalog import TableCatalog
 from spanner_cdc.producer.change_stream_rules import POSTGRESQL
 from spanner_cdc.producer.checkpoints import CheckpointStore
@@ -20,6 +22,8 @@ from spanner_cdc.producer.service import ProducerService
 from spanner_cdc.producer.spanner_source import CONNECT_TIMEOUT_SECONDS, SpannerSource
 from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.timestamps import clock_text, seconds_behind
+
+log = logging.getLogger(__name__)
 
 
 async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None = None) -> ProducerService:
@@ -40,6 +44,8 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
     await kafka.ensure_topic(kafka.topics.schemas, compacted=True)
     await kafka.ensure_topic(kafka.topics.checkpoints, compacted=True)
     await kafka.ensure_topic(kafka.topics.dead_letters)
+    for pattern in TableFilter(config.include_tables, config.exclude_tables).unmatched(list(catalog.columns)):
+        log.warning("table filter %r matches no table of %s", pattern, config.database)
     checkpoints = CheckpointStore(kafka)
     restored = await call_with_deadline(checkpoints.read, 60)
     scheduler = (

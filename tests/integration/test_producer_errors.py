@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from spanner_cdc.producer.kafka import KafkaClient
+from spanner_cdc.schemas.timestamps import format_timestamp_micros, now_micros
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
 from testkit.spanner_db import create_database
@@ -153,6 +154,17 @@ def test_a_damaged_checkpoint_topic_is_one_line_not_a_traceback(
     command = produce_command(stack.endpoint("spanner"), stack.endpoint("kafka"), bank, "Bank", prefix)
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert_one_line_error(result, 1, f"{prefix}._checkpoints offset 0", phrase)
+
+
+def test_a_table_filter_that_matches_no_table_is_a_warning(stack: EmbeddedStack, bank: Any) -> None:
+    start = now_micros()
+    end = start + 2_000_000
+    result = run_produce(
+        stack, bank, "--include-tables", "Acounts", "--start-timestamp", format_timestamp_micros(start),
+        "--end-timestamp", format_timestamp_micros(end),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "table filter 'Acounts' matches no table" in result.stderr
 
 
 def test_unreachable_broker(stack: EmbeddedStack, bank: Any) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from spanner_cdc.common.config import ConfigError, add_options, resolve
 from spanner_cdc.common.logs import configure as configure_logging
+from spanner_cdc.producer.actions import TableFilter
 from spanner_cdc.producer.catalog import TableCatalog, parse_catalog_type
 from spanner_cdc.producer.change_stream_rules import validate_stream_name
 from spanner_cdc.producer.config import PRODUCE_OPTIONS
@@ -73,6 +74,19 @@ def test_a_refused_client_setting_is_not_echoed(value: str) -> None:
         parse([*REQUIRED, "--kafka-config", value])
     assert "--kafka-config" in str(refused.value)
     assert "hunter2" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("given", "progress"),
+    [([], True), (["--progress"], True), (["--no-progress"], False), (["--progress", "false"], False)],
+)
+def test_switches_need_no_value(given: list[str], progress: bool) -> None:
+    assert parse([*REQUIRED, *given])["progress"] is progress
+
+
+def test_kafka_tools_spelling_of_the_bootstrap_servers_is_accepted() -> None:
+    without = REQUIRED[: REQUIRED.index("--kafka-bootstrap")]
+    assert parse([*without, "--bootstrap-server", "h:9"])["kafka_bootstrap"] == "h:9"
 
 
 def test_errors_name_the_source() -> None:
@@ -161,3 +175,8 @@ def test_log_level_sets_the_projects_loggers_and_keeps_libraries_at_info_or_abov
     configure_logging("text", level)
     assert logging.getLogger("spanner_cdc.producer.spanner_source").getEffectiveLevel() == ours
     assert logging.getLogger("py4j.clientserver").getEffectiveLevel() == theirs
+
+
+def test_table_filters_name_the_patterns_that_select_nothing() -> None:
+    tables = ["Accounts", "AuditLog", "finance.Ledger"]
+    assert TableFilter(("Acc*", "Acounts"), ("Audit*", "Tmp*")).unmatched(tables) == ["Acounts", "Tmp*"]

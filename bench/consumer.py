@@ -27,7 +27,8 @@ from typing import Any
 from bench.producer import Figure
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.kafka_source import SOURCE_NAME
-from spanner_cdc.consumer.main import ConsumerJob, drain, spark_session
+from spanner_cdc.consumer.main import ConsumerJob, drain
+from spanner_cdc.consumer.spark_session import spark_session
 from testkit.consumer_run import consumer_config, fresh_postgres_database, unique_prefix
 from testkit.synthetic import ChangeFactory, publish, random_history
 
@@ -64,7 +65,9 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> list[Fi
         publish(bootstrap, prefix, published[start : start + WATERMARK_EVERY])
     work = Path(tempfile.mkdtemp(prefix="spanner-cdc-bench-"))
     base = consumer_config(bootstrap, prefix, work / "unused")
-    spark = spark_session("local[2]", "spanner-cdc-bench")
+    spark = spark_session(
+        "local[2]", "spanner-cdc-bench", log_dir=Path(tempfile.mkdtemp(prefix="spark-logs-"))
+    )
     figures = []
     try:
         raw_read(spark, base, work / "warm-up")  # JVM and Python workers warm for every figure

@@ -43,11 +43,11 @@ def churn_spanner() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One local[2] Spark session per test run, with the project's Kafka source registered."""
-    from spanner_cdc.consumer.main import spark_session
+    from spanner_cdc.consumer.spark_session import spark_session
 
-    session = spark_session("local[2]", "spanner-cdc-tests")
+    session = spark_session("local[2]", "spanner-cdc-tests", log_dir=tmp_path_factory.mktemp("spark-logs"))
     try:
         yield session
     finally:

@@ -48,7 +48,9 @@ class DeliveredChanges:
         return self._db.execute(sql, list(params)).fetchall()
 
     def close(self) -> None:
+        """Close and let go of the connection (see ``DuckDbBackend.close``)."""
         self._db.close()
+        del self._db
 
     def committed(self, batch_id: int) -> bool:
         """Did a previous attempt of this batch finish (every sink written, memory saved)?"""

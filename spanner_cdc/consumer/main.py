@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
 import signal
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +19,7 @@ from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.decode import BatchDecoder, SchemaTopic
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import ConsumerError
-from spanner_cdc.consumer.kafka_source import SOURCE_NAME, KafkaSource
+from spanner_cdc.consumer.kafka_source import SOURCE_NAME
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.contents import Sink
@@ -30,32 +28,13 @@ from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend, PostgresB
 from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut
 from spanner_cdc.consumer.sinks.replica.merge import ReplicaMerge
 from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit, ReplicaSink
+from spanner_cdc.consumer.spark_session import spark_session
 from spanner_cdc.schemas.timestamps import MICROS_PER_SECOND
 
 log = logging.getLogger("spanner_cdc.consumer")
 KAFKA_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 STOP_POLL_SECONDS = 0.5
 PYTHON_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): .*$", re.MULTILINE)
-
-
-def spark_session(master: str, app_name: str, extra_conf: Mapping[str, str] | None = None) -> Any:
-    """A session for the consumer (and its tests): the project's source registered, UTC, few
-    shuffle partitions; Python workers run this interpreter (it has the project installed)."""
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-    )
-    for key, value in (extra_conf or {}).items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.dataSource.register(KafkaSource)
-    return session
 
 
 def source_format(spark: Any, wanted: str) -> str:
@@ -219,7 +198,10 @@ def consume(config: ConsumerConfig) -> None:
     """The whole command: runs until stopped, or until Kafka is drained with ``available_now``."""
     job = ConsumerJob.open(config)
     spark = spark_session(
-        config.spark_master, f"spanner-cdc-consume-{config.topic_prefix}", config.spark_conf
+        config.spark_master,
+        f"spanner-cdc-consume-{config.topic_prefix}",
+        config.spark_conf,
+        log_dir=config.output_dir / "logs",
     )
     try:
         job.processor.metrics.serve(config.metrics_port, config.metrics_host)

@@ -40,10 +40,15 @@ def changelog_rows(config: ConsumerConfig, table: str, columns: str) -> list[tup
         f"SELECT {columns} FROM read_parquet('{pattern}', hive_partitioning = true, union_by_name = true) "
         'ORDER BY "envelope$sort_keys"'
     )
-    return [tuple(row) for row in duckdb.connect().execute(query).fetchall()]
+    return _query_files(query)
 
 
 def quarantine_rows(config: ConsumerConfig) -> list[tuple[Any, ...]]:
     pattern = config.quarantine_dir / "*.parquet"
-    query = f"SELECT topic, reason, value FROM read_parquet('{pattern}')"
-    return [tuple(row) for row in duckdb.connect().execute(query).fetchall()]
+    return _query_files(f"SELECT topic, reason, value FROM read_parquet('{pattern}')")
+
+
+def _query_files(query: str) -> list[tuple[Any, ...]]:
+    """A query over Parquet files, on an in-memory DuckDB closed right after."""
+    with duckdb.connect() as files:
+        return [tuple(row) for row in files.execute(query).fetchall()]

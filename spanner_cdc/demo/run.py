@@ -27,9 +27,10 @@ from spanner_cdc.common.progress import show_progress
 from spanner_cdc.common.spanner_client import create_emulator_database
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.decode import SchemaTopic
-from spanner_cdc.consumer.main import ConsumerJob, run_until_stopped, spark_session, wait_until_started
+from spanner_cdc.consumer.main import ConsumerJob, run_until_stopped, wait_until_started
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit
+from spanner_cdc.consumer.spark_session import spark_session
 from spanner_cdc.demo.bank import DDL, STREAM, TABLE_COLUMNS, TOTAL, BalanceWatch, BankWorkload
 from spanner_cdc.producer.config import ProducerConfig
 from spanner_cdc.producer.main import build_service, describe
@@ -172,7 +173,9 @@ def run_pipeline(
     """Producer and consumer running while the workload writes; returns once the replica's
     consistent cut has passed the workload's last commit and both stopped."""
     job = ConsumerJob.open(consumer, watch)
-    spark = spark_session(consumer.spark_master, "spanner-cdc-demo", consumer.spark_conf)
+    spark = spark_session(
+        consumer.spark_master, "spanner-cdc-demo", consumer.spark_conf, log_dir=consumer.output_dir / "logs"
+    )
     try:
         with ProducerThread(producer, watch):
             query = job.start(spark)

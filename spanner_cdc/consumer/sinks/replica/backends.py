@@ -70,7 +70,10 @@ class DuckDbBackend:
         self._db.execute("COMMIT")
 
     def close(self) -> None:
+        """Close and let go of the connection: an object still holding it at interpreter exit
+        (Spark keeps the foreachBatch function) would otherwise be reported as leaked."""
         self._db.close()
+        del self._db
 
 
 class PostgresBackend:

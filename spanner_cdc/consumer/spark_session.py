@@ -1,0 +1,71 @@
+"""The consumer's Spark session, with Spark's own output kept off the terminal.
+
+Spark logs through log4j2 to the console, draws stage progress bars, and its JVM and Python
+workers print stack traces to the stderr they inherit: on a person's terminal that buries the
+project's own progress line and reads like a crash when a stop cancels a job. Given a log
+directory, the session sends all of it there: log4j2 to ``spark.log``, the JVM's own stdout and
+stderr (and so the workers') to ``spark-jvm.out``, no progress bars.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from spanner_cdc.consumer.kafka_source import KafkaSource
+
+LOG4J2_PROPERTIES = """\
+status = error
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log_file}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{ISO8601}} %p %c: %m%n%ex
+rootLogger.level = info
+rootLogger.appenderRef.file.ref = file
+"""
+_SETTINGS = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.ui.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+}
+#: Kept open for the JVM's lifetime (it writes to it); one per process, like the JVM itself.
+_jvm_output: IO[bytes] | None = None
+
+
+def spark_session(
+    master: str, app_name: str, extra_conf: Mapping[str, str] | None = None, log_dir: Path | None = None
+) -> Any:
+    """A session for the consumer (and its tests): the project's source registered, UTC, few
+    shuffle partitions; Python workers run this interpreter (it has the project installed).
+    With ``log_dir``, Spark's and the JVM's output go to files there (see the module's doc)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(_SETTINGS.items()))
+    if log_dir is not None and SparkContext._active_spark_context is None:
+        _start_jvm_logging_to(log_dir, conf)
+    conf.setAll(list((extra_conf or {}).items()))
+    session = SparkSession.builder.config(conf=conf).getOrCreate()
+    session.dataSource.register(KafkaSource)
+    return session
+
+
+def _start_jvm_logging_to(log_dir: Path, conf: Any) -> None:
+    """Start Spark's JVM with its log4j2 configuration and its output in ``log_dir``."""
+    global _jvm_output  # noqa: PLW0603 - the JVM outlives any one call; its output file must too
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    properties = log_dir / "log4j2.properties"
+    properties.write_text(LOG4J2_PROPERTIES.format(log_file=log_dir / "spark.log"))
+    conf.set("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{properties}")
+    conf.set("spark.ui.showConsoleProgress", "false")
+    _jvm_output = (log_dir / "spark-jvm.out").open("ab")
+    gateway = launch_gateway(conf, popen_kwargs={"stdout": _jvm_output, "stderr": _jvm_output})  # type: ignore[no-untyped-call]
+    SparkContext(conf=conf, gateway=gateway)

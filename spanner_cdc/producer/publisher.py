@@ -36,6 +36,15 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class Route:
+    """Where the events of one table version go, and their writer schemas (both published)."""
+
+    topic: str
+    writer: WriterSchema
+    key_writer: WriterSchema
+
+
+@dataclass(frozen=True)
 class Outgoing:
     """One event on its way: where it goes, its key, the size of its value."""
 
@@ -63,19 +72,19 @@ class EventSender:
         self.on_oversize = on_oversize
         #: Events Kafka acknowledged since start (the progress line).
         self.acknowledged = 0
-        self._writers: dict[tuple[str, str], tuple[WriterSchema, WriterSchema]] = {}
+        #: By (table, schema_key): one per table version, however often the catalog is reread.
+        self._routes: dict[tuple[str, str], Route] = {}
 
     async def send(self, events: Sequence[Event], tracker: AckTracker) -> None:
         """Produce ``events``; ``tracker`` counts each until Kafka acknowledges it."""
         for event in events:
             table = event.table
-            topic = self.kafka.topics.event(table.table)
-            writer, key_writer = await self._writers_for(table, topic)
+            route = self._routes.get((table.table, table.schema_key)) or await self._route(table)
             tracker.sent(event.value["source_metadata"]["commit_timestamp"])
-            value = encode(writer, event.value)
-            outgoing = Outgoing(event, topic, encode(key_writer, event.key), len(value))
+            value = encode(route.writer, event.value)
+            outgoing = Outgoing(event, route.topic, encode(route.key_writer, event.key), len(value))
             try:
-                self.kafka.produce(topic, outgoing.key, value, self._on_delivery(tracker, outgoing))
+                self.kafka.produce(route.topic, outgoing.key, value, self._on_delivery(tracker, outgoing))
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
                     raise
@@ -117,25 +126,23 @@ class EventSender:
             self.kafka.topics.dead_letters, outgoing.key, json.dumps(letter).encode(), delivered
         )
 
-    async def _writers_for(self, table: TableSchema, topic: str) -> tuple[WriterSchema, WriterSchema]:
-        cache_key = (table.table, table.schema_key)
-        writers = self._writers.get(cache_key)
-        if writers is None:
-            writers = (
-                WriterSchema.from_schema(table.event_schema),
-                WriterSchema.from_schema(table.key_schema),
-            )
-            await self.kafka.ensure_topic(topic)
-            for writer in writers:
-                await self.kafka.ensure_schema(writer)
-            self._writers[cache_key] = writers
-            log.info(
-                "table %s: schema %s published (fingerprint %s)",
-                table.table,
-                table.schema_key[:12],
-                writers[0].fingerprint_hex,
-            )
-        return writers
+    async def _route(self, table: TableSchema) -> Route:
+        """The table version's topic and writer schemas, published (topic, then schemas) once."""
+        topic = self.kafka.topics.event(table.table)
+        route = Route(
+            topic, WriterSchema.from_schema(table.event_schema), WriterSchema.from_schema(table.key_schema)
+        )
+        await self.kafka.ensure_topic(topic)
+        for writer in (route.writer, route.key_writer):
+            await self.kafka.ensure_schema(writer)
+        self._routes[(table.table, table.schema_key)] = route
+        log.info(
+            "table %s: schema %s published (fingerprint %s)",
+            table.table,
+            table.schema_key[:12],
+            route.writer.fingerprint_hex,
+        )
+        return route
 
     def _on_delivery(
         self, tracker: AckTracker, outgoing: Outgoing

@@ -426,6 +426,7 @@ def test_table_filters(stack: EmbeddedStack) -> None:
         f"{config.topic_prefix}.AuditLog",
         f"{config.topic_prefix}._schemas",
         f"{config.topic_prefix}._checkpoints",
+        f"{config.topic_prefix}._dead_letters",
     }
     assert len(read_events(stack.endpoint("kafka"), config.topic_prefix, "AuditLog")) == 1
 

@@ -24,6 +24,7 @@ from tests.support.scrape import fetch, scrape, total
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 EVENTS = "spanner_cdc_consumer_events_total"
 DUPLICATES = "spanner_cdc_consumer_duplicates_total"
+HELD = "spanner_cdc_consumer_held_events"
 
 
 def test_consumer_metrics_count_what_flows_through_it(stack: EmbeddedStack, tmp_path: Path) -> None:
@@ -47,8 +48,13 @@ def test_consumer_metrics_count_what_flows_through_it(stack: EmbeddedStack, tmp_
         later, deadline = first, time.monotonic() + 180
 
         def counted_everything() -> bool:
-            # The duplicates may sit in a batch after the one that delivers the last event.
-            return total(later, EVENTS) >= len(history) and total(later, DUPLICATES) >= 10
+            # The duplicates, and the watermark records that release the held events, may sit in
+            # a batch after the one that delivers the last event.
+            return (
+                total(later, EVENTS) >= len(history)
+                and total(later, DUPLICATES) >= 10
+                and total(later, HELD) == 0
+            )
 
         while not counted_everything() and time.monotonic() < deadline:
             time.sleep(1)
@@ -59,7 +65,7 @@ def test_consumer_metrics_count_what_flows_through_it(stack: EmbeddedStack, tmp_
         assert total(later, "spanner_cdc_consumer_watermarks_total") > total(
             first, "spanner_cdc_consumer_watermarks_total"
         )
-        assert total(later, "spanner_cdc_consumer_held_events") == 0
+        assert total(later, HELD) == 0
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=120)

@@ -4,11 +4,12 @@ Spark logs through log4j2 to the console, draws stage progress bars, and its JVM
 workers print stack traces to the stderr they inherit: on a person's terminal that buries the
 project's own progress line and reads like a crash when a stop cancels a job. Given a log
 directory, the session sends all of it there: log4j2 to ``spark.log``, the JVM's own stdout and
-stderr (and so the workers') to ``spark-jvm.out``, no progress bars.
+stderr (and so the workers') to ``spark-jvm.out``, py4j's logs to ``py4j.log``, no progress bars.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -67,5 +68,10 @@ def _start_jvm_logging_to(log_dir: Path, conf: Any) -> None:
     conf.set("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{properties}")
     conf.set("spark.ui.showConsoleProgress", "false")
     _jvm_output = (log_dir / "spark-jvm.out").open("ab")
+    # py4j logs every exception a Python callback raises, with the Java stack trace inside (a stop
+    # that cancels a running batch makes one); it belongs with Spark's logs, not on the screen.
+    py4j = logging.getLogger("py4j")
+    py4j.addHandler(logging.FileHandler(log_dir / "py4j.log"))
+    py4j.propagate = False
     gateway = launch_gateway(conf, popen_kwargs={"stdout": _jvm_output, "stderr": _jvm_output})  # type: ignore[no-untyped-call]
     SparkContext(conf=conf, gateway=gateway)

@@ -10,20 +10,26 @@ quarantine row with topic, partition, offset, raw bytes and reason.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import Consumer
 
 from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
+from spanner_cdc.consumer.event_rules import check_event, check_version, check_watermark
 from spanner_cdc.consumer.table_version import TableVersion
 from spanner_cdc.schemas.errors import ContractError, DecodeError
+from spanner_cdc.schemas.schema_check import SchemaRejectedError, check_writer_schema, reading_form
+from spanner_cdc.schemas.timestamps import now_micros
 from spanner_cdc.schemas.topics import Topics
-from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark, is_watermark
-from spanner_cdc.schemas.wire import SchemaStore, WriterSchema
+from spanner_cdc.schemas.watermark import WATERMARK_SCHEMA, WATERMARK_WRITER, Watermark, is_watermark
+from spanner_cdc.schemas.wire import HEADER_LENGTH, MAGIC, SchemaStore, WriterSchema, read_fingerprint
 
-UNKNOWN_FINGERPRINT = "unknown-fingerprint"
+log = logging.getLogger("spanner_cdc.consumer")
 
 
 @dataclass(frozen=True)
@@ -74,13 +80,32 @@ class Quarantined:
 
 
 class SchemaTopic:
-    """The writer schemas on ``{prefix}._schemas``, read incrementally on demand."""
+    """The writer schemas on ``{prefix}._schemas``, read incrementally on demand, each checked
+    (schemas.schema_check) before it is used.
 
-    def __init__(self, client_config: dict[str, str], prefix: str) -> None:
+    A schema that fails the check is not used; events of its fingerprint are quarantined with
+    the reason, unless a schema that passes is (or becomes) known under that fingerprint — so
+    garbage published under a real schema's key changes nothing. A second *valid* schema under a
+    known fingerprint that would be read differently (Avro's fingerprint leaves out ``sqlName``
+    and ``logicalType``, so a lookalike can share it) makes the fingerprint ambiguous: which one
+    the events were written with cannot be known, so they are quarantined, never misread. With
+    ``remember_in``, accepted schemas are kept in the consumer's checkpoint, so a lookalike that
+    compaction left as the only record under a fingerprint is still told apart.
+    """
+
+    def __init__(self, client_config: dict[str, str], prefix: str, remember_in: Path | None = None) -> None:
         self.topic = Topics(prefix).schemas
         self.store = SchemaStore({WATERMARK_WRITER.fingerprint: WATERMARK_WRITER})
+        #: Fingerprint → why events written with it cannot be read (reason, detail).
+        self.refused: dict[int, tuple[str, str]] = {}
+        self._reading_forms = {WATERMARK_WRITER.fingerprint: reading_form(WATERMARK_SCHEMA)}
         self._client_config = client_config
         self._positions: dict[int, int] = {}
+        self._remember_in = remember_in
+        if remember_in is not None:
+            remember_in.mkdir(parents=True, exist_ok=True)
+            for path in sorted(remember_in.glob("*.avsc")):
+                self.accept(path.stem.encode(), path.read_bytes())
 
     def refresh(self) -> None:
         consumer = Consumer(
@@ -92,71 +117,152 @@ class SchemaTopic:
             }
         )
         try:
-            for _, _, _, value in read_to_end(consumer, self.topic, self._positions):
-                if value:
-                    self.store.add(value.decode())
+            for _, _, key, value in read_to_end(consumer, self.topic, self._positions):
+                self.accept(key, value)
         finally:
             consumer.close()
+
+    def accept(self, key: bytes | None, value: bytes | None) -> None:
+        """One record of the schema topic: the key is the fingerprint in hex, the value the schema."""
+        if not value:
+            return  # a tombstone: compaction's way of deleting; nothing to read
+        try:
+            fingerprint = int((key or b"").decode("ascii"), 16)
+        except (UnicodeDecodeError, ValueError):
+            log.warning("%s: a record whose key is not a fingerprint was ignored", self.topic)
+            return
+        try:
+            text = value.decode()
+            schema = check_writer_schema(text)
+            writer = WriterSchema.from_schema(schema)
+        except (UnicodeDecodeError, SchemaRejectedError, ValueError, TypeError, KeyError) as exc:
+            self._reject(fingerprint, f"schema {fingerprint:016x} is not the contract's: {exc}")
+            return
+        if writer.fingerprint != fingerprint:
+            self._reject(fingerprint, f"the schema under key {fingerprint:016x} has another fingerprint")
+            return
+        form = reading_form(schema)
+        known = self._reading_forms.setdefault(fingerprint, form)
+        if known != form:
+            detail = f"two valid schemas with fingerprint {fingerprint:016x} read differently"
+            if self.refused.get(fingerprint, ("",))[0] != "ambiguous-schema":
+                log.warning("%s: %s; its events are quarantined", self.topic, detail)
+            self.refused[fingerprint] = ("ambiguous-schema", detail)
+            return
+        self.store.schemas.setdefault(fingerprint, writer)
+        self._remember(fingerprint, value)
+
+    def _reject(self, fingerprint: int, detail: str) -> None:
+        log.warning("%s: %s; ignored", self.topic, detail)
+        self.refused.setdefault(fingerprint, ("rejected-schema", detail))
+
+    def why_unreadable(self, fingerprint: int) -> tuple[str, str] | None:
+        """(reason, detail) when events of this fingerprint must not be read; None when they may."""
+        refused = self.refused.get(fingerprint)
+        if refused is not None and (
+            refused[0] == "ambiguous-schema" or fingerprint not in self.store.schemas
+        ):
+            return refused
+        return None
+
+    def _remember(self, fingerprint: int, value: bytes) -> None:
+        if self._remember_in is None:
+            return
+        path = self._remember_in / f"{fingerprint:016x}.avsc"
+        if not path.exists():
+            partial = path.with_suffix(".partial")
+            partial.write_bytes(value)
+            partial.replace(path)
+
+
+def partition_counts(client_config: dict[str, str]) -> dict[str, int]:
+    """Every topic on the broker and its partition count (watermarks are checked against it)."""
+    consumer = Consumer({**client_config, "group.id": "spanner-cdc-metadata"})
+    try:
+        metadata = consumer.list_topics(timeout=30)
+    finally:
+        consumer.close()
+    return {name: len(topic.partitions) for name, topic in metadata.topics.items() if topic.error is None}
 
 
 @dataclass
 class BatchDecoder:
-    """Decodes micro-batches; keeps one TableVersion per writer schema and key."""
+    """Decodes micro-batches through one gate: every message becomes an event, a watermark or a
+    quarantine row with its reason.
+
+    The line between the two kinds of failure is drawn here, once: reading the schema topic or
+    the broker's metadata is infrastructure (its errors propagate, Spark retries the batch);
+    everything about one message's bytes and content is that message's fault (quarantined, the
+    batch goes on) — whatever exception the content provokes, not only the ones foreseen.
+    """
 
     schemas: SchemaTopic
+    topics: Topics
+    #: Topic → partition count on the broker, for checking watermarks (read once per batch).
+    partition_counts: Callable[[], Mapping[str, int]]
     _versions: dict[tuple[int, tuple[str, ...]], TableVersion] = field(default_factory=dict)
-    _refreshed_in_batch: bool = False
 
     def decode(self, rows: pa.Table) -> DecodedBatch:
         """``rows`` has the Kafka columns key, value, topic, partition and offset."""
-        self._refreshed_in_batch = False
-        values = rows.column("value").to_pylist()
-        keys = rows.column("key").to_pylist()
-        topics = rows.column("topic").to_pylist()
-        partitions = rows.column("partition").to_pylist()
-        offsets = rows.column("offset").to_pylist()
         batch = DecodedBatch([], [], [])
-        for key, value, topic, partition, offset in zip(
-            keys, values, topics, partitions, offsets, strict=True
-        ):
+        values = rows.column("value").to_pylist()
+        self._refresh_for(values)
+        now = now_micros()
+        counts: Mapping[str, int] | None = None
+        columns = (rows.column(name).to_pylist() for name in ("key", "topic", "partition", "offset"))
+        for value, key, topic, partition, offset in zip(values, *columns, strict=True):
             try:
                 record, writer = self._read(value)
                 if is_watermark(writer):
-                    batch.watermarks.append(
-                        WatermarkSeen(topic, partition, offset, Watermark.from_record(record))
-                    )
+                    watermark = Watermark.from_record(record)
+                    counts = self.partition_counts() if counts is None else counts
+                    check_watermark(watermark, topic, partition, counts, now)
+                    batch.watermarks.append(WatermarkSeen(topic, partition, offset, watermark))
                     continue
                 version = self._version(writer, record)
+                order = check_event(self.topics, topic, record, version, now)
             except DecodeError as exc:
                 batch.quarantined.append(
-                    Quarantined(topic, partition, offset, key, value, exc.reason, str(exc))
+                    Quarantined(topic, partition, offset, key, value, exc.reason, exc.detail)
                 )
                 continue
-            micros, tx_id, record_sequence, mod_index = record["sort_keys"]
-            order = (int(micros), str(tx_id), str(record_sequence), int(mod_index))
+            except Exception as exc:  # the content provoked it; see the class docstring
+                detail = f"{type(exc).__name__}: {exc}"
+                batch.quarantined.append(
+                    Quarantined(topic, partition, offset, key, value, "not-an-event", detail)
+                )
+                continue
             batch.events.append(DecodedEvent(topic, partition, offset, key, value, version, record, order))
         return batch
 
+    def _refresh_for(self, values: list[bytes | None]) -> None:
+        """Re-read the schema topic once when a fingerprint in the batch is not known yet (the
+        producer publishes a schema before its first event, so it is there by now)."""
+        store = self.schemas.store.schemas
+        for value in values:
+            if value and len(value) >= HEADER_LENGTH and value[:2] == MAGIC:
+                fingerprint = read_fingerprint(value)
+                if fingerprint not in store and fingerprint not in self.schemas.refused:
+                    self.schemas.refresh()
+                    return
+
     def _read(self, value: bytes | None) -> tuple[dict[str, Any], WriterSchema]:
-        """Decode; on an unknown fingerprint re-read the schema topic (once per batch) and retry."""
         if not value:
             raise DecodeError("empty", "the message has no value (a tombstone or an empty message)")
-        try:
-            return self.schemas.store.read(value)
-        except DecodeError as exc:
-            if exc.reason != UNKNOWN_FINGERPRINT or self._refreshed_in_batch:
-                raise
-        self._refreshed_in_batch = True
-        self.schemas.refresh()
+        unreadable = self.schemas.why_unreadable(read_fingerprint(value))
+        if unreadable is not None:
+            raise DecodeError(*unreadable)
         return self.schemas.store.read(value)
 
     def _version(self, writer: WriterSchema, record: dict[str, Any]) -> TableVersion:
-        try:
-            primary_keys = tuple(record["source_metadata"]["primary_keys"])
-            cache_key = (writer.fingerprint, primary_keys)
-            version = self._versions.get(cache_key)
-            if version is None:
-                version = self._versions[cache_key] = TableVersion.from_writer(writer, primary_keys)
-        except (KeyError, TypeError, ContractError) as exc:
-            raise DecodeError("not-an-event", f"decodes, but is not a change event: {exc}") from exc
+        primary_keys = tuple(record["source_metadata"]["primary_keys"])
+        cache_key = (writer.fingerprint, primary_keys)
+        version = self._versions.get(cache_key)
+        if version is None:
+            try:
+                version = TableVersion.from_writer(writer, primary_keys)
+            except ContractError as exc:
+                raise DecodeError("not-an-event", f"decodes, but is not a change event: {exc}") from exc
+            check_version(version)
+            self._versions[cache_key] = version
         return version

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import signal
@@ -16,7 +17,7 @@ from confluent_kafka import Consumer, KafkaException
 
 from spanner_cdc.consumer.batch import BatchProcessor
 from spanner_cdc.consumer.config import ConsumerConfig
-from spanner_cdc.consumer.decode import BatchDecoder, SchemaTopic
+from spanner_cdc.consumer.decode import BatchDecoder, SchemaTopic, partition_counts
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.kafka_source import SOURCE_NAME
@@ -82,7 +83,11 @@ class ConsumerJob:
         """Connect everything; ``on_replica_commit`` is called after every committed replica batch."""
         check_kafka(config)
         backend = replica_backend(config) if "replica" in config.sinks else None
-        decoder = BatchDecoder(SchemaTopic(config.client_config, config.topic_prefix))
+        decoder = BatchDecoder(
+            SchemaTopic(config.client_config, config.topic_prefix, config.checkpoint_dir / "schemas"),
+            config.topics,
+            functools.partial(partition_counts, config.client_config),
+        )
         metrics = ConsumerMetrics()
         sinks: list[Sink] = []
         if "changelog" in config.sinks:

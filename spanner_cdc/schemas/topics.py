@@ -48,8 +48,10 @@ class Topics:
 
     @property
     def event_pattern(self) -> str:
-        """A regular expression that matches every event topic and no control topic."""
-        return re.escape(self.prefix) + r"\.[A-Za-z].*"
+        """A regular expression that matches every event topic and no control topic — also not
+        those of a longer prefix such as ``{prefix}.Test._schemas``: every dot-separated part of a
+        table name starts with a letter, every control topic's last part with ``_``."""
+        return re.escape(self.prefix) + r"(\.[A-Za-z][^.]*)+"
 
     def is_event_topic(self, name: str) -> bool:
         return re.fullmatch(self.event_pattern, name) is not None

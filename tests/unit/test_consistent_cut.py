@@ -15,6 +15,7 @@ import pytest
 from spanner_cdc.consumer.decode import BatchDecoder, DecodedEvent, SchemaTopic, WatermarkSeen
 from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend
 from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut, incomplete_transactions
+from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark
 from spanner_cdc.schemas.wire import SchemaStore, WriterSchema, encode
 from testkit.synthetic import STREAM, ChangeFactory
@@ -25,7 +26,7 @@ TOPIC = "P.Accounts"
 
 @pytest.fixture
 def decoder() -> BatchDecoder:
-    return BatchDecoder(SchemaTopic({}, "P"))
+    return BatchDecoder(SchemaTopic({}, "P"), Topics("P"), lambda: {TOPIC: 2})
 
 
 @pytest.fixture

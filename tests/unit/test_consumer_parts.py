@@ -54,6 +54,8 @@ def test_the_topic_pattern_leaves_out_control_topics(tmp_path: Path) -> None:
     assert pattern.fullmatch("Bank.Stream.Accounts")
     assert not pattern.fullmatch("Bank.Stream._schemas")
     assert not pattern.fullmatch("BankxStream.Accounts")
+    assert pattern.fullmatch("Bank.Stream.sales.Orders")  # a table in a named schema
+    assert not pattern.fullmatch("Bank.Stream.Test._schemas")  # the prefix Bank.Stream.Test's
 
 
 def test_postgres_replica_needs_a_dsn(tmp_path: Path) -> None:

@@ -217,10 +217,11 @@ def _bytes(value: bytes | memoryview | None) -> bytes | None:
 
 
 def incomplete_transactions(events: Sequence[DecodedEvent]) -> list[str]:
-    """Transaction ids among ``events`` with fewer records, or fewer mods in a record, than announced."""
+    """Transaction ids among ``events`` with fewer records, or fewer mods in a record, than announced
+    (a count the contract leaves null, as for snapshot rows, announces nothing)."""
     records: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    announced: dict[str, int] = {}
-    mods: dict[tuple[str, str], int] = {}
+    announced: dict[str, int | None] = {}
+    mods: dict[tuple[str, str], int | None] = {}
     for event in events:
         metadata = event.record["source_metadata"]
         tx_id, sequence = metadata["tx_id"], metadata["record_sequence"]
@@ -230,5 +231,6 @@ def incomplete_transactions(events: Sequence[DecodedEvent]) -> list[str]:
     return sorted(
         tx_id
         for tx_id, seen in records.items()
-        if len(seen) < announced[tx_id] or any(count < mods[tx_id, seq] for seq, count in seen.items())
+        if len(seen) < (announced[tx_id] or 0)
+        or any(count < (mods[tx_id, seq] or 0) for seq, count in seen.items())
     )

@@ -1,0 +1,141 @@
+"""What a decoded message must satisfy before any sink sees it.
+
+A message that decodes under a valid schema can still lie: name another table than its topic,
+use the replica's reserved names, carry sort keys that are malformed or far in the future (a
+row frozen forever, the dedupe horizon pushed past everything), or be a watermark that declares
+partitions that do not exist (the consistent cut frozen, or moved to 9999-12-31). Every rule
+here raises :class:`DecodeError` with a reason tag; the decoder turns that into a quarantine
+row, so a bad message never reaches a sink and never stops the query.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from spanner_cdc.consumer.table_version import TableVersion
+from spanner_cdc.schemas.errors import DecodeError
+from spanner_cdc.schemas.timestamps import micros_from_datetime
+from spanner_cdc.schemas.topics import TopicNameError, Topics
+from spanner_cdc.schemas.watermark import Watermark
+
+#: How far ahead of this machine's clock a commit timestamp or watermark may be (clock skew).
+MAX_FUTURE_MICROS = 3_600 * 1_000_000
+#: The longest name Spanner allows (table, column, named schema: 128 characters each).
+MAX_NAME_CHARS = 128
+#: ``$`` never occurs in a Spanner identifier; the sinks use it for their own names.
+_RESERVED = re.compile(r"[$\x00/\\]")
+#: (commit micros, transaction id, record sequence, mod index), compared element-wise.
+SortKey = tuple[int, str, str, int]
+CHANGE_TYPES = {"INSERT": False, "UPDATE": False, "DELETE": True}
+#: Logical types whose text the replica parses (PostgreSQL refuses malformed JSON or NUMERIC).
+_PARSED_TEXT = ("json", "number")
+
+
+def check_name(what: str, name: object) -> None:
+    """A table, schema or column name the sinks can hold, or DecodeError ``bad-name``."""
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS or _RESERVED.search(name):
+        raise DecodeError("bad-name", f"{what} {name!r:.200} is not a name Spanner could have given")
+
+
+def check_version(version: TableVersion) -> None:
+    """Column names of a table version (checked once per writer schema and key)."""
+    for column in version.columns:
+        check_name("column", column.name)
+
+
+def check_event(
+    topics: Topics, topic: str, record: Mapping[str, Any], version: TableVersion, now_micros: int
+) -> SortKey:
+    """The event's sort key, once every rule holds; DecodeError naming the first that does not."""
+    table = record["object"]
+    for part in str(table).split("."):
+        check_name("table", part)
+    try:
+        own_topic = topics.event(table)
+    except TopicNameError as exc:
+        raise DecodeError("bad-name", str(exc)) from None
+    if own_topic != topic:
+        raise DecodeError(
+            "wrong-topic", f"an event of table {table!r} on topic {topic!r} (its topic is {own_topic!r})"
+        )
+    if not record["uuid"] or len(record["uuid"]) > 64:
+        raise DecodeError("bad-envelope", f"uuid {record['uuid']!r:.80} is empty or too long")
+    metadata = record["source_metadata"]
+    deleted = CHANGE_TYPES.get(metadata["change_type"])
+    if deleted is None or deleted != metadata["is_deleted"]:
+        raise DecodeError(
+            "bad-envelope",
+            f"change_type {metadata['change_type']!r:.40} with is_deleted {metadata['is_deleted']!r}",
+        )
+    order = _sort_key(record["sort_keys"], metadata, now_micros)
+    _check_values(version, record["payload"])
+    if metadata["old_values"] is not None:
+        _check_values(version, metadata["old_values"])
+    return order
+
+
+def _sort_key(
+    sort_keys: Sequence[Any], metadata: Mapping[str, Any], now_micros: int
+) -> tuple[int, str, str, int]:
+    """[commit micros, tx id, record sequence, mod index], typed and agreeing with source_metadata."""
+    if len(sort_keys) != 4:
+        raise DecodeError("bad-sort-keys", f"{len(sort_keys)} sort keys, expected 4")
+    micros, tx_id, sequence, mod_index = sort_keys
+    if not (isinstance(micros, int) and isinstance(tx_id, str) and isinstance(sequence, str)):
+        raise DecodeError(
+            "bad-sort-keys", f"sort keys {list(sort_keys)!r:.120} are not [long, string, string, long]"
+        )
+    if not isinstance(mod_index, int) or mod_index < 0:
+        raise DecodeError("bad-sort-keys", f"mod index {mod_index!r:.40} is not a non-negative long")
+    commit = metadata["commit_timestamp"]
+    commit_micros = micros_from_datetime(commit) if isinstance(commit, dt.datetime) else commit
+    stated = (
+        commit_micros,
+        metadata["tx_id"] or "",
+        metadata["record_sequence"] or "",
+        metadata["mod_index"],
+    )
+    if (micros, tx_id, sequence, mod_index) != stated:
+        raise DecodeError("bad-sort-keys", "sort keys disagree with source_metadata")
+    if micros <= 0 or micros > now_micros + MAX_FUTURE_MICROS:
+        raise DecodeError("bad-sort-keys", f"commit timestamp {micros} µs is not a plausible one")
+    return micros, tx_id, sequence, mod_index
+
+
+def _check_values(version: TableVersion, values: Mapping[str, Any]) -> None:
+    for column in version.columns:
+        kind = column.type.avro.get("logicalType") if isinstance(column.type.avro, dict) else None
+        if kind not in _PARSED_TEXT:
+            continue
+        value = values.get(column.field)
+        if value is None:
+            continue
+        try:
+            json.loads(value) if kind == "json" else decimal.Decimal(value)
+        except (ValueError, decimal.InvalidOperation):
+            raise DecodeError("bad-value", f"column {column.name!r}: {value!r:.80} is not {kind}") from None
+
+
+def check_watermark(
+    watermark: Watermark, topic: str, partition: int, partition_counts: Mapping[str, int], now_micros: int
+) -> None:
+    """A watermark agrees with the broker: its topics exist with at least the partitions it
+    lists, it lists the topic it is on, and it is not ahead of this machine's clock by more
+    than the skew allowed."""
+    if not 0 < watermark.watermark_micros <= now_micros + MAX_FUTURE_MICROS:
+        raise DecodeError(
+            "bad-watermark", f"watermark {watermark.watermark_micros} µs is not a plausible time"
+        )
+    if topic not in watermark.topics or partition >= watermark.topics[topic]:
+        raise DecodeError("bad-watermark", f"a watermark on {topic}[{partition}] that does not list it")
+    for listed, count in watermark.topics.items():
+        existing = partition_counts.get(listed)
+        if existing is None or not 0 < count <= existing:
+            raise DecodeError(
+                "bad-watermark", f"lists {listed!r:.100} with {count} partitions; the broker has {existing}"
+            )

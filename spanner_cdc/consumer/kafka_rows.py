@@ -1,6 +1,6 @@
 """The row a Kafka source hands Spark, once: its columns for Spark (DDL) and for Arrow.
 
-The same shape as Spark's built-in ``kafka`` source (without headers), so switching sources
+The same shape as Spark's built-in ``kafka`` source (headers with ``includeHeaders``), so switching sources
 changes nothing downstream. Decoding reads only :data:`DECODE_COLUMNS`; the consistent cut stores
 held events in that shape too, so it can give them back to the same decode function.
 """
@@ -20,5 +20,9 @@ _FIELDS = (
 )
 ARROW_SCHEMA = pa.schema([(name, arrow_type) for name, arrow_type, _ in _FIELDS])
 SPARK_DDL = ", ".join(f"{name} {spark_type}" for name, _, spark_type in _FIELDS)
+#: With ``includeHeaders``: one more column, last, as in Spark's source.
+HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
+SPARK_DDL_WITH_HEADERS = f"{SPARK_DDL}, headers array<struct<key: string, value: binary>>"
 DECODE_COLUMNS = ("key", "value", "topic", "partition", "offset")
 DECODE_SCHEMA = pa.schema([ARROW_SCHEMA.field(name) for name in DECODE_COLUMNS])

@@ -1,10 +1,10 @@
-"""A Spark streaming source over confluent-kafka, for machines without Spark's kafka connector.
+"""A Spark source over confluent-kafka (streaming and batch), for machines without Spark's kafka
+connector.
 
 Registered as format ``spanner_cdc_kafka``; rows have the schema of Spark's built-in ``kafka``
-source, and the options use its names (``kafka.bootstrap.servers``, ``subscribe``,
-``subscribePattern``, ``startingOffsets``, ``maxOffsetsPerTrigger``, ``failOnDataLoss``,
-``kafka.<librdkafka setting>``), so a deployment can switch to the built-in source by changing
-the format only.
+source (``headers`` with ``includeHeaders``), and the options use its names
+(kafka_source_options), so a deployment can switch to the built-in source by changing the
+format only.
 
 Offsets are ``{"topic": {"partition": next offset}}``; Spark keeps them in its checkpoint, and
 partitions are assigned (never subscribed through a consumer group), as docs/design.md §2 advises.
@@ -13,14 +13,13 @@ End offsets come from :func:`spanner_cdc.kafka_offsets.end_offsets`, which is ri
 
 from __future__ import annotations
 
-import json
-import re
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-from confluent_kafka import Consumer, Message, TopicPartition
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from confluent_kafka import Message, TopicPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -29,74 +28,21 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, end_offsets
-from spanner_cdc.consumer.kafka_rows import ARROW_SCHEMA, SPARK_DDL
-from spanner_cdc.errors import SpannerCdcError
+from spanner_cdc.common.kafka_offsets import end_offsets
+from spanner_cdc.consumer.kafka_rows import (
+    ARROW_SCHEMA,
+    ARROW_SCHEMA_WITH_HEADERS,
+    HEADERS_TYPE,
+    SPARK_DDL,
+    SPARK_DDL_WITH_HEADERS,
+)
+from spanner_cdc.consumer.kafka_source_options import KafkaSourceError, Offsets, SourceOptions, resolve
 
 SOURCE_NAME = "spanner_cdc_kafka"
 ROWS_PER_ARROW_BATCH = 10_000
 POLL_SECONDS = 1.0
 #: How long a read waits for offsets the driver saw as available before giving up.
 READ_TIMEOUT_SECONDS = 120.0
-Offsets = dict[str, dict[str, int]]
-
-
-class KafkaSourceError(SpannerCdcError):
-    """Misconfiguration or data loss; the message says which option or offsets."""
-
-
-@dataclass(frozen=True)
-class SourceOptions:
-    client: dict[str, str]
-    topics: tuple[str, ...]
-    pattern: re.Pattern[str] | None
-    starting: str
-    max_rows: int | None
-    fail_on_data_loss: bool
-
-    @classmethod
-    def parse(cls, given: dict[str, str]) -> SourceOptions:
-        """Spark hands data sources their options with lower-cased names; so does this."""
-        options = {key.lower(): value for key, value in given.items()}
-        bootstrap = options.get("kafka.bootstrap.servers")
-        if not bootstrap:
-            raise KafkaSourceError("option kafka.bootstrap.servers is required")
-        subscribe, pattern = options.get("subscribe"), options.get("subscribepattern")
-        if bool(subscribe) == bool(pattern):
-            raise KafkaSourceError("set exactly one of the options subscribe and subscribePattern")
-        client = {k[len("kafka.") :]: v for k, v in options.items() if k.startswith("kafka.")}
-        max_rows = options.get("maxoffsetspertrigger")
-        if max_rows is not None and (not max_rows.isdigit() or int(max_rows) <= 0):
-            raise KafkaSourceError(f"maxOffsetsPerTrigger must be a positive whole number, got {max_rows!r}")
-        fail = options.get("failondataloss", "true").lower()
-        if fail not in ("true", "false"):
-            raise KafkaSourceError(f"failOnDataLoss must be true or false, got {fail!r}")
-        return cls(
-            client=client,
-            topics=tuple(t.strip() for t in (subscribe or "").split(",") if t.strip()),
-            pattern=re.compile(pattern) if pattern else None,
-            starting=options.get("startingoffsets", "latest"),
-            max_rows=int(max_rows) if max_rows else None,
-            fail_on_data_loss=fail == "true",
-        )
-
-    def consumer(self) -> Consumer:
-        # auto.offset.reset=error: an assigned offset that no longer exists must not silently
-        # jump anywhere; data loss is decided by the driver (failOnDataLoss) before reading.
-        return Consumer(
-            {
-                **SHORT_FETCH_WAIT,
-                **self.client,
-                "group.id": "spanner-cdc-source",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "error",
-            }
-        )
-
-    def wanted(self, topic: str) -> bool:
-        if self.pattern is not None:
-            return bool(self.pattern.fullmatch(topic))
-        return topic in self.topics
 
 
 @dataclass(frozen=True)
@@ -130,7 +76,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for topic, info in sorted(metadata.topics.items()):
                 if not self.options.wanted(topic) or info.error is not None:
                     continue
-                partitions = sorted(info.partitions)
+                partitions = [p for p in sorted(info.partitions) if self.options.wanted_partition(topic, p)]
                 lows = {
                     p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[0]
                     for p in partitions
@@ -144,22 +90,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> Offsets:  # noqa: N802 - Spark's name
         earliest, ends = self._current()
-        starting = self.options.starting
-        if starting == "earliest":
-            return earliest
-        if starting == "latest":
-            return ends
-        try:
-            given = json.loads(starting)
-        except json.JSONDecodeError as exc:
-            raise KafkaSourceError(f"startingOffsets is not earliest, latest or JSON: {exc}") from None
-        offsets: Offsets = {}
-        for topic, partitions in earliest.items():
-            for partition, low in partitions.items():
-                wanted = given.get(topic, {}).get(partition, -2)
-                resolved = low if wanted == -2 else ends[topic][partition] if wanted == -1 else int(wanted)
-                offsets.setdefault(topic, {})[partition] = resolved
-        return offsets
+        return resolve(self.options.starting or "latest", earliest, ends, "startingOffsets")
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:  # noqa: N802
         earliest, ends = self._current()
@@ -195,13 +126,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.options.max_rows) if self.options.max_rows else ReadAllAvailable()
 
     def partitions(self, start: Offsets, end: Offsets) -> list[TopicPartitionRange]:
-        ranges = []
-        for topic, partitions in sorted(end.items()):
-            for partition, until in sorted(partitions.items(), key=lambda item: int(item[0])):
-                begin = start.get(topic, {}).get(partition, 0)
-                if until > begin:
-                    ranges.append(TopicPartitionRange(topic, int(partition), begin, until))
-        return ranges
+        return offset_ranges(start, end, self.options.min_partitions)
 
     def commit(self, end: Offsets) -> None:
         """Offsets live in Spark's checkpoint; nothing is committed to Kafka."""
@@ -212,6 +137,54 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not isinstance(partition, TopicPartitionRange):
             raise KafkaSourceError(f"unexpected input partition {partition!r}")
         yield from read_range(self.options, partition)
+
+
+class KafkaBatchReader(DataSourceReader):
+    """``spark.read``: from ``startingOffsets`` (default earliest) to ``endingOffsets`` (default
+    latest), the ends resolved once, when Spark plans the read."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        if options.starting == "latest":
+            raise KafkaSourceError(
+                "startingOffsets=latest reads nothing in a batch query; use earliest or JSON"
+            )
+        if options.ending == "earliest":
+            raise KafkaSourceError("endingOffsets=earliest reads nothing; use latest or JSON")
+        self.options = options
+
+    def partitions(self) -> list[TopicPartitionRange]:
+        earliest, ends = KafkaStreamReader(self.options)._current()
+        start = resolve(self.options.starting or "earliest", earliest, ends, "startingOffsets")
+        end = resolve(self.options.ending, earliest, ends, "endingOffsets")
+        return offset_ranges(start, end, self.options.min_partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, TopicPartitionRange):
+            raise KafkaSourceError(f"unexpected input partition {partition!r}")
+        yield from read_range(self.options, partition)
+
+
+def offset_ranges(start: Offsets, end: Offsets, min_partitions: int | None) -> list[TopicPartitionRange]:
+    """One range per topic partition with records; with ``minPartitions``, large ranges are split
+    (in proportion to their size, as Spark's source does) until there are at least that many."""
+    ranges = []
+    for topic, partitions in sorted(end.items()):
+        for partition, until in sorted(partitions.items(), key=lambda item: int(item[0])):
+            begin = start.get(topic, {}).get(partition, 0)
+            if until > begin:
+                ranges.append(TopicPartitionRange(topic, int(partition), begin, until))
+    total = sum(r.end - r.start for r in ranges)
+    if not min_partitions or len(ranges) >= min_partitions or total == 0:
+        return ranges
+    split = []
+    for whole in ranges:
+        size = whole.end - whole.start
+        parts = max(1, min(size, round(size * min_partitions / total)))
+        bounds = [whole.start + size * i // parts for i in range(parts + 1)]
+        split += [
+            TopicPartitionRange(whole.topic, whole.partition, a, b) for a, b in itertools.pairwise(bounds)
+        ]
+    return split
 
 
 def _limited(begin: Offsets, ends: Offsets, max_rows: int | None) -> Offsets:
@@ -265,7 +238,7 @@ def read_range(options: SourceOptions, part: TopicPartitionRange) -> Iterator[pa
             if position > part.end:
                 messages = [m for m in messages if (m.offset() or 0) < part.end]
             if messages:
-                yield _record_batch(part, messages)
+                yield _record_batch(part, messages, options.include_headers)
     finally:
         consumer.close()
 
@@ -273,23 +246,23 @@ def read_range(options: SourceOptions, part: TopicPartitionRange) -> Iterator[pa
 _TIMESTAMP = ARROW_SCHEMA.field("timestamp").type
 
 
-def _record_batch(part: TopicPartitionRange, messages: list[Message]) -> pa.RecordBatch:
+def _record_batch(part: TopicPartitionRange, messages: list[Message], headers: bool) -> pa.RecordBatch:
     timestamps = [m.timestamp() for m in messages]
     count = len(messages)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([m.key() for m in messages], pa.binary()),
-            pa.array([m.value() for m in messages], pa.binary()),
-            pa.array([part.topic] * count, pa.string()),
-            pa.array([part.partition] * count, pa.int32()),
-            pa.array([m.offset() for m in messages], pa.int64()),
-            pa.array([ms * 1000 for _, ms in timestamps], pa.int64()).cast(
-                ARROW_SCHEMA.field("timestamp").type
-            ),
-            pa.array([kind for kind, _ in timestamps], pa.int32()),
-        ],
-        schema=ARROW_SCHEMA,
-    )
+    columns = [
+        pa.array([m.key() for m in messages], pa.binary()),
+        pa.array([m.value() for m in messages], pa.binary()),
+        pa.array([part.topic] * count, pa.string()),
+        pa.array([part.partition] * count, pa.int32()),
+        pa.array([m.offset() for m in messages], pa.int64()),
+        pa.array([ms * 1000 for _, ms in timestamps], pa.int64()).cast(_TIMESTAMP),
+        pa.array([kind for kind, _ in timestamps], pa.int32()),
+    ]
+    if not headers:
+        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+    listed = [[{"key": h[0], "value": h[1]} for h in m.headers() or []] for m in messages]
+    columns.append(pa.array(listed, HEADERS_TYPE))
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA_WITH_HEADERS)
 
 
 class KafkaSource(DataSource):
@@ -298,7 +271,14 @@ class KafkaSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
-        return SPARK_DDL
+        headers = SourceOptions.parse(dict(self.options)).include_headers
+        return SPARK_DDL_WITH_HEADERS if headers else SPARK_DDL
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:  # noqa: N802
-        return KafkaStreamReader(SourceOptions.parse(dict(self.options)))
+        options = SourceOptions.parse(dict(self.options))
+        if options.ending != "latest":
+            raise KafkaSourceError("endingOffsets is for batch reads (spark.read), not streaming ones")
+        return KafkaStreamReader(options)
+
+    def reader(self, schema: StructType) -> KafkaBatchReader:
+        return KafkaBatchReader(SourceOptions.parse(dict(self.options)))

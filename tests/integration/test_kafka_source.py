@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from pathlib import Path
@@ -139,5 +140,73 @@ def test_latest_pattern_and_bad_options(spark: Any, stack: EmbeddedStack, tmp_pa
         spark, bootstrap, tmp_path / "latest", subscribe=first, startingOffsets="latest"
     )
     assert latest == []
-    with pytest.raises(Exception, match="exactly one of the options subscribe and subscribePattern"):
+    with pytest.raises(Exception, match="exactly one of the options assign, subscribe and subscribePattern"):
         run_available_now(spark, bootstrap, tmp_path / "bad", startingOffsets="earliest")
+
+
+def test_assign_headers_and_min_partitions_as_sparks_source(
+    spark: Any, stack: EmbeddedStack, tmp_path: Path
+) -> None:
+    bootstrap = stack.endpoint("kafka")
+    topic = make_topic(bootstrap)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for index in range(90):
+        producer.produce(
+            topic, value=f"v{index}".encode(), partition=index % 3, headers=[("n", str(index).encode())]
+        )
+    assert producer.flush(30) == 0
+    counts: list[int] = []
+    rows: list[dict[str, Any]] = []
+
+    def collect(frame: Any, _batch_id: int) -> None:
+        counts.append(frame.rdd.getNumPartitions())
+        rows.extend(r.asDict(recursive=True) for r in frame.collect())
+
+    query = (
+        spark.readStream.format(SOURCE_NAME)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("assign", json.dumps({topic: [0, 2]}))
+        .option("startingOffsets", "earliest")
+        .option("includeHeaders", "true")
+        .option("minPartitions", "6")
+        .load()
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert {row["partition"] for row in rows} == {0, 2} and len(rows) == 60
+    assert all(row["headers"] == [{"key": "n", "value": row["value"][1:]}] for row in rows)
+    assert max(counts) >= 6
+
+
+def test_batch_reads_between_starting_and_ending_offsets(spark: Any, stack: EmbeddedStack) -> None:
+    bootstrap = stack.endpoint("kafka")
+    topic = make_topic(bootstrap, partitions=1)
+    produce(bootstrap, topic, 0, 20)
+    frame = (
+        spark.read.format(SOURCE_NAME)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", json.dumps({topic: {"0": 5}}))
+        .option("endingOffsets", json.dumps({topic: {"0": 12}}))
+        .load()
+    )
+    assert [row["offset"] for row in frame.orderBy("offset").collect()] == list(range(5, 12))
+
+    def everything() -> Any:  # a new reader each time: option() changes the reader it is called on
+        return (
+            spark.read.format(SOURCE_NAME)
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+        )
+
+    assert everything().load().count() == 20
+    for option, value, message in (
+        ("startingTimestamp", "1000", "not supported"),
+        ("kafka.ssl.truststore.location", "/x.jks", r"ssl\.ca\.location"),
+        ("endingOffsets", "earliest", "reads nothing"),
+    ):
+        with pytest.raises(Exception, match=message):
+            everything().option(option, value).load().count()

@@ -1,0 +1,54 @@
+"""The source's options as Spark's kafka source names them, and their translation to librdkafka."""
+
+from __future__ import annotations
+
+import pytest
+
+from spanner_cdc.consumer.kafka_source import TopicPartitionRange, offset_ranges
+from spanner_cdc.consumer.kafka_source_options import (
+    KafkaSourceError,
+    SourceOptions,
+    client_settings,
+    resolve,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def test_java_client_names_are_translated_or_refused() -> None:
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p,w";'
+    settings = client_settings(
+        {
+            "kafka.sasl.mechanism": "PLAIN",
+            "kafka.sasl.jaas.config": jaas,
+            "kafka.security.protocol": "SASL_SSL",
+        }
+    )
+    assert settings == {
+        "sasl.mechanisms": "PLAIN",
+        "sasl.username": "u",
+        "sasl.password": "p,w",
+        "security.protocol": "SASL_SSL",
+    }
+    with pytest.raises(KafkaSourceError, match=r"ssl\.certificate\.location"):
+        client_settings({"kafka.ssl.keystore.location": "/k.jks"})
+
+
+def test_exactly_one_way_to_choose_topics() -> None:
+    base = {"kafka.bootstrap.servers": "h:1"}
+    assert SourceOptions.parse({**base, "assign": '{"t": [0, 2]}'}).wanted_partition("t", 2)
+    assert not SourceOptions.parse({**base, "assign": '{"t": [0, 2]}'}).wanted_partition("t", 1)
+    for chosen in ({}, {"subscribe": "t", "assign": '{"t": [0]}'}):
+        with pytest.raises(KafkaSourceError, match="exactly one of"):
+            SourceOptions.parse({**base, **chosen})
+    with pytest.raises(KafkaSourceError, match="assign must be JSON"):
+        SourceOptions.parse({**base, "assign": "t:0"})
+
+
+def test_json_offsets_and_min_partitions() -> None:
+    earliest, ends = {"t": {"0": 3, "1": 0}}, {"t": {"0": 10, "1": 90}}
+    assert resolve('{"t": {"0": -1}}', earliest, ends, "x") == {"t": {"0": 10, "1": 0}}
+    ranges = offset_ranges({"t": {"0": 0, "1": 0}}, {"t": {"0": 10, "1": 90}}, min_partitions=10)
+    assert ranges[0] == TopicPartitionRange("t", 0, 0, 10) and len(ranges) == 10
+    assert [(r.start, r.end) for r in ranges[1:3]] == [(0, 10), (10, 20)]
+    assert sum(r.end - r.start for r in ranges) == 100

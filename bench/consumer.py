@@ -1,26 +1,34 @@
-"""Consumer benchmarks (issue 4): events/s into each sink beside a raw read, in the same run.
+"""Consumer benchmarks (issues 4, 5 and 14): events/s into each sink beside raw reads, in the same run.
 
 The same topic (a random insert/update/delete history over many keys, with a tenth re-sent as
-duplicates) is consumed by separate Trigger.AvailableNow queries on one local[2] session:
+duplicates) is consumed by separate Trigger.AvailableNow queries:
 
-- raw: the Kafka source into ``foreachBatch`` that only collects the rows as Arrow (no decode),
-  the ceiling for anything built on this source;
+- raw reads, the ceilings: the Kafka source into Spark's ``noop`` sink (read on the executors,
+  nothing on the driver), and into ``foreachBatch`` collecting the rows as Arrow on the driver
+  (what the consumer's batch function starts with today);
 - changelog: decode, dedupe, order, Parquet;
 - replica DuckDB / replica PostgreSQL: decode, dedupe, order, merge — each with whole
-  transactions (the default: hold what the watermarks have not passed) and without.
+  transactions (the default: hold what the watermarks have not passed) and without;
+- growth: the changelog again on a ``local[1]`` session (the rest run on ``local[2]``);
+- driver memory: this process's peak RSS while the changelog runs with batches of 10,000 and
+  of 200,000 events.
 
 Events are published in chunks of ``WATERMARK_EVERY`` with a watermark after each, as a
 producer writing that many events per watermark interval would.
 
-Each figure is wall time from query start to its end, so it includes Spark's per-query start.
+Each figure is wall time from query start to its end, so it includes Spark's per-query start
+(about 2 s on this machine: small runs understate every rate).
 """
 
 from __future__ import annotations
 
+import functools
 import random
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +41,30 @@ from testkit.consumer_run import consumer_config, fresh_postgres_database, uniqu
 from testkit.synthetic import ChangeFactory, publish, random_history
 
 WATERMARK_EVERY = 5_000
+CHANGELOG = "changelog (decode, dedupe, order, Parquet)"
 
 
-def raw_read(spark: Any, config: ConsumerConfig, checkpoint: Path) -> int:
-    rows = 0
+@dataclass(frozen=True)
+class ConsumerFigures:
+    raw_on_executors: Figure
+    raw_to_driver: Figure
+    changelog: Figure
+    #: DuckDB then PostgreSQL, each with whole transactions and then without.
+    replicas: list[Figure]
+    changelog_on_one_core: Figure
+    #: Peak RSS of this (driver) process, MiB, with small and with large batches.
+    driver_rss_small_batches: float
+    driver_rss_large_batches: float
 
-    def collect(batch: Any, _batch_id: int) -> None:
-        nonlocal rows
-        rows += batch.toArrow().num_rows
+
+def raw_read(spark: Any, config: ConsumerConfig, checkpoint: Path, to_driver: bool) -> int:
+    """Rows read by one AvailableNow query that does nothing with them (on the executors or the driver)."""
+
+    def noop(batch: Any, _batch_id: int) -> None:
+        if to_driver:
+            batch.toArrow()
+        else:
+            batch.write.format("noop").mode("overwrite").save()
 
     query = (
         spark.readStream.format(SOURCE_NAME)
@@ -48,53 +72,92 @@ def raw_read(spark: Any, config: ConsumerConfig, checkpoint: Path) -> int:
         .option("subscribePattern", config.topics.event_pattern)
         .option("startingOffsets", "earliest")
         .load()
-        .writeStream.foreachBatch(collect)
+        .writeStream.foreachBatch(noop)
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start()
     )
     query.awaitTermination()
-    return rows
+    return sum(int(progress["numInputRows"]) for progress in query.recentProgress)
 
 
-def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> list[Figure]:
+def timed(name: str, run: Callable[[], int]) -> Figure:
+    started = time.perf_counter()
+    events = run()
+    return Figure(name, events, time.perf_counter() - started)
+
+
+class PeakRss:
+    """This process's resident memory, sampled every 20 ms while in use (ru_maxrss never falls)."""
+
+    def __init__(self) -> None:
+        self.peak_kib = 0
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> PeakRss:
+        self._sampler.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._sampler.join()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.02):
+            for line in Path("/proc/self/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    self.peak_kib = max(self.peak_kib, int(line.split()[1]))
+
+
+def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> ConsumerFigures:
     prefix = unique_prefix("Bench")
     events = random_history(ChangeFactory(), changes, keys=max(10, changes // 5))
     published = events + random.Random(1).sample(events, changes // 10)
     for start in range(0, len(published), WATERMARK_EVERY):
         publish(bootstrap, prefix, published[start : start + WATERMARK_EVERY])
     work = Path(tempfile.mkdtemp(prefix="spanner-cdc-bench-"))
+    logs = Path(tempfile.mkdtemp(prefix="spark-logs-"))
     base = consumer_config(bootstrap, prefix, work / "unused")
-    spark = spark_session(
-        "local[2]", "spanner-cdc-bench", log_dir=Path(tempfile.mkdtemp(prefix="spark-logs-"))
-    )
-    figures = []
+
+    def consumed(directory: str, **overrides: Any) -> int:
+        job = ConsumerJob.open(consumer_config(bootstrap, prefix, work / directory, **overrides))
+        try:
+            drain(job, spark, threading.Event())
+        finally:
+            job.close()
+        return len(published)
+
+    spark = spark_session("local[2]", "spanner-cdc-bench", log_dir=logs)
     try:
-        raw_read(spark, base, work / "warm-up")  # JVM and Python workers warm for every figure
-        started = time.perf_counter()
-        rows = raw_read(spark, base, work / "raw")
-        figures.append(
-            Figure("raw Spark read (source → Arrow, no decode)", rows, time.perf_counter() - started)
+        raw_read(spark, base, work / "warm-up", to_driver=False)  # JVM and Python workers warm
+        raw_executors = timed(
+            "raw read on the executors (source → noop)", lambda: raw_read(spark, base, work / "raw-x", False)
         )
-        runs: list[tuple[str, dict[str, Any]]] = [
-            ("changelog (decode, dedupe, order, Parquet)", {"sinks": ("changelog",)})
-        ]
+        raw_driver = timed(
+            "raw read to the driver (source → Arrow)", lambda: raw_read(spark, base, work / "raw-d", True)
+        )
+        changelog = timed(CHANGELOG, lambda: consumed("changelog", sinks=("changelog",)))
+        replicas = []
         for database in ("DuckDB", "PostgreSQL"):
             for grouping, whole in (("whole transactions", True), ("batch as it comes", False)):
                 options: dict[str, Any] = {"sinks": ("replica",), "whole_transactions": whole}
                 if database == "PostgreSQL":
                     options |= {"replica": "postgres", "postgres_dsn": fresh_postgres_database(postgres_dsn)}
-                runs.append((f"replica {database}, {grouping} (decode, dedupe, order, merge)", options))
-        for name, overrides in runs:
-            directory = name.split(" (")[0].replace(" ", "-").replace(",", "")
-            config = consumer_config(bootstrap, prefix, work / directory, **overrides)
-            job = ConsumerJob.open(config)
-            try:
-                started = time.perf_counter()
-                drain(job, spark, threading.Event())
-                figures.append(Figure(name, len(published), time.perf_counter() - started))
-            finally:
-                job.close()
+                name = f"replica {database}, {grouping} (decode, dedupe, order, merge)"
+                directory = name.split(" (", maxsplit=1)[0].replace(" ", "-").replace(",", "")
+                replicas.append(timed(name, functools.partial(consumed, directory, **options)))
+        rss = []
+        for size in (10_000, 200_000):
+            with PeakRss() as peak:
+                consumed(f"rss-{size}", sinks=("changelog",), max_events_per_batch=size)
+            rss.append(peak.peak_kib / 1024)
     finally:
         spark.stop()
-    return figures
+    spark = spark_session("local[1]", "spanner-cdc-bench-one-core", log_dir=logs)
+    try:
+        raw_read(spark, base, work / "warm-up-1", to_driver=False)
+        one_core = timed(f"{CHANGELOG} on local[1]", lambda: consumed("changelog-1", sinks=("changelog",)))
+    finally:
+        spark.stop()
+    return ConsumerFigures(raw_executors, raw_driver, changelog, replicas, one_core, rss[0], rss[1])

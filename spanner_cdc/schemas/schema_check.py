@@ -14,7 +14,8 @@ mapping for). So every schema is walked once, with bounds, before it is used:
   so a decoder reads at most one item per byte of the message;
 - an event schema has every field of ``avsc/envelope.avsc`` with the contract's type (more
   fields are allowed: a newer producer may add some), and its ``Payload`` is a record of
-  nullable columns of mapped types.
+  nullable columns of mapped types; a key schema (``avsc/key.avsc``) is such a record too; a
+  watermark schema is the contract's own.
 
 A schema that fails is rejected with a :class:`SchemaRejectedError` naming the rule.
 """
@@ -44,6 +45,7 @@ LOGICAL_TYPES = {
     "timestamp-millis": "long",
 }
 _ENVELOPE = load_avsc("envelope.avsc")
+_KEY = load_avsc("key.avsc")
 
 
 class SchemaRejectedError(ContractError):
@@ -67,8 +69,10 @@ def check_writer_schema(text: str) -> dict[str, Any]:
             raise SchemaRejectedError("a watermark schema that is not the contract's")
     elif schema.get("name") == _ENVELOPE["name"]:
         _check_envelope(schema, walk.resolve(PAYLOAD_TYPE_NAME))
+    elif schema.get("name") == _KEY["name"]:
+        _check_columns(schema)  # the message key's schema: the key columns, as the payload's
     else:
-        raise SchemaRejectedError(f"record {schema.get('name')!r:.80} is neither an event nor a watermark")
+        raise SchemaRejectedError(f"record {schema.get('name')!r:.80} is not an event, key or watermark")
     return schema
 
 
@@ -178,7 +182,7 @@ def _check_envelope(schema: dict[str, Any], payload: dict[str, Any] | None) -> N
             raise SchemaRejectedError(f"field {name!r} has type {found['type']!r:.80}, not the contract's")
     if payload is None or payload.get("type") != "record":
         raise SchemaRejectedError("event schema without a Payload record")
-    _check_payload(payload)
+    _check_columns(payload)
 
 
 def _is_payload(avro: Any) -> bool:
@@ -203,8 +207,9 @@ def _check_source_metadata(found: Any, expected: dict[str, Any]) -> None:
             raise SchemaRejectedError(f"source_metadata.{name} is not of the contract's type")
 
 
-def _check_payload(payload: dict[str, Any]) -> None:
-    for field in payload["fields"]:
+def _check_columns(record: dict[str, Any]) -> None:
+    """A payload or key record: each field a nullable column of a type the sinks map."""
+    for field in record["fields"]:
         column = field["type"]
         if not (isinstance(column, list) and len(column) == 2 and column[0] == "null"):
             raise SchemaRejectedError(f"payload column {field['name']!r} is not a union of null and one type")

@@ -11,6 +11,8 @@ import psycopg
 
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
+from spanner_cdc.consumer.sinks.replica.backends import quote
+from spanner_cdc.consumer.sinks.replica.names import ReplicaNames
 
 
 @contextmanager
@@ -28,9 +30,11 @@ def replica_connection(config: ConsumerConfig) -> Iterator[Any]:
 
 
 def replica_rows(config: ConsumerConfig, table: str, columns: str) -> list[tuple[Any, ...]]:
+    """``columns`` (SQL) of Spanner table ``table``, by the replica's name for it (names.py)."""
+    name = quote(ReplicaNames.for_dialect(config.replica).table(table))
     with replica_connection(config) as connection:
         return [
-            tuple(row) for row in connection.execute(f'SELECT {columns} FROM "{table}" ORDER BY 1').fetchall()
+            tuple(row) for row in connection.execute(f"SELECT {columns} FROM {name} ORDER BY 1").fetchall()
         ]
 
 

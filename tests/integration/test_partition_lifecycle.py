@@ -77,6 +77,11 @@ def children(start: int, token: str, parent: str) -> list[ChangeStreamRecord]:
     return [ChildPartitionsRecord(start, "00000001", (ChildPartition(token, (parent,)),))]
 
 
+def a_finished_and_b_known(service: ProducerService) -> bool:
+    partitions = service.scheduler.partitions
+    return "B" in partitions and partitions["A"].state == PartitionState.FINISHED
+
+
 def test_a_query_that_ends_early_without_children_is_retried_not_finished(stack: EmbeddedStack) -> None:
     start = now_micros() - 1_000_000
     source = ScriptedSource(
@@ -94,7 +99,8 @@ def test_a_query_that_ends_early_without_children_is_retried_not_finished(stack:
 
     async def scenario() -> None:
         async with running(service):
-            await wait_until(service, lambda: "B" in service.scheduler.partitions, 30)
+            # B is known as soon as A's second answer names it; A finishes when that answer ends.
+            await wait_until(service, lambda: a_finished_and_b_known(service), 30)
 
     asyncio.run(scenario())
     a = service.scheduler.partitions["A"]

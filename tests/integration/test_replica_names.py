@@ -1,7 +1,8 @@
 """Legal Spanner names and keys that PostgreSQL or DuckDB cannot hold as given (issue 13), through
 the real consumer against both replicas: 128-character table and column names (PostgreSQL keeps
-63 bytes), two long tables that share their first 100 characters, and a table without key
-columns (``PRIMARY KEY ()``)."""
+63 bytes), two long tables that share their first 100 characters, a table without key
+columns (``PRIMARY KEY ()``), and a column named ``a?b%c`` (PostgreSQL-dialect quoted names;
+the placeholders of the replica's SQL must not be found in it)."""
 
 from __future__ import annotations
 
@@ -42,11 +43,13 @@ def test_long_names_and_keyless_tables_replicate(
     long = ChangeFactory(table=LONG_TABLE, columns=(("Id", "STRING", True), (LONG_COLUMN, "INT64", False)))
     twin = ChangeFactory(table=TWIN_TABLE, columns=(("Id", "STRING", True), (LONG_COLUMN, "INT64", False)))
     single = ChangeFactory(table="Singleton", columns=(("Value", "INT64", False),))
+    odd = ChangeFactory(table="Odd", columns=(("Id", "STRING", True), ("a?b%c", "INT64", False)))
     first = [
         *long.events(long.record("INSERT", {"Id": "a"}, {LONG_COLUMN: "1"})),
         *long.events(long.record("INSERT", {"Id": "b"}, {LONG_COLUMN: "2"})),
         *twin.events(twin.record("INSERT", {"Id": "a"}, {LONG_COLUMN: "3"})),
         *single.events(single.record("INSERT", {}, {"Value": "1"})),
+        *odd.events(odd.record("INSERT", {"Id": "o"}, {"a?b%c": "7"})),
     ]
     publish(config.kafka_bootstrap, config.topic_prefix, first)
     run_consumer(spark, config)
@@ -56,6 +59,7 @@ def test_long_names_and_keyless_tables_replicate(
         *long.events(long.record("DELETE", {"Id": "b"}, {}, {LONG_COLUMN: "2"})),
         *long.events(stale),  # older than the delete: must not bring b back
         *single.events(single.record("UPDATE", {}, {"Value": "2"})),
+        *odd.events(odd.record("UPDATE", {"Id": "o"}, {"a?b%c": "8"})),
     ]
     publish(config.kafka_bootstrap, config.topic_prefix, later)
     run_consumer(spark, config)  # a second run: the first one's tables are found again, not re-created
@@ -64,3 +68,4 @@ def test_long_names_and_keyless_tables_replicate(
     assert replica_rows(config, LONG_TABLE, column) == [("a", 10)]
     assert replica_rows(config, TWIN_TABLE, column) == [("a", 3)]
     assert replica_rows(config, "Singleton", '"Value"') == [(2,)]
+    assert replica_rows(config, "Odd", '"Id", "a?b%c"') == [("o", 8)]

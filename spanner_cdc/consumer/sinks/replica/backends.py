@@ -1,8 +1,8 @@
 """The two replica databases behind one small interface: run SQL, load Arrow rows, transact.
 
 Everything else (DDL, the merge, the batch marker) is the same SQL for both, in
-:mod:`consumer.sinks.replica.merge`. SQL is written with ``?`` placeholders; identifiers never
-contain ``?`` or ``%`` (they come from Spanner names, which cannot).
+:mod:`consumer.sinks.replica.merge`. SQL is written with ``?`` placeholders; a ``?`` or ``%``
+inside a quoted name is kept as it is (:func:`psycopg_placeholders`).
 """
 
 from __future__ import annotations
@@ -35,6 +35,23 @@ class SqlBackend(Protocol):
 
 def quote(identifier: str) -> str:
     return '"' + identifier.replace('"', '""') + '"'
+
+
+def psycopg_placeholders(sql: str) -> str:
+    """``?`` placeholders → psycopg's ``%s``; every other ``%`` doubled (psycopg reads ``%``
+    everywhere in a query, inside quoted names too). A ``?`` inside a quoted name or a string
+    literal is a character, not a placeholder: a PostgreSQL-dialect column may be named ``a?``."""
+    out, quote_char = [], ""
+    for char in sql:
+        if quote_char:
+            quote_char = "" if char == quote_char else quote_char
+        elif char in "\"'":
+            quote_char = char
+        elif char == "?":
+            out.append("%s")
+            continue
+        out.append("%%" if char == "%" else char)
+    return "".join(out)
 
 
 class DuckDbBackend:
@@ -94,7 +111,7 @@ class PostgresBackend:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._db.cursor() as cursor:
-            cursor.execute(sql.replace("?", "%s"), list(params))
+            cursor.execute(psycopg_placeholders(sql), list(params))
             return cursor.fetchall() if cursor.description else []
 
     def load(self, table: str, rows: pa.Table) -> None:

@@ -1,8 +1,10 @@
 """Legal Spanner names and keys that PostgreSQL or DuckDB cannot hold as given (issue 13), through
 the real consumer against both replicas: 128-character table and column names (PostgreSQL keeps
 63 bytes), two long tables that share their first 100 characters, a table without key
-columns (``PRIMARY KEY ()``), and a column named ``a?b%c`` (PostgreSQL-dialect quoted names;
-the placeholders of the replica's SQL must not be found in it)."""
+columns (``PRIMARY KEY ()``), a column named ``a?b%c`` (PostgreSQL-dialect quoted names;
+the placeholders of the replica's SQL must not be found in it), U+0000 in STRING and JSON values
+(PostgreSQL cannot store it) and two tables whose names differ only in case (one name to
+DuckDB)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.consumer.readers import replica_rows
+from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.consumer.sinks.replica.names import POSTGRES_IDENTIFIER_BYTES, ReplicaNames
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import ConfigFactory, run_consumer
@@ -69,3 +71,40 @@ def test_long_names_and_keyless_tables_replicate(
     assert replica_rows(config, TWIN_TABLE, column) == [("a", 3)]
     assert replica_rows(config, "Singleton", '"Value"') == [(2,)]
     assert replica_rows(config, "Odd", '"Id", "a?b%c"') == [("o", 8)]
+
+
+@pytest.mark.integration
+@pytest.mark.spark
+def test_nul_characters_and_names_differing_in_case(
+    spark: Any, stack: EmbeddedStack, configure: ConfigFactory
+) -> None:
+    config = configure()
+    upper = ChangeFactory(
+        table="Mixed", columns=(("Id", "STRING", True), ("Note", "STRING", False), ("Doc", "JSON", False))
+    )
+    lower = ChangeFactory(table="mixed", columns=(("Id", "STRING", True), ("note", "STRING", False)))
+    nul_json = '{"k":"\\u0000","t":"\\\\u0000"}'  # an escaped U+0000, then the text \u0000
+    first = [
+        *upper.events(upper.record("INSERT", {"Id": "a\x00"}, {"Note": "x\x00y", "Doc": nul_json})),
+        *lower.events(lower.record("INSERT", {"Id": "b"}, {"note": "z"})),
+    ]
+    publish(config.kafka_bootstrap, config.topic_prefix, first)
+    run_consumer(spark, config)
+    later = [
+        *upper.events(upper.record("UPDATE", {"Id": "a\x00"}, {"Note": "w\x00"})),
+        *lower.events(lower.record("UPDATE", {"Id": "b"}, {"note": "zz"})),
+    ]
+    publish(config.kafka_bootstrap, config.topic_prefix, later)
+    run_consumer(spark, config)  # the tables are found again (by DuckDB's comparison of names)
+
+    assert [row[0] for row in changelog_rows(config, "Mixed", '"Note"')] == ["x\x00y", "w\x00"]
+    if config.replica == "duckdb":  # one table: Spanner, like DuckDB, takes the names for one
+        assert replica_rows(config, "Mixed", '"Id", "Note", "Doc"') == [
+            ("a\x00", "w\x00", nul_json),
+            ("b", "zz", None),
+        ]
+    else:
+        assert replica_rows(config, "Mixed", '"Id", "Note", "Doc"::text') == [
+            ("a\ufffd", "w\ufffd", '{"k": "\ufffd", "t": "\\\\u0000"}')
+        ]
+        assert replica_rows(config, "mixed", '"Id", "note"') == [("b", "zz")]

@@ -14,12 +14,14 @@ Per micro-batch, in one transaction:
 
 Deleted keys keep a tombstone (key and sort key) in ``<table>$deleted``, so a stale insert
 arriving after a delete cannot bring the row back. Table and column names are the replica's
-(names.py: PostgreSQL cannot hold every Spanner name whole). A table without key columns
+(names.py: PostgreSQL cannot hold every Spanner name whole), and PostgreSQL gets U+FFFD for
+U+0000 in text (postgres_text.py). A table without key columns
 (``PRIMARY KEY ()``, at most one row) is merged as one key.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -35,8 +37,10 @@ from spanner_cdc.consumer.change_rows import (
 )
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, quote
 from spanner_cdc.consumer.sinks.replica.names import ReplicaNames
+from spanner_cdc.consumer.sinks.replica.postgres_text import without_nul
 from spanner_cdc.consumer.table_version import PayloadColumn
 
+log = logging.getLogger("spanner_cdc.consumer")
 BATCHES_TABLE = "cdc$batches"
 STAGE = "cdc$stage"
 FOLDED = "cdc$folded"
@@ -180,11 +184,16 @@ class ReplicaMerge:
         self.backend.execute(f"DROP TABLE {quote(STAGE)}")
 
     def _ensure_tables(self, changes: ReplicaTable) -> None:
-        """Create the table and its tombstones, or add the columns a new table version brought."""
+        """Create the table and its tombstones, or add the columns a new table version brought.
+
+        Names are compared as the database compares them (:meth:`ReplicaNames.catalog_key`): in
+        DuckDB, ``accounts`` finds the table ``Accounts``.
+        """
         dialect = self.backend.dialect
         order = _order_definitions(dialect)
         key_columns = [c for c in changes.columns if c.name in changes.key]
         primary_key = [f"PRIMARY KEY ({_names(changes.key)})"] if changes.key else []
+        catalog_key = self.names.catalog_key
         for table, columns in ((changes.name, changes.columns), (changes.tombstones, key_columns)):
             existing = self._columns(table)
             if not existing:
@@ -192,26 +201,28 @@ class ReplicaMerge:
                 self.backend.execute(
                     f"CREATE TABLE {quote(table)} ({', '.join([*definitions, *order, *primary_key])})"
                 )
-                self._known_columns[table] = {c.name for c in columns}
+                self._known_columns[catalog_key(table)] = {catalog_key(c.name) for c in columns}
                 continue
             for column in columns:
-                if column.name not in existing:
+                if catalog_key(column.name) not in existing:
                     self.backend.execute(
                         f"ALTER TABLE {quote(table)} ADD COLUMN {_definition(column, dialect)}"
                     )
-                    existing.add(column.name)
+                    existing.add(catalog_key(column.name))
 
     def _columns(self, table: str) -> set[str]:
-        known = self._known_columns.get(table)
+        """The table's columns by catalog key; empty when there is no such table."""
+        catalog_key = self.names.catalog_key
+        known = self._known_columns.get(catalog_key(table))
         if known is None:
             rows = self.backend.execute(
-                "SELECT column_name FROM information_schema.columns "
-                "WHERE table_schema = current_schema() AND table_name = ?",
+                "SELECT table_name, column_name FROM information_schema.columns "
+                "WHERE table_schema = current_schema() AND lower(table_name) = lower(?)",
                 [table],
             )
-            known = {str(r[0]) for r in rows}
+            known = {catalog_key(str(c)) for t, c in rows if catalog_key(str(t)) == catalog_key(table)}
             if known:
-                self._known_columns[table] = known
+                self._known_columns[catalog_key(table)] = known
         return known
 
     def _stage(self, changes: ReplicaTable) -> None:
@@ -223,7 +234,18 @@ class ReplicaMerge:
             *_order_definitions(dialect),
         ]
         self.backend.execute(f"CREATE TEMP TABLE {quote(STAGE)} ({', '.join(definitions)})")
-        self.backend.load(STAGE, changes.stage_rows())
+        rows = changes.stage_rows()
+        if dialect == "postgres":
+            cleaned = without_nul(rows, changes.columns)
+            rows = cleaned.rows
+            if cleaned.replaced:
+                log.warning(
+                    "table %s: %d value(s) held U+0000, which PostgreSQL cannot store; "
+                    "the replica has U+FFFD in its place, the changelog the exact value",
+                    changes.changes.table,
+                    cleaned.replaced,
+                )
+        self.backend.load(STAGE, rows)
 
     def _fold(self, changes: ReplicaTable) -> None:
         key = changes.key

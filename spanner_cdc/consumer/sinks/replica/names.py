@@ -10,6 +10,12 @@ bytes, ``~`` and eight hex digits of its SHA-256 — deterministic (no state to 
 replay), different for different names, and still recognisable. ``~`` never occurs in a
 Spanner name, so a mapped name cannot be another table's real one. DuckDB has no length limit:
 names stay as they are.
+
+DuckDB compares names without regard to the case of ASCII letters, quoted or not. Spanner does
+too (a database cannot hold ``Accounts`` and ``accounts`` at once), so two such names are one
+table dropped and created again; the DuckDB replica keeps them as one table, as it does when a
+table is created again under its old name, and the same for columns. PostgreSQL compares quoted
+names exactly: there they stay two tables.
 """
 
 from __future__ import annotations
@@ -29,10 +35,18 @@ _HASH_CHARS = 8
 class ReplicaNames:
     #: The longest identifier the database keeps whole, in bytes; None when there is no limit.
     max_bytes: int | None
+    #: Does the database take ``Accounts`` and ``accounts`` for one name (DuckDB: ASCII letters)?
+    case_insensitive: bool
 
     @classmethod
     def for_dialect(cls, dialect: str) -> ReplicaNames:
-        return cls(POSTGRES_IDENTIFIER_BYTES if dialect == "postgres" else None)
+        if dialect == "postgres":
+            return cls(POSTGRES_IDENTIFIER_BYTES, case_insensitive=False)
+        return cls(None, case_insensitive=True)
+
+    def catalog_key(self, name: str) -> str:
+        """``name`` as the database compares names: two names with one key are one table (column)."""
+        return name.encode().lower().decode() if self.case_insensitive else name
 
     def table(self, name: str) -> str:
         return self._fitted(name, len(TOMBSTONE_SUFFIX))

@@ -10,7 +10,7 @@ one round trip per non-empty partition.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -46,11 +46,15 @@ def end_offsets(
 
 def read_to_end(
     consumer: Consumer, topic: str, positions: dict[int, int], timeout: float = 60.0
-) -> list[tuple[int, int, bytes | None, bytes | None]]:
-    """(partition, offset, key, value) of every message after ``positions``, up to the end now.
+) -> Generator[tuple[int, int, bytes | None, bytes | None]]:
+    """(partition, offset, key, value) of every message after ``positions``, up to the end now,
+    one at a time: a topic of any size is read in the memory of what the caller keeps of it.
 
-    ``positions`` (partition → next offset) is updated in place, so calling again reads only
-    what arrived since. Partitions missing from it are read from offset 0.
+    ``positions`` (partition → next offset) moves past each message as it is handed over, so
+    calling again reads only what arrived since — also after the caller stopped early or an
+    error ended the read. Partitions missing from it are read from offset 0. TimeoutError when
+    the broker hands over nothing for ``timeout`` seconds (a long read that makes progress goes
+    on: a large topic used to fail after 60 s in all, and what it had read was lost).
     """
     metadata = consumer.list_topics(topic, timeout=timeout)
     partitions = sorted(metadata.topics[topic].partitions)
@@ -59,14 +63,13 @@ def read_to_end(
         positions.setdefault(partition, 0)
     wanted = {p for p in partitions if positions[p] < highs[p]}
     if not wanted:
-        return []
+        return
     consumer.assign([TopicPartition(topic, p, positions[p]) for p in wanted])
-    out = []
     deadline = time.monotonic() + timeout
     try:
         while any(positions[p] < highs[p] for p in wanted):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{topic}: read up to {positions}, expected {highs}")
+                raise TimeoutError(f"{topic}: nothing for {timeout:.0f} s at {positions}, expected {highs}")
             message = consumer.poll(0.5)
             if message is None or message.error() is not None:
                 continue
@@ -74,7 +77,7 @@ def read_to_end(
             if partition is None or offset is None:
                 continue
             positions[partition] = offset + 1
-            out.append((partition, offset, message.key(), message.value()))
+            deadline = time.monotonic() + timeout
+            yield partition, offset, message.key(), message.value()
     finally:
         consumer.unassign()
-    return out

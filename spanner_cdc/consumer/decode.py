@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,13 @@ class Quarantined:
     detail: str
 
 
+#: Refused fingerprints remembered with the reason why; the events of further refused ones are
+#: quarantined as ``unknown-fingerprint`` — a flood of garbage on the schema topic must not fill memory.
+MAX_REFUSED_SCHEMAS = 1_000
+#: Refused schema records logged one by one per consumer run; a flood must not fill the screen.
+MAX_SCHEMA_WARNINGS = 20
+
+
 class SchemaTopic:
     """The writer schemas on ``{prefix}._schemas``, read incrementally on demand, each checked
     (schemas.schema_check) before it is used.
@@ -102,6 +110,7 @@ class SchemaTopic:
         self._client_config = client_config
         self._positions: dict[int, int] = {}
         self._remember_in = remember_in
+        self._warnings = 0
         if remember_in is not None:
             remember_in.mkdir(parents=True, exist_ok=True)
             for path in sorted(remember_in.glob("*.avsc")):
@@ -117,8 +126,9 @@ class SchemaTopic:
             }
         )
         try:
-            for _, _, key, value in read_to_end(consumer, self.topic, self._positions):
-                self.accept(key, value)
+            with closing(read_to_end(consumer, self.topic, self._positions)) as records:
+                for _, _, key, value in records:
+                    self.accept(key, value)
         finally:
             consumer.close()
 
@@ -129,7 +139,7 @@ class SchemaTopic:
         try:
             fingerprint = int((key or b"").decode("ascii"), 16)
         except (UnicodeDecodeError, ValueError):
-            log.warning("%s: a record whose key is not a fingerprint was ignored", self.topic)
+            self._warn("%s: a record whose key is not a fingerprint was ignored", self.topic)
             return
         try:
             text = value.decode()
@@ -146,15 +156,27 @@ class SchemaTopic:
         if known != form:
             detail = f"two valid schemas with fingerprint {fingerprint:016x} read differently"
             if self.refused.get(fingerprint, ("",))[0] != "ambiguous-schema":
-                log.warning("%s: %s; its events are quarantined", self.topic, detail)
+                self._warn("%s: %s; its events are quarantined", self.topic, detail)
             self.refused[fingerprint] = ("ambiguous-schema", detail)
             return
         self.store.schemas.setdefault(fingerprint, writer)
         self._remember(fingerprint, value)
 
     def _reject(self, fingerprint: int, detail: str) -> None:
-        log.warning("%s: %s; ignored", self.topic, detail)
-        self.refused.setdefault(fingerprint, ("rejected-schema", detail))
+        if fingerprint in self.refused or len(self.refused) >= MAX_REFUSED_SCHEMAS:
+            return  # its events are quarantined all the same: as unknown-fingerprint
+        self._warn("%s: %s; ignored", self.topic, detail)
+        self.refused[fingerprint] = ("rejected-schema", detail)
+
+    def _warn(self, message: str, *args: object) -> None:
+        """A line for each of the first few refused records, then one saying the rest are not shown."""
+        self._warnings += 1
+        if self._warnings <= MAX_SCHEMA_WARNINGS:
+            log.warning(message, *args)
+        elif self._warnings == MAX_SCHEMA_WARNINGS + 1:
+            log.warning(
+                "%s: more records refused; not shown one by one (their events are quarantined)", self.topic
+            )
 
     def why_unreadable(self, fingerprint: int) -> tuple[str, str] | None:
         """(reason, detail) when events of this fingerprint must not be read; None when they may."""

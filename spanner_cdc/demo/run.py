@@ -15,6 +15,7 @@ import statistics
 import tempfile
 import threading
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -210,11 +211,13 @@ def save_sample_event(config: ConsumerConfig, table: str) -> Path:
     schemas.refresh()
     reader = Consumer({**SHORT_FETCH_WAIT, **config.client_config, "group.id": "spanner-cdc-demo"})
     try:
-        messages = read_to_end(reader, config.topics.event(table), {})
+        with closing(read_to_end(reader, config.topics.event(table), {})) as messages:
+            events = (
+                schemas.store.decode(value) for _, _, key, value in messages if key is not None and value
+            )
+            newest = max(events, key=lambda event: tuple(event["sort_keys"]))
     finally:
         reader.close()
-    events = [schemas.store.decode(value) for _, _, key, value in messages if key is not None and value]
-    newest = max(events, key=lambda event: tuple(event["sort_keys"]))
     path = config.output_dir / "sample-event.json"
     path.write_text(json.dumps(newest, indent=2, default=str) + "\n")
     return path

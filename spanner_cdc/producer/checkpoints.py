@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterable
+from contextlib import closing
 
 from confluent_kafka import Consumer
 
@@ -51,17 +52,17 @@ class CheckpointStore:
                 "enable.auto.commit": False,
             }
         )
+        newest: dict[str, Partition] = {}
         try:
-            messages = read_to_end(consumer, self.topic, {}, timeout=timeout)
+            with closing(read_to_end(consumer, self.topic, {}, timeout=timeout)) as messages:
+                for _partition, offset, key, value in messages:
+                    if value is not None:
+                        partition = self._parse(offset, key, value)
+                        newest[partition.token] = partition
         except TimeoutError as exc:
             raise KafkaSetupError(f"cannot read {self.topic}: {exc}") from None
         finally:
             consumer.close()
-        newest: dict[str, Partition] = {}
-        for _partition, offset, key, value in messages:
-            if value is not None:
-                partition = self._parse(offset, key, value)
-                newest[partition.token] = partition
         return list(newest.values())
 
     def _parse(self, offset: int, key: bytes | None, value: bytes) -> Partition:

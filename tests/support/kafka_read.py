@@ -29,7 +29,7 @@ def read_all(
         {**SHORT_FETCH_WAIT, "bootstrap.servers": bootstrap, "group.id": "tests", "enable.auto.commit": False}
     )
     try:
-        return read_to_end(consumer, topic, {}, timeout)
+        return list(read_to_end(consumer, topic, {}, timeout))
     finally:
         consumer.close()
 

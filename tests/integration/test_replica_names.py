@@ -3,8 +3,8 @@ the real consumer against both replicas: 128-character table and column names (P
 63 bytes), two long tables that share their first 100 characters, a table without key
 columns (``PRIMARY KEY ()``), a column named ``a?b%c`` (PostgreSQL-dialect quoted names;
 the placeholders of the replica's SQL must not be found in it), U+0000 in STRING and JSON values
-(PostgreSQL cannot store it) and two tables whose names differ only in case (one name to
-DuckDB)."""
+(PostgreSQL cannot store it), two tables whose names differ only in case (one name to
+DuckDB) and NULL key values (a primary key forbids them)."""
 
 from __future__ import annotations
 
@@ -108,3 +108,34 @@ def test_nul_characters_and_names_differing_in_case(
             ("a\ufffd", "w\ufffd", '{"k": "\ufffd", "t": "\\\\u0000"}')
         ]
         assert replica_rows(config, "mixed", '"Id", "note"') == [("b", "zz")]
+
+
+@pytest.mark.integration
+@pytest.mark.spark
+def test_null_key_values_are_keys(spark: Any, stack: EmbeddedStack, configure: ConfigFactory) -> None:
+    """Spanner takes NULL as a key value like any other (one row per key, NULL equal to NULL). The
+    table is created with a primary key before the first NULL key arrives, as an existing replica's."""
+    config = configure()
+    table = ChangeFactory(
+        table="Nullable", columns=(("Id", "STRING", True), ("At", "INT64", True), ("V", "INT64", False))
+    )
+    runs = [
+        [table.record("INSERT", {"Id": "x", "At": "1"}, {"V": "1"})],
+        [
+            table.record("INSERT", {"Id": None, "At": "1"}, {"V": "2"}),
+            table.record("INSERT", {"Id": None, "At": None}, {"V": "3"}),
+            table.record("UPDATE", {"Id": None, "At": "1"}, {"V": "4"}),
+            table.record("UPDATE", {"Id": "x", "At": "1"}, {"V": "10"}),
+        ],
+    ]
+    deleted = table.record("DELETE", {"Id": None, "At": None}, {})
+    stale = table.record(
+        "INSERT", {"Id": None, "At": None}, {"V": "9"}, commit_micros=deleted["commit_timestamp"] - 1
+    )
+    runs.append([deleted, stale, table.record("UPDATE", {"Id": None, "At": "1"}, {"V": "5"})])
+    for records in runs:
+        publish(config.kafka_bootstrap, config.topic_prefix, table.events(*records))
+        run_consumer(spark, config)
+
+    rows = replica_rows(config, "Nullable", '"Id", "At", "V"')
+    assert sorted(rows, key=repr) == sorted([("x", 1, 10), (None, 1, 5)], key=repr)

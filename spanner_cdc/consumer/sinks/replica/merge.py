@@ -22,7 +22,7 @@ U+0000 in text (postgres_text.py). A table without key columns
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
@@ -84,7 +84,8 @@ class ReplicaTable:
 @dataclass
 class ReplicaMerge:
     backend: SqlBackend
-    _known_columns: dict[str, set[str]] = field(default_factory=dict)
+    #: Table → its columns, by catalog key (ReplicaNames.catalog_key), and whether each takes NULL.
+    _known_columns: dict[str, dict[str, bool]] = field(default_factory=dict)
 
     @property
     def names(self) -> ReplicaNames:
@@ -137,11 +138,12 @@ class ReplicaMerge:
         self._ensure_tables(changes)
         key = changes.key
         self._stage(changes)
+        same = self._key_comparison(changes)
         target, tombstones = quote(changes.name), quote(changes.tombstones)
         for stored in (target, tombstones):
             self.backend.execute(
                 f"DELETE FROM {quote(STAGE)} AS s USING {stored} AS t "
-                f"WHERE {_match(key)} AND NOT ({_order('s')} > {_order('t')})"
+                f"WHERE {_match(key, same)} AND NOT ({_order('s')} > {_order('t')})"
             )
         self._fold(changes)
         sets = ", ".join(
@@ -151,12 +153,12 @@ class ReplicaMerge:
         )
         order_sets = ", ".join(f"{quote(n)} = f.{quote(n)}" for n in ORDER_COLUMNS)
         self.backend.execute(
-            f"DELETE FROM {target} AS t USING {quote(FOLDED)} AS f "
-            f"WHERE {_match(key, 't', 'f')} AND (f.{quote(IS_DELETE)} OR f.{quote(_LAST_DELETE)} IS NOT NULL)"
+            f"DELETE FROM {target} AS t USING {quote(FOLDED)} AS f WHERE {_match(key, same, 't', 'f')} "
+            f"AND (f.{quote(IS_DELETE)} OR f.{quote(_LAST_DELETE)} IS NOT NULL)"
         )
         self.backend.execute(
             f"UPDATE {target} AS t SET {', '.join(filter(None, [sets, order_sets]))} "
-            f"FROM {quote(FOLDED)} AS f WHERE {_match(key, 't', 'f')}"
+            f"FROM {quote(FOLDED)} AS f WHERE {_match(key, same, 't', 'f')}"
         )
         values = [
             *(f"f.{quote(k)}" for k in key),
@@ -167,13 +169,13 @@ class ReplicaMerge:
             *(f"f.{quote(n)}" for n in ORDER_COLUMNS),
         ]
         inserted = _names([*key, *(c.name for c in changes.value_columns), *ORDER_COLUMNS])
-        stored = f"SELECT 1 FROM {target} AS t WHERE {_match(key, 't', 'f')}"
+        stored = f"SELECT 1 FROM {target} AS t WHERE {_match(key, same, 't', 'f')}"
         self.backend.execute(
             f"INSERT INTO {target} ({inserted}) SELECT {', '.join(values)} FROM {quote(FOLDED)} AS f "
             f"WHERE NOT f.{quote(IS_DELETE)} AND NOT EXISTS ({stored})"
         )
         self.backend.execute(
-            f"DELETE FROM {tombstones} AS t USING {quote(FOLDED)} AS f WHERE {_match(key, 't', 'f')}"
+            f"DELETE FROM {tombstones} AS t USING {quote(FOLDED)} AS f WHERE {_match(key, same, 't', 'f')}"
         )
         tomb_columns = _names([*key, *ORDER_COLUMNS])
         self.backend.execute(
@@ -201,29 +203,57 @@ class ReplicaMerge:
                 self.backend.execute(
                     f"CREATE TABLE {quote(table)} ({', '.join([*definitions, *order, *primary_key])})"
                 )
-                self._known_columns[catalog_key(table)] = {catalog_key(c.name) for c in columns}
+                self._known_columns[catalog_key(table)] = {
+                    catalog_key(c.name): c.name not in changes.key for c in columns
+                }
                 continue
             for column in columns:
                 if catalog_key(column.name) not in existing:
                     self.backend.execute(
                         f"ALTER TABLE {quote(table)} ADD COLUMN {_definition(column, dialect)}"
                     )
-                    existing.add(catalog_key(column.name))
+                    existing[catalog_key(column.name)] = True
 
-    def _columns(self, table: str) -> set[str]:
-        """The table's columns by catalog key; empty when there is no such table."""
+    def _columns(self, table: str) -> dict[str, bool]:
+        """The table's columns by catalog key, and whether each takes NULL; empty when there is
+        no such table."""
         catalog_key = self.names.catalog_key
         known = self._known_columns.get(catalog_key(table))
         if known is None:
             rows = self.backend.execute(
-                "SELECT table_name, column_name FROM information_schema.columns "
+                "SELECT table_name, column_name, is_nullable FROM information_schema.columns "
                 "WHERE table_schema = current_schema() AND lower(table_name) = lower(?)",
                 [table],
             )
-            known = {catalog_key(str(c)) for t, c in rows if catalog_key(str(t)) == catalog_key(table)}
+            known = {
+                catalog_key(str(column)): nullable == "YES"
+                for name, column, nullable in rows
+                if catalog_key(str(name)) == catalog_key(table)
+            }
             if known:
                 self._known_columns[catalog_key(table)] = known
         return known
+
+    def _key_comparison(self, changes: ReplicaTable) -> Callable[[str, str], str]:
+        """How the merge compares keys: ``=`` while the table's key columns cannot hold NULL
+        (a primary key, as created); once a NULL key value arrives, the table and its tombstones
+        let the key columns hold NULL and keys compare NULL as equal to NULL, as Spanner does."""
+        key = changes.key
+        if not key:
+            return _equal
+        existing = self._columns(changes.name)
+        if all(existing[self.names.catalog_key(k)] for k in key):
+            return self.backend.null_safe_equal
+        any_null = " OR ".join(f"{quote(k)} IS NULL" for k in key)
+        if not self.backend.execute(f"SELECT 1 FROM {quote(STAGE)} WHERE {any_null} LIMIT 1"):
+            return _equal
+        for table in (changes.name, changes.tombstones):
+            self.backend.allow_null_keys(table, key)
+            columns = self._columns(table)
+            for column in key:
+                columns[self.names.catalog_key(column)] = True
+        log.info("table %s: a NULL key value arrived; its key columns now take NULL", changes.changes.table)
+        return self.backend.null_safe_equal
 
     def _stage(self, changes: ReplicaTable) -> None:
         dialect = self.backend.dialect
@@ -274,9 +304,13 @@ def _names(names: Sequence[str]) -> str:
     return ", ".join(quote(n) for n in names)
 
 
-def _match(key: Sequence[str], left: str = "s", right: str = "t") -> str:
+def _match(key: Sequence[str], same: Callable[[str, str], str], left: str = "s", right: str = "t") -> str:
     """Same key; a table without key columns has one key, so every row matches."""
-    return " AND ".join(f"{left}.{quote(k)} = {right}.{quote(k)}" for k in key) or "TRUE"
+    return " AND ".join(same(f"{left}.{quote(k)}", f"{right}.{quote(k)}") for k in key) or "TRUE"
+
+
+def _equal(left: str, right: str) -> str:
+    return f"{left} = {right}"
 
 
 def _order(alias: str) -> str:

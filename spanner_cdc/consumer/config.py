@@ -81,7 +81,7 @@ CONSUME_OPTIONS = (
     ),
     Option(
         "max-events-per-batch",
-        "most Kafka messages per micro-batch",
+        "most Kafka messages per micro-batch (and held events per slice when the cut releases them)",
         integer_in(1, 10_000_000),
         default=50_000,
     ),

@@ -94,7 +94,7 @@ class ConsumerJob:
             sinks.append(ChangelogSink(config.changelog_dir))
         if backend is not None:
             cut = (
-                ConsistentCut(backend, decoder.decode, config.subscribed)
+                ConsistentCut(backend, decoder.decode, config.subscribed, config.max_events_per_batch)
                 if config.whole_transactions
                 else None
             )

@@ -6,6 +6,7 @@ directly, so brought-back events decode without reading a schema topic.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 
 from spanner_cdc.consumer.decode import BatchDecoder, DecodedEvent, SchemaTopic, WatermarkSeen
 from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend
-from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut, incomplete_transactions
+from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut, Release, incomplete_transactions
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark
 from spanner_cdc.schemas.wire import SchemaStore, WriterSchema, encode
@@ -32,8 +33,20 @@ def decoder() -> BatchDecoder:
 @pytest.fixture
 def cut(tmp_path: Path, decoder: BatchDecoder) -> ConsistentCut:
     return ConsistentCut(
-        DuckDbBackend(tmp_path / "replica.duckdb"), decoder.decode, lambda topic: topic != "P.Other"
+        DuckDbBackend(tmp_path / "replica.duckdb"), decoder.decode, lambda topic: topic != "P.Other", 1_000
     )
+
+
+def release(
+    cut: ConsistentCut, fresh: list[DecodedEvent], marks: list[WatermarkSeen]
+) -> tuple[Release, list[list[DecodedEvent]]]:
+    """The release, and the slices it handed over to be applied."""
+    slices: list[list[DecodedEvent]] = []
+    return cut.release(fresh, marks, slices.append), slices
+
+
+def uuids(slices: list[list[DecodedEvent]]) -> list[str]:
+    return [e.record["uuid"] for events in slices for e in events]
 
 
 def decoded(decoder: BatchDecoder, records: list[dict[str, Any]], partition: int = 0) -> list[DecodedEvent]:
@@ -67,15 +80,15 @@ def test_the_cut_is_the_lowest_partition_watermark_and_waits_for_every_partition
     events = decoded(decoder, [early, late])
     early_micros, late_micros = (e.commit_micros for e in events)
 
-    waiting = cut.release(events, [mark(0, late_micros)])
-    assert (waiting.events, waiting.cut_micros, waiting.held) == ([], None, 2), "partition 1 unheard"
+    waiting, applied = release(cut, events, [mark(0, late_micros)])
+    assert (applied, waiting.cut_micros, waiting.held) == ([], None, 2), "partition 1 unheard"
 
-    partial = cut.release([], [mark(1, early_micros)])
-    assert [e.record["uuid"] for e in partial.events] == [events[0].record["uuid"]]
+    partial, applied = release(cut, [], [mark(1, early_micros)])
+    assert uuids(applied) == [events[0].record["uuid"]]
     assert (partial.cut_micros, partial.held) == (early_micros, 1)
 
-    rest = cut.release([], [mark(1, late_micros)])
-    assert [e.record["uuid"] for e in rest.events] == [events[1].record["uuid"]]
+    rest, applied = release(cut, [], [mark(1, late_micros)])
+    assert uuids(applied) == [events[1].record["uuid"]]
     assert (rest.cut_micros, rest.held) == (late_micros, 0)
 
 
@@ -83,12 +96,12 @@ def test_a_topic_missing_from_the_newest_watermark_stops_holding_the_cut_back(
     cut: ConsistentCut, decoder: BatchDecoder
 ) -> None:
     both = {TOPIC: 1, "P.Dropped": 1}
-    assert cut.release([], [mark(0, 100, both)]).cut_micros is None, "P.Dropped has no watermark"
-    assert cut.release([], [mark(0, 200, {TOPIC: 1})]).cut_micros == 200
+    assert release(cut, [], [mark(0, 100, both)])[0].cut_micros is None, "P.Dropped has no watermark"
+    assert release(cut, [], [mark(0, 200, {TOPIC: 1})])[0].cut_micros == 200
 
 
 def test_unsubscribed_topics_are_not_waited_for(cut: ConsistentCut) -> None:
-    assert cut.release([], [mark(0, 100, {TOPIC: 1, "P.Other": 3})]).cut_micros == 100
+    assert release(cut, [], [mark(0, 100, {TOPIC: 1, "P.Other": 3})])[0].cut_micros == 100
 
 
 def test_the_cut_never_moves_back_and_late_events_are_applied_and_counted(
@@ -96,9 +109,32 @@ def test_the_cut_never_moves_back_and_late_events_are_applied_and_counted(
 ) -> None:
     events = decoded(decoder, [ChangeFactory().record("INSERT", {"Id": "a"}, {"Balance": "1"})])
     commit = events[0].commit_micros
-    assert cut.release([], [mark(0, commit + 10, {TOPIC: 1})]).cut_micros == commit + 10
-    late = cut.release(events, [mark(0, commit - 10, {TOPIC: 1})])  # a restarted producer's stamp
-    assert (late.cut_micros, late.behind_cut, len(late.events)) == (commit + 10, 1, 1)
+    assert release(cut, [], [mark(0, commit + 10, {TOPIC: 1})])[0].cut_micros == commit + 10
+    late, applied = release(cut, events, [mark(0, commit - 10, {TOPIC: 1})])  # a restarted producer's stamp
+    assert (late.cut_micros, late.behind_cut, len(uuids(applied))) == (commit + 10, 1, 1)
+
+
+def test_a_held_backlog_comes_back_in_slices_that_never_split_a_transaction(
+    cut: ConsistentCut, decoder: BatchDecoder
+) -> None:
+    factory = ChangeFactory()
+    singles = [factory.record("INSERT", {"Id": f"s{n}"}, {"Balance": "1"}) for n in range(5)]
+    whole = factory.transaction(
+        *(factory.record("INSERT", {"Id": f"t{n}"}, {"Balance": "1"}) for n in range(3))
+    )
+    held = decoded(decoder, [*singles, *whole])
+    newest = max(e.commit_micros for e in held)
+    cut.slice_events = 2
+    assert release(cut, held, [mark(0, newest, {TOPIC: 1, "P.Late": 1})])[0].held == 8  # P.Late unheard
+    fresh = decoded(decoder, [factory.record("INSERT", {"Id": "f"}, {"Balance": "1"})])
+
+    after, slices = release(cut, fresh, [mark(0, newest + 10_000, {TOPIC: 1})])
+
+    commits = [[e.commit_micros for e in events] for events in slices]
+    assert [len(c) for c in commits] == [2, 2, 4, 1], "2 held, 2 held, 1 + the 3-record transaction, fresh"
+    assert all(max(a) < min(b) for a, b in itertools.pairwise(commits)), "oldest commits first"
+    assert sorted(uuids(slices)) == sorted(e.record["uuid"] for e in [*held, *fresh])
+    assert (after.held, after.incomplete_transactions) == (0, 0)
 
 
 def test_transactions_missing_records_or_mods_are_reported(decoder: BatchDecoder) -> None:

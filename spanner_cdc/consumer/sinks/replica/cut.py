@@ -14,7 +14,9 @@ Per micro-batch, inside the replica's transaction (so a replay repeats it exactl
 2. events committed after the cut are held in ``cdc$pending`` (their Kafka bytes);
 3. events committed at or before it — from this batch and from ``cdc$pending`` — are applied
    together, so every transaction up to the cut lands whole, in one database transaction, and
-   none after it lands at all;
+   none after it lands at all. They are handed to the merge in commit-time order, in slices of
+   at most ``slice_events`` held events (a slice never splits a commit timestamp, so never a
+   transaction): a backlog held for hours is not brought into memory at once;
 4. ``cdc$consistent_cut`` records the cut: the replica equals the source as of that commit
    timestamp.
 
@@ -27,8 +29,9 @@ arrived: counted and logged, never waited for. An event at or before a cut alrea
 from __future__ import annotations
 
 import logging
+from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -49,10 +52,8 @@ _PENDING_ARROW = DECODE_SCHEMA.append(pa.field("commit_micros", pa.int64()))
 
 @dataclass(frozen=True)
 class Release:
-    """What one micro-batch may apply, and where the cut stands after it."""
+    """Where the cut stands after one micro-batch, and what its release found."""
 
-    #: Events to apply now; ``fresh`` itself when nothing was held back or brought back.
-    events: list[DecodedEvent]
     cut_micros: int | None
     held: int
     incomplete_transactions: int
@@ -65,8 +66,11 @@ class ConsistentCut:
         backend: SqlBackend,
         decode: Callable[[pa.Table], DecodedBatch],
         subscribed: Callable[[str], bool],
+        slice_events: int,
     ) -> None:
         self.backend = backend
+        #: Held events brought back per slice (the consumer passes its --max-events-per-batch).
+        self.slice_events = slice_events
         #: Kafka rows (``kafka_rows.DECODE_SCHEMA``) → events: held events are kept as their bytes.
         self.decode = decode
         self.subscribed = subscribed
@@ -84,23 +88,30 @@ class ConsistentCut:
             "cut TIMESTAMPTZ NOT NULL, topics_from_micros BIGINT NOT NULL, updated_at TIMESTAMPTZ NOT NULL)"
         )
 
-    def release(self, fresh: list[DecodedEvent], watermarks: Sequence[WatermarkSeen]) -> Release:
-        """Call inside the replica transaction of the batch that delivered ``fresh``."""
+    def release(
+        self,
+        fresh: list[DecodedEvent],
+        watermarks: Sequence[WatermarkSeen],
+        apply: Callable[[list[DecodedEvent]], None],
+    ) -> Release:
+        """Call inside the replica transaction of the batch that delivered ``fresh``; ``apply``
+        is called with each slice of what may be applied now, oldest commits first."""
         previous, topics_from = self._stored()
         computed, topics_from = self._merge_watermarks(watermarks, topics_from)
         known = [c for c in (previous, computed) if c is not None]
         if not known:
             self._hold(fresh)
-            return Release([], None, self._held_count(), 0, 0)
+            return Release(None, self._held_count(), 0, 0)
         cut = max(known)
-        later = [e for e in fresh if e.commit_micros > cut]
+        self._hold([e for e in fresh if e.commit_micros > cut])
         behind = sum(1 for e in fresh if previous is not None and e.commit_micros <= previous)
-        brought_back = self._take_held(cut) if previous is None or cut > previous else []
-        self._hold(later)
-        changed = bool(later or brought_back)
-        due = [e for e in fresh if e.commit_micros <= cut] + brought_back if changed else fresh
-        newly_cut = due if previous is None else [e for e in due if e.commit_micros > previous]
-        incomplete = incomplete_transactions(newly_cut)
+        due = [e for e in fresh if e.commit_micros <= cut]
+        held_up_to = cut if previous is None or cut > previous else None
+        incomplete: list[str] = []
+        for events in self._slices(due, held_up_to):
+            newly_cut = events if previous is None else [e for e in events if e.commit_micros > previous]
+            incomplete += incomplete_transactions(newly_cut)
+            apply(events)
         if incomplete:
             log.warning(
                 "%d transaction(s) applied without all their records (first: %s); the cut passed them",
@@ -110,7 +121,21 @@ class ConsistentCut:
         if behind:
             log.warning("%d event(s) arrived committed at or before the recorded cut; applied now", behind)
         self._record(cut, topics_from)
-        return Release(due, cut, self._held_count(), len(incomplete), behind)
+        return Release(cut, self._held_count(), len(incomplete), behind)
+
+    def _slices(self, due: list[DecodedEvent], held_up_to: int | None) -> Iterator[list[DecodedEvent]]:
+        """``due`` with the held events committed at or before ``held_up_to``, in slices that end
+        at a commit timestamp: each has at most ``slice_events`` held events, unless one commit
+        timestamp alone has more (a transaction is never split)."""
+        due = sorted(due, key=_commit)
+        after = -1  # every event committed at or before it has been handed over
+        while held_up_to is not None and (upper := self._slice_end(after, held_up_to)) is not None:
+            fresh = due[bisect_right(due, after, key=_commit) : bisect_right(due, upper, key=_commit)]
+            yield fresh + self._take_held(after, upper)
+            after = upper
+        rest = due[bisect_right(due, after, key=_commit) :]
+        if rest:
+            yield rest
 
     # --- watermarks and the cut -------------------------------------------------------------
 
@@ -179,14 +204,26 @@ class ConsistentCut:
         )
         self.backend.load(PENDING, rows)
 
-    def _take_held(self, cut: int) -> list[DecodedEvent]:
+    def _slice_end(self, after: int, up_to: int) -> int | None:
+        """The commit timestamp of the ``slice_events``-th held event committed after ``after``
+        (at most ``up_to``), or of the last one if fewer are held; None when none is."""
         rows = self.backend.execute(
-            f'SELECT topic, "partition", "offset", key, value FROM {quote(PENDING)} WHERE commit_micros <= ?',
-            [cut],
+            f"SELECT max(commit_micros) FROM (SELECT commit_micros FROM {quote(PENDING)} "
+            "WHERE commit_micros > ? AND commit_micros <= ? ORDER BY commit_micros LIMIT ?) AS s",
+            [after, up_to, self.slice_events],
+        )
+        return None if rows[0][0] is None else int(rows[0][0])
+
+    def _take_held(self, after: int, upper: int) -> list[DecodedEvent]:
+        """The held events committed after ``after`` and at or before ``upper``, no longer held."""
+        between = "commit_micros > ? AND commit_micros <= ?"
+        rows = self.backend.execute(
+            f'SELECT topic, "partition", "offset", key, value FROM {quote(PENDING)} WHERE {between}',
+            [after, upper],
         )
         if not rows:
             return []
-        self.backend.execute(f"DELETE FROM {quote(PENDING)} WHERE commit_micros <= ?", [cut])
+        self.backend.execute(f"DELETE FROM {quote(PENDING)} WHERE {between}", [after, upper])
         topics, partitions, offsets, keys, values = zip(*rows, strict=True)
         table = pa.table(
             {
@@ -209,6 +246,10 @@ class ConsistentCut:
 
     def _held_count(self) -> int:
         return int(self.backend.execute(f"SELECT count(*) FROM {quote(PENDING)}")[0][0])
+
+
+def _commit(event: DecodedEvent) -> int:
+    return event.commit_micros
 
 
 def _bytes(value: bytes | memoryview | None) -> bytes | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spanner_cdc.consumer.decode import DecodedEvent
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.sinks.contents import BatchContents, by_table
 from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut
@@ -74,9 +75,13 @@ class ReplicaSink:
                 self.merge.write(contents.tables)
                 commit = ReplicaCommit(batch_id, None, [e.commit_micros for e in fresh], 0, query)
             else:
-                release = self.cut.release(fresh, contents.watermarks)
-                self.merge.write(contents.tables if release.events is fresh else by_table(release.events))
-                applied = [e.commit_micros for e in release.events]
+                applied: list[int] = []
+
+                def apply(events: list[DecodedEvent]) -> None:
+                    self.merge.write(by_table(events))
+                    applied.extend(e.commit_micros for e in events)
+
+                release = self.cut.release(fresh, contents.watermarks, apply)
                 commit = ReplicaCommit(batch_id, release.cut_micros, applied, release.held, query)
                 self.metrics.observe_release(release)
         if self.on_commit is not None:

@@ -49,7 +49,7 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
     checkpoints = CheckpointStore(kafka)
     restored = await call_with_deadline(checkpoints.read, 60)
     scheduler = (
-        PartitionScheduler.restored(restored)
+        PartitionScheduler.restored(restored, config.end_timestamp_micros)
         if restored
         else PartitionScheduler.starting_at(config.start_timestamp_micros)
     )

@@ -119,8 +119,30 @@ class PartitionScheduler:
         return cls({ROOT: Partition(ROOT, (), start_micros)})
 
     @classmethod
-    def restored(cls, partitions: Iterable[Partition]) -> PartitionScheduler:
-        return cls({p.token: p for p in partitions})
+    def restored(cls, partitions: Iterable[Partition], end_micros: int | None) -> PartitionScheduler:
+        """The partition table as the checkpoint records left it, checked for what a producer
+        never writes: a FINISHED partition without a child recorded, when it could not have
+        ended at the end timestamp. A partition finishes only after its children are durably
+        registered, or at the end timestamp (``end_micros``, this run's); anything else is a
+        damaged or forged record, and believing it would skip the partition's remaining changes
+        and every descendant's. Such a partition runs again from its checkpoint: at worst its
+        changes since then are sent twice (same uuids, dropped by the consumer), none lost."""
+        table = cls({p.token: p for p in partitions})
+        parents = {parent for p in table.partitions.values() for parent in p.parents}
+        for partition in table.partitions.values():
+            ended_at_end = end_micros is not None and partition.checkpoint_micros >= end_micros
+            if (
+                partition.state == PartitionState.FINISHED
+                and partition.token not in parents
+                and not ended_at_end
+            ):
+                log.warning(
+                    "checkpoint of partition %s says FINISHED but no child of it is recorded; "
+                    "it runs again from its checkpoint",
+                    partition.token[:16],
+                )
+                partition.state = PartitionState.RUNNING
+        return table
 
     def register_children(self, record: ChildPartitionsRecord, reported_by: str) -> list[Partition]:
         """Partitions this record adds (already-known tokens are not added again)."""

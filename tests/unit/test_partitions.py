@@ -91,10 +91,31 @@ def test_a_restored_partition_has_read_nothing_past_its_checkpoint() -> None:
     killed = Partition("t", (), 5, PartitionState.RUNNING, checkpoint_micros=9, watermark_micros=12)
     written_by_an_earlier_version = {**killed.to_json(), "watermark_micros": 12}
     for record in (killed.to_json(), written_by_an_earlier_version):
-        restored = PartitionScheduler.restored([Partition.from_json(record)])
+        restored = PartitionScheduler.restored([Partition.from_json(record)], None)
         assert restored.partitions["t"].watermark_micros == 9
         assert restored.low_watermark_micros() == 9
     assert Partition(ROOT, (), 7).query_token is None
+
+
+def test_a_finished_checkpoint_without_a_recorded_child_runs_again() -> None:
+    """A producer finishes a partition only after registering its children, or at the end
+    timestamp: a FINISHED record without either is damaged or forged (it would skip the
+    partition's remaining changes and all its descendants')."""
+    split = Partition("p", (), 5, PartitionState.FINISHED, checkpoint_micros=20)
+    child = Partition("c", ("p",), 20, PartitionState.RUNNING, checkpoint_micros=30)
+    forged = Partition("f", (), 5, PartitionState.FINISHED, checkpoint_micros=12)
+    at_end = Partition("e", (), 5, PartitionState.FINISHED, checkpoint_micros=50)
+    restored = PartitionScheduler.restored([split, child, forged, at_end], end_micros=50)
+    states = {token: p.state for token, p in restored.partitions.items()}
+    assert states == {
+        "p": PartitionState.FINISHED,
+        "c": PartitionState.RUNNING,
+        "f": PartitionState.RUNNING,
+        "e": PartitionState.FINISHED,
+    }
+    assert {p.token: p.resume_micros for p in restored.resumable()} == {"c": 30, "f": 12}
+    without_end = PartitionScheduler.restored([Partition.from_json(at_end.to_json())], end_micros=None)
+    assert without_end.partitions["e"].state == PartitionState.RUNNING, "no end timestamp: it reads on"
 
 
 def test_checkpoint_stops_before_the_oldest_unacknowledged_event() -> None:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Any
 
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import spanner
+from google.oauth2 import credentials as user_credentials
+from google.oauth2 import service_account
+
+from spanner_cdc.errors import SpannerCdcError
 
 
 def emulator_host(given: str | None) -> str | None:
@@ -26,6 +32,50 @@ def emulator_client(host: str, project: str) -> Any:
         credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
         client_options={"api_endpoint": host},
         disable_builtin_metrics=True,
+    )
+
+
+#: What a change-stream reader needs of Cloud Spanner: its data (queries, sessions).
+SPANNER_DATA_SCOPE = "https://www.googleapis.com/auth/spanner.data"
+
+
+def cloud_client(project: str, credentials_file: Path | None, endpoint: str | None) -> Any:
+    """A client for Cloud Spanner: credentials from ``credentials_file`` or else application
+    default credentials; ``endpoint`` for a regional endpoint or Private Service Connect instead
+    of spanner.googleapis.com. Raises CredentialsFileError for a file it cannot use, and
+    ``google.auth.exceptions.DefaultCredentialsError`` when there are no credentials at all."""
+    credentials = None if credentials_file is None else _credentials_from(credentials_file)
+    return spanner.Client(
+        project=project,
+        credentials=credentials,
+        client_options={"api_endpoint": endpoint} if endpoint else None,
+    )
+
+
+class CredentialsFileError(SpannerCdcError):
+    """A --credentials-file that is not a credentials file this client reads."""
+
+
+def _credentials_from(path: Path) -> Any:
+    """A service account key or a user's credentials, by the file's own ``type``: the loaders
+    for each type, not google.auth's generic one (deprecated: it also runs whatever an external
+    account configuration names). Other types (workload identity federation) are read by
+    application default credentials from GOOGLE_APPLICATION_CREDENTIALS."""
+    try:
+        kind = json.loads(path.read_text()).get("type")
+        if kind == "service_account":
+            return service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
+                str(path), scopes=[SPANNER_DATA_SCOPE]
+            )
+        if kind == "authorized_user":
+            return user_credentials.Credentials.from_authorized_user_file(  # type: ignore[no-untyped-call]
+                str(path), scopes=[SPANNER_DATA_SCOPE]
+            )
+    except (OSError, ValueError, AttributeError) as exc:
+        raise CredentialsFileError(f"{path}: {str(exc).splitlines()[0][:200]}") from None
+    raise CredentialsFileError(
+        f"{path}: credentials of type {kind!r} are read from GOOGLE_APPLICATION_CREDENTIALS; "
+        "--credentials-file takes service_account and authorized_user files"
     )
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from spanner_cdc.common.config import (
@@ -23,6 +25,9 @@ from spanner_cdc.schemas.timestamps import timestamp_micros
 #: How far in the future a start timestamp may be before it is an error (clock skew).
 FUTURE_START_TOLERANCE_MICROS = 5_000_000
 RESOURCE_ID_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789-_"
+ENDPOINT = re.compile(r"[A-Za-z0-9.-]+(:[0-9]{1,5})?")
+#: Spanner's database role names (fine-grained access control).
+ROLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 
 
 def _resource_id(text: str) -> str:
@@ -39,6 +44,25 @@ def _stream_name(text: str) -> str:
     return validate_stream_name(text)
 
 
+def _existing_file(text: str) -> Path:
+    path = Path(text).expanduser()
+    if not path.is_file():
+        raise ValueError("no such file")
+    return path
+
+
+def _endpoint(text: str) -> str:
+    if not ENDPOINT.fullmatch(text):
+        raise ValueError("expected host or host:port")
+    return text
+
+
+def _role_name(text: str) -> str:
+    if not ROLE_NAME.fullmatch(text):
+        raise ValueError("expected a role name: a letter, then letters, digits and underscores")
+    return text
+
+
 def _table_pattern(text: str) -> str:
     if not text or any(c in text for c in "'\"`;\n"):
         raise ValueError("a table name or glob pattern (quotes and semicolons are not allowed)")
@@ -51,6 +75,24 @@ PRODUCE_OPTIONS = (
     Option("database", "Spanner database id", _resource_id, required=True),
     Option("change-stream", "change stream to read (a plain identifier)", _stream_name, required=True),
     Option("emulator-host", "host:port of a Spanner emulator (also read from SPANNER_EMULATOR_HOST)"),
+    Option(
+        "credentials-file",
+        "Google Cloud credentials for Spanner: a service account key or user credentials file "
+        "(default: application default credentials)",
+        _existing_file,
+    ),
+    Option(
+        "spanner-endpoint",
+        "Spanner API endpoint as host[:port], e.g. a regional endpoint or Private Service Connect "
+        "(default: spanner.googleapis.com)",
+        _endpoint,
+    ),
+    Option("database-role", "database role the queries run as (fine-grained access control)", _role_name),
+    Option(
+        "rpc-priority",
+        "priority of the producer's Spanner queries: low, medium or high (default: Spanner's, high)",
+        choice("low", "medium", "high"),
+    ),
     Option(
         "start-timestamp",
         "RFC 3339 commit timestamp to start from, or 'now'; ignored once checkpoints exist",
@@ -120,6 +162,10 @@ class ProducerConfig:
     start_timestamp_micros: int
     end_timestamp_micros: int | None = None
     emulator_host: str | None = None
+    credentials_file: Path | None = None
+    spanner_endpoint: str | None = None
+    database_role: str | None = None
+    rpc_priority: str | None = None
     heartbeat_ms: int = 2000
     include_tables: tuple[str, ...] = ()
     exclude_tables: tuple[str, ...] = ()

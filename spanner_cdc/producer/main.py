@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None = None) -> ProducerService:
     """Check Spanner and Kafka, restore or start the partition table, and build the service
     (reporting to ``metrics``, a registry of its own unless given)."""
-    source = await SpannerSource.open(config.project, config.instance, config.database, config.emulator_host)
+    source = await SpannerSource.open(config)
     await source.check_change_stream(config.change_stream)
     catalog = TableCatalog(source.dialect, source.load_catalog)
     await call_with_deadline(catalog.refresh, CONNECT_TIMEOUT_SECONDS)

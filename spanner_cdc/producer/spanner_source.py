@@ -11,12 +11,15 @@ from google.api_core import exceptions as google_exceptions
 from google.auth import exceptions as google_auth_exceptions
 from google.cloud import spanner
 from google.cloud.spanner_admin_database_v1.types import DatabaseDialect
+from google.cloud.spanner_v1 import RequestOptions
 
 from spanner_cdc.common.blocking import call_with_deadline
-from spanner_cdc.common.spanner_client import emulator_client
+from spanner_cdc.common.spanner_client import CredentialsFileError, cloud_client, emulator_client
 from spanner_cdc.common.spanner_client import emulator_host as emulator_host_from_env
+from spanner_cdc.errors import UsageError
 from spanner_cdc.producer.catalog import NOT_CAPTURED, CatalogColumn
 from spanner_cdc.producer.change_stream_rules import GOOGLE_STANDARD_SQL, POSTGRESQL
+from spanner_cdc.producer.config import ProducerConfig
 from spanner_cdc.producer.errors import SpannerSetupError
 from spanner_cdc.producer.query import ChangeStreamQuery
 from spanner_cdc.producer.rows import records_from_googlesql_row
@@ -25,6 +28,11 @@ from spanner_cdc.schemas.records import ChangeStreamRecord, DataChangeRecord, re
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_SECONDS = 30.0
+PRIORITIES = {
+    "low": RequestOptions.Priority.PRIORITY_LOW,
+    "medium": RequestOptions.Priority.PRIORITY_MEDIUM,
+    "high": RequestOptions.Priority.PRIORITY_HIGH,
+}
 DIALECTS = {GOOGLE_STANDARD_SQL: DatabaseDialect.GOOGLE_STANDARD_SQL, POSTGRESQL: DatabaseDialect.POSTGRESQL}
 #: Valid in both dialects: unquoted identifiers are case-insensitive in each.
 DIALECT_SQL = (
@@ -37,20 +45,36 @@ class SpannerSource:
     database: Any
     dialect: str
     database_path: str
+    #: Sent with every query (its priority); None leaves Spanner's default.
+    request_options: RequestOptions | None = None
 
     @classmethod
-    async def open(
-        cls, project: str, instance: str, database: str, emulator_host: str | None
-    ) -> SpannerSource:
-        host = emulator_host_from_env(emulator_host)
+    async def open(cls, config: ProducerConfig) -> SpannerSource:
+        project, instance, database = config.project, config.instance, config.database
+        host = emulator_host_from_env(config.emulator_host)
+        if host and (config.credentials_file or config.spanner_endpoint):
+            raise UsageError(
+                "--credentials-file and --spanner-endpoint are for Cloud Spanner; the emulator "
+                "(--emulator-host or SPANNER_EMULATOR_HOST) takes neither"
+            )
         try:
-            client = emulator_client(host, project) if host else spanner.Client(project=project)
+            client = (
+                emulator_client(host, project)
+                if host
+                else cloud_client(project, config.credentials_file, config.spanner_endpoint)
+            )
+        except CredentialsFileError as exc:
+            raise SpannerSetupError(
+                f"--credentials-file holds no credentials Spanner accepts: {exc}"
+            ) from None
         except google_auth_exceptions.DefaultCredentialsError:
             raise SpannerSetupError(
-                "no Google Cloud credentials for Spanner: set GOOGLE_APPLICATION_CREDENTIALS (or run "
-                "where application default credentials exist), or --emulator-host for an emulator"
+                "no Google Cloud credentials for Spanner: give --credentials-file, set "
+                "GOOGLE_APPLICATION_CREDENTIALS (or run where application default credentials exist), "
+                "or --emulator-host for an emulator"
             ) from None
-        handle = client.instance(instance).database(database)
+        role = config.database_role
+        handle = client.instance(instance).database(database, database_role=role)
         path = f"projects/{project}/instances/{instance}/databases/{database}"
         try:
             await call_with_deadline(handle.reload, CONNECT_TIMEOUT_SECONDS)
@@ -62,17 +86,25 @@ class SpannerSource:
             raise SpannerSetupError(f"database {path} does not exist") from None
         except google_exceptions.GoogleAPICallError as exc:
             raise SpannerSetupError(f"cannot open {path}: {exc.message}") from None
-        probe = cls(handle, GOOGLE_STANDARD_SQL, path)
+        options = None
+        if config.rpc_priority is not None:
+            options = RequestOptions(priority=PRIORITIES[config.rpc_priority])
+        probe = cls(handle, GOOGLE_STANDARD_SQL, path, options)
         [[dialect]] = await call_with_deadline(lambda: probe._query(DIALECT_SQL), CONNECT_TIMEOUT_SECONDS)
         # The emulator's GetDatabase leaves the dialect unset, and the client re-reads the
         # database on every access while it is unset: give the handle the dialect we found.
-        handle = client.instance(instance).database(database, database_dialect=DIALECTS[dialect])
-        return cls(handle, dialect, path)
+        handle = client.instance(instance).database(
+            database, database_dialect=DIALECTS[dialect], database_role=role
+        )
+        return cls(handle, dialect, path, options)
 
     def _query(self, sql: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
         types = {name: spanner.param_types.STRING for name in params or {}}
         with self.database.snapshot() as snapshot:
-            return [list(row) for row in snapshot.execute_sql(sql, params=params, param_types=types)]
+            rows = snapshot.execute_sql(
+                sql, params=params, param_types=types, request_options=self.request_options
+            )
+            return [list(row) for row in rows]
 
     async def check_change_stream(self, stream: str) -> None:
         """A missing stream is one clear error at start, not a failing query per partition."""
@@ -131,7 +163,9 @@ class SpannerSource:
         """The query's rows as parsed records, one list per row (runs on a worker thread)."""
         params, types = query.params(token, start_micros)
         with self.database.snapshot() as snapshot:
-            results = snapshot.execute_sql(query.sql, params=params, param_types=types)
+            results = snapshot.execute_sql(
+                query.sql, params=params, param_types=types, request_options=self.request_options
+            )
             for row in results:
                 if self.dialect == POSTGRESQL:
                     records = list(records_from_json(row[0]))

@@ -7,6 +7,7 @@ a new option is covered the day it is declared.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,27 @@ def test_no_credentials_and_no_emulator_is_one_line(
     code, err = run(["produce", *REQUIRED["produce"]], capsys)
     assert code == 1 and len(err.strip().splitlines()) == 1, err
     assert "no Google Cloud credentials" in err
+
+
+def test_a_credentials_file_google_cannot_read_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in ("SPANNER_EMULATOR_HOST", "SPANNER_CDC_EMULATOR_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    garbage = tmp_path / "key.json"
+    garbage.write_text('{"type": "service_account", "private_key": "not a key"}')
+    code, err = run(["produce", *REQUIRED["produce"], "--credentials-file", str(garbage)], capsys)
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert "holds no credentials Spanner accepts" in err and "not a key" not in err
+
+
+def test_cloud_options_with_the_emulator_are_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    key = tmp_path / "key.json"
+    key.write_text("{}")
+    for extra in (["--credentials-file", str(key)], ["--spanner-endpoint", "spanner.example.com:443"]):
+        argv = ["produce", *REQUIRED["produce"], "--emulator-host", "127.0.0.1:1", *extra]
+        code, err = run(argv, capsys)
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "the emulator" in err and "takes neither" in err

@@ -211,11 +211,12 @@ def _insert(database: Any, key: str) -> None:
         batch.insert_or_update("Accounts", columns=["Id", "Balance"], values=[[key, 1]])
 
 
-def _run_until_published(stack: EmbeddedStack, database: Any, prefix: str, key: str) -> None:
-    """Run the producer until ``key``'s change is on Kafka, then stop it with SIGTERM."""
+def _run_until_published(stack: EmbeddedStack, database: Any, prefix: str, key: str, *extra: str) -> None:
+    """Run the producer (with ``extra`` options) until ``key``'s change is on Kafka, then stop it
+    with SIGTERM."""
     port = free_port()
     command = produce_command(stack.endpoint("spanner"), stack.endpoint("kafka"), database, "Bank", prefix,
-                              "--metrics-port", str(port))  # fmt: skip
+                              "--metrics-port", str(port), *extra)  # fmt: skip
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
         scrape(port, "queries_started_total")
@@ -261,3 +262,15 @@ def test_a_forged_finished_checkpoint_does_not_skip_changes(stack: EmbeddedStack
     _run_until_published(stack, bank, prefix, "unrelated")
     published = {e.value["payload"]["Id"] for e in read_events(kafka, prefix, "Accounts")}
     assert {"before", "after"} <= published
+
+
+def test_a_database_role_and_an_rpc_priority_are_accepted(stack: EmbeddedStack, bank: Any) -> None:
+    """The emulator ignores both (it has no fine-grained access control), so this proves only that
+    the queries carry them without error; tests/unit/test_spanner_access.py covers the rest."""
+    prefix = f"access-{uuid.uuid4().hex[:6]}"
+    _run_until_published(
+        stack, bank, prefix, "with-role", "--database-role", "cdc_reader", "--rpc-priority", "low"
+    )
+    assert "with-role" in {
+        e.value["payload"]["Id"] for e in read_events(stack.endpoint("kafka"), prefix, "Accounts")
+    }

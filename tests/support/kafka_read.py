@@ -51,11 +51,16 @@ def read_topic(
     bootstrap: str, prefix: str, table: str
 ) -> tuple[list[Received], list[tuple[int, int, Watermark]]]:
     """Events and watermark records (partition, offset, watermark) of ``table``'s topic, in
-    (partition, offset) order, told apart the way schemas.watermark says readers should."""
-    store = schema_store(bootstrap, prefix)
+    (partition, offset) order, told apart the way schemas.watermark says readers should.
+
+    The topic is read before the schemas: the producer publishes a schema before the first event
+    that uses it, so every event read is then decodable (read the other way round, an event
+    published between the two reads named a schema not yet seen)."""
     topic = f"{prefix}.{table}"
+    messages = sorted(read_all(bootstrap, topic), key=lambda m: (m[0], m[1]))
+    store = schema_store(bootstrap, prefix)
     events, watermarks = [], []
-    for partition, offset, key, value in sorted(read_all(bootstrap, topic), key=lambda m: (m[0], m[1])):
+    for partition, offset, key, value in messages:
         assert value is not None
         record, writer = store.read(value)
         if is_watermark(writer):

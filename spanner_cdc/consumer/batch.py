@@ -69,6 +69,7 @@ class BatchProcessor:
             sink.write(batch_id, contents)
         self.delivered.remember(batch_id, [e.record["uuid"] for e in fresh], [e.commit_micros for e in fresh])
         self.metrics.duplicates.inc(len(events) - len(fresh))
+        self.metrics.tombstones.inc(decoded.tombstones)
         self._observe(batch_id, fresh, quarantined, beyond_horizon, time.monotonic() - started)
 
     def _deduplicate(self, batch_id: int, events: list[DecodedEvent]) -> list[DecodedEvent]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,8 @@ class DecodedBatch:
     events: list[DecodedEvent]
     watermarks: list[WatermarkSeen]
     quarantined: list[Quarantined]
+    #: Keyed messages without a value: a producer's --delete-tombstones, for compaction; skipped.
+    tombstones: int = 0
 
 
 @dataclass(frozen=True)
@@ -227,12 +229,16 @@ class BatchDecoder:
     def decode(self, rows: pa.Table) -> DecodedBatch:
         """``rows`` has the Kafka columns key, value, topic, partition and offset."""
         batch = DecodedBatch([], [], [])
+        tombstones = 0
         values = rows.column("value").to_pylist()
         self._refresh_for(values)
         now = now_micros()
         counts: Mapping[str, int] | None = None
         columns = (rows.column(name).to_pylist() for name in ("key", "topic", "partition", "offset"))
         for value, key, topic, partition, offset in zip(values, *columns, strict=True):
+            if value is None and key is not None:
+                tombstones += 1
+                continue
             try:
                 record, writer = self._read(value)
                 if is_watermark(writer):
@@ -255,7 +261,7 @@ class BatchDecoder:
                 )
                 continue
             batch.events.append(DecodedEvent(topic, partition, offset, key, value, version, record, order))
-        return batch
+        return replace(batch, tombstones=tombstones)
 
     def _refresh_for(self, values: list[bytes | None]) -> None:
         """Re-read the schema topic once when a fingerprint in the batch is not known yet (the
@@ -270,7 +276,7 @@ class BatchDecoder:
 
     def _read(self, value: bytes | None) -> tuple[dict[str, Any], WriterSchema]:
         if not value:
-            raise DecodeError("empty", "the message has no value (a tombstone or an empty message)")
+            raise DecodeError("empty", "the message has no value (and no key: not a tombstone)")
         unreadable = self.schemas.why_unreadable(read_fingerprint(value))
         if unreadable is not None:
             raise DecodeError(*unreadable)

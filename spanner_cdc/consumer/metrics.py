@@ -40,6 +40,11 @@ class ConsumerMetrics(ServedMetrics):
             ["reason"],
             registry=self.registry,
         )
+        self.tombstones = Counter(
+            "spanner_cdc_consumer_tombstones",
+            "Keyed messages without a value (the producer's --delete-tombstones), skipped",
+            registry=self.registry,
+        )
         self.batches = Counter(
             "spanner_cdc_consumer_batches", "Micro-batches by outcome", ["outcome"], registry=self.registry
         )

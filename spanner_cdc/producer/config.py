@@ -141,6 +141,20 @@ PRODUCE_OPTIONS = (
         default=1.0,
     ),
     Option(
+        "watermark-records",
+        "write watermark records to the event topics: the consumer's whole transactions need them; "
+        "off for topics that only generic sinks read",
+        boolean,
+        default=True,
+    ),
+    Option(
+        "delete-tombstones",
+        "after each delete, a record with the row's key and no value, so that compacted topics "
+        "forget deleted rows",
+        boolean,
+        default=False,
+    ),
+    Option(
         "on-oversize-event",
         "an event larger than Kafka accepts: dead-letter (its identity and the reason to "
         "{prefix}._dead_letters, then go on) or fail (stop with one line)",
@@ -179,6 +193,8 @@ class ProducerConfig:
     stall_heartbeats: int = 10
     checkpoint_interval: float = 1.0
     watermark_interval: float = 1.0
+    watermark_records: bool = True
+    delete_tombstones: bool = False
     on_oversize_event: str = "dead-letter"
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"

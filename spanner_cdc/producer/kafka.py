@@ -138,7 +138,7 @@ class KafkaClient:
         self.produce(topic, key, value, settle)
         return future
 
-    def produce(self, topic: str, key: bytes, value: bytes, on_delivery: DeliveryCallback) -> None:
+    def produce(self, topic: str, key: bytes, value: bytes | None, on_delivery: DeliveryCallback) -> None:
         """Queue one message; when the local queue is full, serve delivery reports until it is not."""
         while True:
             try:

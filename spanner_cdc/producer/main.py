@@ -63,7 +63,9 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
         config,
         source=source,
         dialect=source.dialect,
-        publisher=EventPublisher(EventSender(kafka, metrics, config.on_oversize_event), catalog, builder),
+        publisher=EventPublisher(
+            EventSender(kafka, metrics, config.on_oversize_event, config.delete_tombstones), catalog, builder
+        ),
         checkpoints=checkpoints,
         scheduler=scheduler,
         metrics=metrics,

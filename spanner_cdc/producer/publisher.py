@@ -62,14 +62,24 @@ class EventSender:
     writes what identifies it (uuid, table, key, commit timestamp, size, reason — not the payload,
     which is the part too large) to ``{prefix}._dead_letters`` and counts it as delivered;
     ``fail`` stops the producer with one line.
+
+    With ``delete_tombstones`` every DELETE event is followed by a tombstone: its key and no
+    value, on the same partition (same key), so a compacted topic forgets the row once the
+    broker's ``delete.retention.ms`` has passed. The tombstone counts as part of the change: the
+    partition's checkpoint passes the change only when both are acknowledged.
     """
 
     def __init__(
-        self, kafka: KafkaClient, metrics: ProducerMetrics, on_oversize: str = "dead-letter"
+        self,
+        kafka: KafkaClient,
+        metrics: ProducerMetrics,
+        on_oversize: str = "dead-letter",
+        delete_tombstones: bool = False,
     ) -> None:
         self.kafka = kafka
         self.metrics = metrics
         self.on_oversize = on_oversize
+        self.delete_tombstones = delete_tombstones
         #: Events Kafka acknowledged since start (the progress line).
         self.acknowledged = 0
         #: By (table, schema_key): one per table version, however often the catalog is reread.
@@ -89,6 +99,10 @@ class EventSender:
                 if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
                     raise
                 self._too_large(tracker, outgoing, exc.args[0].str())
+            if self.delete_tombstones and event.value["source_metadata"]["change_type"] == "DELETE":
+                commit = event.value["source_metadata"]["commit_timestamp"]
+                tracker.sent(commit)
+                self.kafka.produce(route.topic, outgoing.key, None, _acknowledging(tracker, commit))
         self.kafka.poll()
 
     def _too_large(self, tracker: AckTracker, outgoing: Outgoing, reason: str) -> None:
@@ -115,15 +129,11 @@ class EventSender:
             "size_bytes": outgoing.size,
             "reason": reason,
         }
-
-        def delivered(error: KafkaError | None, _message: Message) -> None:
-            if error is not None:
-                tracker.delivery_failed(error.str())
-            else:
-                tracker.acknowledged(commit)
-
         self.kafka.produce(
-            self.kafka.topics.dead_letters, outgoing.key, json.dumps(letter).encode(), delivered
+            self.kafka.topics.dead_letters,
+            outgoing.key,
+            json.dumps(letter).encode(),
+            _acknowledging(tracker, commit),
         )
 
     async def _route(self, table: TableSchema) -> Route:
@@ -165,6 +175,18 @@ class EventSender:
             self.metrics.observe_commit_to_ack(seconds_behind(commit))
 
         return delivered
+
+
+def _acknowledging(tracker: AckTracker, commit: int) -> Callable[[KafkaError | None, Message], None]:
+    """A delivery report that settles one message of the change committed at ``commit``."""
+
+    def delivered(error: KafkaError | None, _message: Message) -> None:
+        if error is not None:
+            tracker.delivery_failed(error.str())
+        else:
+            tracker.acknowledged(commit)
+
+    return delivered
 
 
 class EventPublisher:

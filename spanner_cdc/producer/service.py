@@ -75,7 +75,10 @@ class ProducerService:
             query_start_rate=config.query_start_rate,
             stall_seconds=config.stall_heartbeats * config.heartbeat_ms / 1000,
         )
-        self.watermarks = WatermarkEmitter(publisher.kafka, config.stream_name)
+        #: None with --no-watermark-records: nothing is written to the event topics but events.
+        self.watermarks = (
+            WatermarkEmitter(publisher.kafka, config.stream_name) if config.watermark_records else None
+        )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stop = asyncio.Event()
         self._failure: SpannerCdcError | None = None
@@ -95,10 +98,12 @@ class ProducerService:
         kafka = self.publisher.kafka
         poller_stop = asyncio.Event()
         poller = asyncio.create_task(kafka.run_poller(poller_stop))
-        checkpointer = asyncio.create_task(self._checkpoint_periodically())
-        watermarks = asyncio.create_task(
-            publish_periodically(self.watermarks, self.safe_watermark, self.config.watermark_interval)
-        )
+        background = [asyncio.create_task(self._checkpoint_periodically())]
+        if self.watermarks is not None:
+            interval = self.config.watermark_interval
+            background.append(
+                asyncio.create_task(publish_periodically(self.watermarks, self.safe_watermark, interval))
+            )
         try:
             for partition in self.scheduler.resumable():
                 self._launch(partition)
@@ -107,14 +112,14 @@ class ProducerService:
                 self._stop.set()
             await self._stop.wait()
         finally:
-            checkpointer.cancel()
-            watermarks.cancel()
+            for task in background:
+                task.cancel()
             # Under the release lock, so no partition task is stopped halfway through a release;
             # then what the low watermark allows goes out too.
             async with self.release.locked():
                 for task in self._tasks.values():
                     task.cancel()
-                await asyncio.gather(checkpointer, watermarks, *self._tasks.values(), return_exceptions=True)
+                await asyncio.gather(*background, *self._tasks.values(), return_exceptions=True)
                 await self.release.release_locked()
             undelivered = await kafka.flush(FLUSH_TIMEOUT_SECONDS)
             if undelivered:
@@ -176,6 +181,8 @@ class ProducerService:
 
     async def _publish_last_watermark(self) -> None:
         """At shutdown, after the flush: how far consumers may trust what this run wrote."""
+        if self.watermarks is None:
+            return
         try:
             safe = await self.safe_watermark()
             await asyncio.wait_for(self.watermarks.publish(safe), FLUSH_TIMEOUT_SECONDS)
@@ -207,6 +214,6 @@ class ProducerService:
         low = self.scheduler.low_watermark_micros()
         if low is not None:
             self.metrics.low_watermark_lag.set(seconds_behind(low))
-        published = self.watermarks.published_micros
+        published = None if self.watermarks is None else self.watermarks.published_micros
         if published is not None:
             self.metrics.published_watermark_lag.set(seconds_behind(published))

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from spanner_cdc.stack.process import free_port
 from testkit.spanner_db import create_database
 from tests.support.churn import ACCOUNTS_DDL, produce_command
 from tests.support.kafka_read import read_all, read_events
+from tests.support.produce_process import published_ids, run_until_published, upsert_account
 from tests.support.scrape import scrape
 
 pytestmark = pytest.mark.integration
@@ -206,40 +206,12 @@ def test_sigterm_flushes_checkpoints_and_exits_0(stack: EmbeddedStack, bank: Any
     assert "Traceback" not in stderr
 
 
-def _insert(database: Any, key: str) -> None:
-    with database.batch() as batch:
-        batch.insert_or_update("Accounts", columns=["Id", "Balance"], values=[[key, 1]])
-
-
-def _run_until_published(stack: EmbeddedStack, database: Any, prefix: str, key: str, *extra: str) -> None:
-    """Run the producer (with ``extra`` options) until ``key``'s change is on Kafka, then stop it
-    with SIGTERM."""
-    port = free_port()
-    command = produce_command(stack.endpoint("spanner"), stack.endpoint("kafka"), database, "Bank", prefix,
-                              "--metrics-port", str(port), *extra)  # fmt: skip
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-    try:
-        scrape(port, "queries_started_total")
-        _insert(database, key)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and process.poll() is None:
-            if key in {
-                e.value["payload"]["Id"] for e in read_events(stack.endpoint("kafka"), prefix, "Accounts")
-            }:
-                break
-            time.sleep(1)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 0, stderr
-
-
 def test_a_forged_finished_checkpoint_does_not_skip_changes(stack: EmbeddedStack, bank: Any) -> None:
     """Anyone who can produce to ``_checkpoints`` can mark the running partitions FINISHED: the
     next run used to skip their changes (and their descendants'), here the rest of the stream."""
     prefix = f"forge-{uuid.uuid4().hex[:6]}"
     kafka = stack.endpoint("kafka")
-    _run_until_published(stack, bank, prefix, "before")
+    run_until_published(stack, bank, prefix, "before")
     newest = {key: value for _, _, key, value in read_all(kafka, f"{prefix}._checkpoints") if key and value}
     forged = []
     for key, value in newest.items():
@@ -258,19 +230,16 @@ def test_a_forged_finished_checkpoint_does_not_skip_changes(stack: EmbeddedStack
         await poller
 
     asyncio.run(publish_forged())
-    _insert(bank, "after")  # committed while no producer runs: the next run must read it
-    _run_until_published(stack, bank, prefix, "unrelated")
-    published = {e.value["payload"]["Id"] for e in read_events(kafka, prefix, "Accounts")}
-    assert {"before", "after"} <= published
+    upsert_account(bank, "after")  # committed while no producer runs: the next run must read it
+    run_until_published(stack, bank, prefix, "unrelated")
+    assert {"before", "after"} <= published_ids(stack, prefix)
 
 
 def test_a_database_role_and_an_rpc_priority_are_accepted(stack: EmbeddedStack, bank: Any) -> None:
     """The emulator ignores both (it has no fine-grained access control), so this proves only that
     the queries carry them without error; tests/unit/test_spanner_access.py covers the rest."""
     prefix = f"access-{uuid.uuid4().hex[:6]}"
-    _run_until_published(
+    run_until_published(
         stack, bank, prefix, "with-role", "--database-role", "cdc_reader", "--rpc-priority", "low"
     )
-    assert "with-role" in {
-        e.value["payload"]["Id"] for e in read_events(stack.endpoint("kafka"), prefix, "Accounts")
-    }
+    assert "with-role" in published_ids(stack, prefix)

@@ -7,6 +7,7 @@ set only variables the services read.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -79,3 +80,39 @@ def test_the_compose_stack_sets_only_variables_the_services_read() -> None:
     known = {option.env_var for options in COMMANDS.values() for option in options}
     used = set(re.findall(r"^\s+(SPANNER_CDC_[A-Z_]+):", COMPOSE_FILE.read_text(), re.MULTILINE))
     assert used and used <= known, f"unknown settings: {sorted(used - known)}"
+
+
+DOCKERFILES = sorted((ROOT / "docker").glob("*.Dockerfile"))
+
+
+def instructions(dockerfile: Path) -> list[tuple[str, str]]:
+    """(instruction, arguments) with continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [(line.split(maxsplit=1)[0].upper(), line.split(maxsplit=1)[1]) for line in lines]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_the_dockerfile_steps_name_what_the_repository_has(dockerfile: Path) -> None:
+    """What a Docker host would find out only when it builds: every COPY source exists (the
+    build context is the repository, as compose.yml says), every extra pip installs is declared,
+    and the command is one the CLI has."""
+    import tomllib
+
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    steps = instructions(dockerfile)
+    copies = [args.split()[:-1] for name, args in steps if name == "COPY"]
+    assert copies, "no COPY step"
+    for sources in copies:
+        for source in sources:
+            assert (ROOT / source).exists(), f"COPY {source}: not in the repository"
+    installed = [m for name, args in steps if name == "RUN" for m in re.findall(r"'\.\[([a-z,]+)\]'", args)]
+    assert installed, "the image does not pip install the project"
+    assert {extra for group in installed for extra in group.split(",")} <= extras
+    (command,) = [json.loads(args) for name, args in steps if name == "CMD"]
+    assert command[0] == "spanner-cdc" and command[1] in COMMANDS
+
+
+def test_compose_builds_only_dockerfiles_that_exist() -> None:
+    named = re.findall(r"dockerfile: (docker/[\w.]+)\}", COMPOSE_FILE.read_text())
+    assert named and {ROOT / name for name in named} <= set(DOCKERFILES)

@@ -34,6 +34,7 @@ from typing import Any
 
 from bench.producer import Figure
 from spanner_cdc.consumer.config import ConsumerConfig
+from spanner_cdc.consumer.graceful_stop import StopRequest
 from spanner_cdc.consumer.kafka_source import SOURCE_NAME
 from spanner_cdc.consumer.main import ConsumerJob, drain
 from spanner_cdc.consumer.spark_session import spark_session
@@ -123,7 +124,7 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
     def consumed(directory: str, **overrides: Any) -> int:
         job = ConsumerJob.open(consumer_config(bootstrap, prefix, work / directory, **overrides))
         try:
-            drain(job, spark, threading.Event())
+            drain(job, spark, StopRequest())
         finally:
             job.close()
         return len(published)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +12,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from spanner_cdc.consumer.config import ConsumerConfig
+from spanner_cdc.consumer.graceful_stop import StopRequest
 from spanner_cdc.consumer.main import ConsumerJob, drain
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit
@@ -62,7 +62,7 @@ def run_consumer(
     run's metrics."""
     job = ConsumerJob.open(config, on_replica_commit)
     try:
-        drain(job, spark, threading.Event())
+        drain(job, spark, StopRequest())
     finally:
         job.close()
     return job.processor.metrics

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException
@@ -20,6 +16,7 @@ from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.decode import BatchDecoder, SchemaTopic, partition_counts
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import ConsumerError
+from spanner_cdc.consumer.graceful_stop import BatchGate, StopRequest, stop_between_batches, stop_requested
 from spanner_cdc.consumer.kafka_source import SOURCE_NAME
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
@@ -35,7 +32,6 @@ from spanner_cdc.schemas.timestamps import MICROS_PER_SECOND
 log = logging.getLogger("spanner_cdc.consumer")
 KAFKA_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 STOP_POLL_SECONDS = 0.5
-PYTHON_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): .*$", re.MULTILINE)
 
 
 def source_format(spark: Any, wanted: str) -> str:
@@ -75,6 +71,7 @@ class ConsumerJob:
     config: ConsumerConfig
     processor: BatchProcessor
     backend: SqlBackend | None
+    gate: BatchGate = field(default_factory=BatchGate)
 
     @classmethod
     def open(
@@ -131,7 +128,7 @@ class ConsumerJob:
             reader = reader.option("subscribePattern", config.topics.event_pattern)
         writer = (
             reader.load()
-            .writeStream.foreachBatch(self.processor)
+            .writeStream.foreachBatch(self._run_batch)
             .option("checkpointLocation", str(config.spark_checkpoint))
             .queryName(f"spanner_cdc_{config.topic_prefix}")
         )
@@ -141,36 +138,19 @@ class ConsumerJob:
             writer = writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
         return writer.start()
 
+    def _run_batch(self, batch: Any, batch_id: int) -> None:
+        with self.gate.batch(batch_id):
+            self.processor(batch, batch_id)
+
+    def run_until_stopped(self, query: Any, request: StopRequest) -> None:
+        """Until the query ends (``available_now``) or ``request`` stops it between two batches."""
+        stop_between_batches(query, self.gate, request, idle_seconds=self.config.trigger_seconds + 2)
+
     def close(self) -> None:
         self.processor.delivered.close()
         self.processor.metrics.close()
         if self.backend is not None:
             self.backend.close()
-
-
-def run_until_stopped(query: Any, stop: threading.Event) -> None:
-    """Wait for the query; on ``stop`` let a running micro-batch finish, then stop it.
-
-    "Finish" is the next progress report: with watermarks arriving every interval a query is
-    rarely between triggers, so waiting for an idle moment could wait for minutes. Stopping
-    mid-batch would be safe too (the batch is replayed); this just avoids the replay.
-    """
-    from pyspark.errors import StreamingQueryException
-
-    try:
-        while query.isActive and not stop.is_set():
-            query.awaitTermination(STOP_POLL_SECONDS)
-        reported = _progress_time(query)
-        while query.isActive and query.status.get("isTriggerActive") and _progress_time(query) == reported:
-            query.awaitTermination(STOP_POLL_SECONDS)
-        query.stop()
-    except StreamingQueryException as exc:
-        raise ConsumerError(f"the streaming query failed: {python_error(str(exc))}") from None
-
-
-def _progress_time(query: Any) -> str | None:
-    progress = query.lastProgress
-    return None if progress is None else str(progress.get("timestamp"))
 
 
 def wait_until_started(query: Any, timeout: float) -> None:
@@ -182,21 +162,9 @@ def wait_until_started(query: Any, timeout: float) -> None:
         query.awaitTermination(STOP_POLL_SECONDS)
 
 
-@contextmanager
-def stop_requested() -> Iterator[threading.Event]:
-    """SIGINT/SIGTERM set the event instead of killing the process mid-batch."""
-    stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stop
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-def drain(job: ConsumerJob, spark: Any, stop: threading.Event) -> None:
+def drain(job: ConsumerJob, spark: Any, request: StopRequest) -> None:
     """Run the query until stopped; with ``available_now``, until Kafka's current end is written."""
-    run_until_stopped(job.start(spark), stop)
+    job.run_until_stopped(job.start(spark), request)
 
 
 def consume(config: ConsumerConfig) -> None:
@@ -210,15 +178,9 @@ def consume(config: ConsumerConfig) -> None:
     )
     try:
         job.processor.metrics.serve(config.metrics_port, config.metrics_host)
-        with stop_requested() as stop:
+        with stop_requested() as request:
             log.info("consuming %s.* into %s", config.topic_prefix, ", ".join(config.sinks))
-            drain(job, spark, stop)
+            drain(job, spark, request)
     finally:
         job.close()
         spark.stop()
-
-
-def python_error(text: str) -> str:
-    """The Python exception line inside Spark's report (its traceback is noise for a user)."""
-    found = PYTHON_ERROR_LINE.findall(text)
-    return found[-1].strip() if found else text.strip().splitlines()[0]

@@ -28,7 +28,8 @@ from spanner_cdc.common.progress import show_progress
 from spanner_cdc.common.spanner_client import create_emulator_database
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.decode import SchemaTopic
-from spanner_cdc.consumer.main import ConsumerJob, run_until_stopped, wait_until_started
+from spanner_cdc.consumer.graceful_stop import StopRequest
+from spanner_cdc.consumer.main import ConsumerJob, wait_until_started
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit
 from spanner_cdc.consumer.spark_session import spark_session
@@ -196,9 +197,7 @@ def run_pipeline(
             deadline = time.monotonic() + CATCH_UP_SECONDS
             while watch.cut_micros < last_commit and query.isActive and time.monotonic() < deadline:
                 time.sleep(0.5)
-            stop = threading.Event()
-            stop.set()
-            run_until_stopped(query, stop)
+            job.run_until_stopped(query, StopRequest.already())
     finally:
         job.close()
         spark.stop()

@@ -21,6 +21,7 @@ from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import consume_command, consumer_config, run_consumer, unique_prefix
 from testkit.synthetic import ChangeFactory, publish, random_history
+from tests.support.screen import foreign_lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 KILLS = 3
@@ -92,3 +93,41 @@ def test_killed_consumer_restarts_to_the_same_sinks_as_an_uninterrupted_run(
     assert killed_replica == clean_replica
     assert sorted(killed_changelog) == sorted(clean_changelog)
     assert len(clean_changelog) == len(events) == len({row[0] for row in clean_changelog})
+
+
+def newest(config: ConsumerConfig, log: str) -> int:
+    return max(int(p.name) for p in (config.checkpoint_dir / "spark" / log).glob("[0-9]*"))
+
+
+def test_a_stopped_consumer_ends_between_batches(spark: Any, stack: EmbeddedStack, tmp_path: Path) -> None:
+    """SIGTERM while batches run back to back (a backlog in batches of 150): the running batch
+    finishes and commits, the next is not started, the consumer exits 0 with only its own log
+    lines on the screen — it used to cancel the running Spark job, which printed Java stack
+    traces. The next run picks up where it stopped: every event once."""
+    prefix = unique_prefix("S")
+    kafka = stack.endpoint("kafka")
+    events = random_history(ChangeFactory(), 6000)
+    publish(kafka, prefix, events)
+    config = consumer_config(kafka, prefix, tmp_path / "out")
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    log = tmp_path / "stopped.log"
+    with log.open("w") as stderr:
+        process = subprocess.Popen(consume_command(config), env=env, stdout=stderr, stderr=stderr)
+    try:
+        wait_for_a_commit(process, config, 0, log)
+        time.sleep(1.5)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(120) == 0, log.read_text()[-3000:]
+    finally:
+        process.kill()
+    screen = log.read_text().splitlines()
+    assert foreign_lines(log.read_text()) == [], "\n".join(screen[-40:])
+    planned, committed = newest(config, "offsets"), newest(config, "commits")
+    assert committed < len(events) // 150, "the backlog was consumed before the stop: nothing tested"
+    assert committed == planned or (
+        committed == planned - 1 and any(f"batch {planned} runs at the next start" in line for line in screen)
+    ), (planned, committed, screen[-5:])
+
+    run_consumer(spark, config)
+    changelog = changelog_rows(config, "Accounts", '"envelope$uuid"')
+    assert len(changelog) == len(events) == len({row[0] for row in changelog})

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from spanner_cdc.common.config import ConfigError
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.dedupe import DeliveredChanges
-from spanner_cdc.consumer.main import python_error
+from spanner_cdc.consumer.graceful_stop import BatchGate, StoppingBeforeBatchError, StopRequest, python_error
 
 pytestmark = pytest.mark.unit
 HOUR = 3_600_000_000
@@ -74,3 +76,32 @@ def test_the_python_error_is_found_inside_sparks_report() -> None:
         python_error(report)
         == "spanner_cdc.consumer.errors.BadMessageError: T.Accounts[2] offset 0: bad-magic"
     )
+
+
+def test_a_closed_gate_waits_for_the_running_batch_and_refuses_the_next() -> None:
+    gate, request = BatchGate(), StopRequest()
+    finished: list[int] = []
+
+    def batch_seven() -> None:
+        with gate.batch(7):
+            time.sleep(0.3)
+            finished.append(7)
+
+    running = threading.Thread(target=batch_seven)
+    running.start()
+    time.sleep(0.1)
+    assert gate.close(request.urgent) is None  # returns once batch 7 has returned
+    assert finished == [7]
+    with pytest.raises(StoppingBeforeBatchError), gate.batch(8):
+        pytest.fail("batch 8 ran")
+    assert gate.refused == 8
+    running.join()
+
+
+def test_a_second_signal_stops_inside_the_running_batch() -> None:
+    gate, request = BatchGate(), StopRequest()
+    request.signal()
+    assert request.requested.is_set() and not request.urgent.is_set()
+    request.signal()
+    with gate.batch(3):
+        assert gate.close(request.urgent) == 3

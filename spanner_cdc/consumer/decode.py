@@ -1,7 +1,7 @@
 """Kafka rows → decoded events and watermarks, or quarantine rows that say why a message
 could not be decoded.
 
-The writer schema of every message is looked up by fingerprint in ``{prefix}._schemas``; the
+The writer schema of every message is looked up by fingerprint in ``_spanner-cdc.{prefix}.schemas``; the
 producer publishes a schema before the first event that uses it, so an unknown fingerprint
 first re-reads that topic (at most once per micro-batch) and only then counts as undecodable.
 Nothing is dropped: a message becomes an event, a watermark (schemas.watermark) or a
@@ -90,7 +90,7 @@ MAX_SCHEMA_WARNINGS = 20
 
 
 class SchemaTopic:
-    """The writer schemas on ``{prefix}._schemas``, read incrementally on demand, each checked
+    """The writer schemas on ``_spanner-cdc.{prefix}.schemas``, read incrementally on demand, each checked
     (schemas.schema_check) before it is used.
 
     A schema that fails the check is not used; events of its fingerprint are quarantined with

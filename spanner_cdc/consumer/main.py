@@ -46,15 +46,22 @@ def source_format(spark: Any, wanted: str) -> str:
 
 
 def check_kafka(config: ConsumerConfig) -> None:
+    """Kafka answers, and the prefix's schemas are where this version reads them."""
     consumer = Consumer(
         {**config.client_config, "group.id": "spanner-cdc-check", "socket.timeout.ms": 10_000}
     )
     try:
-        consumer.list_topics(timeout=15)
+        existing = consumer.list_topics(timeout=15).topics
     except KafkaException as exc:
         raise ConsumerError(f"Kafka at {config.kafka_bootstrap} is unreachable: {exc}") from None
     finally:
         consumer.close()
+    for old, new in config.topics.moved.items():
+        if old in existing and new not in existing:
+            raise ConsumerError(
+                f"{old} is where version 0.1 kept its control records; this version reads {new}: "
+                "start this version's producer once (it moves them), then the consumer"
+            )
 
 
 def replica_backend(config: ConsumerConfig) -> SqlBackend:

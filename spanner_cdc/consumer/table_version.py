@@ -1,6 +1,6 @@
 """What the consumer needs to know about one writer schema: the table's columns and their types.
 
-The writer schema (published by the producer on ``{prefix}._schemas``) is the only description
+The writer schema (published by the producer on ``_spanner-cdc.{prefix}.schemas``) is the only description
 of a table version the consumer has; everything typed downstream (the changelog's Arrow
 columns, the replica's SQL columns) is derived from its ``payload`` record here, in one place.
 """

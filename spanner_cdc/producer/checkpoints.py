@@ -1,4 +1,5 @@
-"""The producer's checkpoints: one compacted record per partition token on ``{prefix}._checkpoints``.
+"""The producer's checkpoints: one compacted record per partition token on
+``_spanner-cdc.{prefix}.checkpoints``.
 
 A record is the partition's lineage and state (``Partition.to_json``): written when a partition
 is discovered (before its parent may finish), as its acknowledged position advances, and when it

@@ -157,7 +157,7 @@ PRODUCE_OPTIONS = (
     Option(
         "on-oversize-event",
         "an event larger than Kafka accepts: dead-letter (its identity and the reason to "
-        "{prefix}._dead_letters, then go on) or fail (stop with one line)",
+        "_spanner-cdc.{prefix}.dead_letters, then go on) or fail (stop with one line)",
         choice("dead-letter", "fail"),
         default="dead-letter",
     ),

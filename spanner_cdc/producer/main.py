@@ -20,6 +20,7 @@ from spanner_cdc.producer.partitions import PartitionScheduler, PartitionState
 from spanner_cdc.producer.publisher import EventPublisher, EventSender
 from spanner_cdc.producer.service import ProducerService
 from spanner_cdc.producer.spanner_source import CONNECT_TIMEOUT_SECONDS, SpannerSource
+from spanner_cdc.producer.topic_move import move_control_topics
 from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.timestamps import clock_text, seconds_behind
 
@@ -44,6 +45,7 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
     await kafka.ensure_topic(kafka.topics.schemas, compacted=True)
     await kafka.ensure_topic(kafka.topics.checkpoints, compacted=True)
     await kafka.ensure_topic(kafka.topics.dead_letters)
+    await move_control_topics(kafka)
     for pattern in TableFilter(config.include_tables, config.exclude_tables).unmatched(list(catalog.columns)):
         log.warning("table filter %r matches no table of %s", pattern, config.database)
     checkpoints = CheckpointStore(kafka)

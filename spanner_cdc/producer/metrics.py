@@ -45,7 +45,7 @@ class ProducerMetrics(ServedMetrics):
         )
         self.dead_letters = Counter(
             "spanner_cdc_producer_dead_letters",
-            "Events larger than Kafka accepts, written to {prefix}._dead_letters instead",
+            "Events larger than Kafka accepts, written to _spanner-cdc.{prefix}.dead_letters instead",
             registry=self.registry,
         )
         self.late_records = Counter(

@@ -6,7 +6,7 @@ The one path from a record to Kafka: the producer's partitions and the benchmark
 
 1. the record's table version comes from the catalog (every column listed; read again when the
    record names a column it does not know — added mid-stream);
-2. each writer schema is on ``{prefix}._schemas``, acknowledged, before its first event;
+2. each writer schema is on ``_spanner-cdc.{prefix}.schemas``, acknowledged, before its first event;
 3. each event is produced keyed by its primary key; its acknowledgement is counted by the
    partition run's :class:`AckTracker`, which is what checkpoints are computed from.
 """
@@ -60,7 +60,7 @@ class EventSender:
     An event larger than Kafka accepts (``message.max.bytes`` of the client or the broker) can
     never be delivered; retrying would loop forever. ``on_oversize`` decides: ``dead-letter``
     writes what identifies it (uuid, table, key, commit timestamp, size, reason — not the payload,
-    which is the part too large) to ``{prefix}._dead_letters`` and counts it as delivered;
+    which is the part too large) to ``_spanner-cdc.{prefix}.dead_letters`` and counts it as delivered;
     ``fail`` stops the producer with one line.
 
     With ``delete_tombstones`` every DELETE event is followed by a tombstone: its key and no

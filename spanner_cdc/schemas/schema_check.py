@@ -1,6 +1,6 @@
 """Is a writer schema one the contract could have produced? Checked before a reader uses it.
 
-Anyone who can write to ``{prefix}._schemas`` can publish a schema, and a reader that trusts it
+Anyone who can write to ``_spanner-cdc.{prefix}.schemas`` can publish a schema, and a reader that trusts it
 can be made to crash (a recursive schema segfaults fastavro's reader), to spin (an array of
 ``null`` decodes millions of items from a few bytes) or to misread (types the sinks have no
 mapping for). So every schema is walked once, with bounds, before it is used:

@@ -1,9 +1,11 @@
-"""Kafka topic names of one change stream: the events of each table and the two control topics.
+r"""Kafka topic names of one change stream: the events of each table and the control topics.
 
-Events of table ``T`` go to ``{prefix}.T``; writer schemas to ``{prefix}._schemas``, the
-producer's checkpoints to ``{prefix}._checkpoints`` and events Kafka refused for their size to
-``{prefix}._dead_letters``. Table names start with a letter and control
-topics with ``_``, so a pattern can tell them apart.
+Events of table ``T`` go to ``{prefix}.T``, so ``{prefix}\..*`` selects events and nothing else
+(what a Kafka Connect sink or a ksqlDB stream is given). The control topics live outside that
+namespace, under ``_spanner-cdc.{prefix}.``: writer schemas (``.schemas``), the producer's
+checkpoints (``.checkpoints``) and events Kafka refused for their size (``.dead_letters``).
+Version 0.1 kept them as ``{prefix}._schemas`` and so on; :attr:`Topics.moved` names
+those that a producer moves (``producer/topic_move.py``).
 """
 
 from __future__ import annotations
@@ -21,22 +23,32 @@ class TopicNameError(ContractError):
     """A table whose name gives a topic name Kafka does not accept."""
 
 
+#: Where the control topics of every prefix live, apart from the event topics.
+CONTROL_NAMESPACE = "_spanner-cdc"
+
+
 @dataclass(frozen=True)
 class Topics:
     prefix: str
 
     @property
     def schemas(self) -> str:
-        return f"{self.prefix}._schemas"
+        return f"{CONTROL_NAMESPACE}.{self.prefix}.schemas"
 
     @property
     def checkpoints(self) -> str:
-        return f"{self.prefix}._checkpoints"
+        return f"{CONTROL_NAMESPACE}.{self.prefix}.checkpoints"
 
     @property
     def dead_letters(self) -> str:
         """What could not go to its event topic (an event over the size Kafka accepts), and why."""
-        return f"{self.prefix}._dead_letters"
+        return f"{CONTROL_NAMESPACE}.{self.prefix}.dead_letters"
+
+    @property
+    def moved(self) -> dict[str, str]:
+        """The compacted control topics of version 0.1 → where they are now. (Their dead
+        letters are a log of past refusals, not state: they stay where they are.)"""
+        return {f"{self.prefix}._schemas": self.schemas, f"{self.prefix}._checkpoints": self.checkpoints}
 
     def event(self, table: str) -> str:
         topic = f"{self.prefix}.{table}"
@@ -48,9 +60,9 @@ class Topics:
 
     @property
     def event_pattern(self) -> str:
-        """A regular expression that matches every event topic and no control topic — also not
-        those of a longer prefix such as ``{prefix}.Test._schemas``: every dot-separated part of a
-        table name starts with a letter, every control topic's last part with ``_``."""
+        """A regular expression that matches every event topic and nothing else of the prefix —
+        also not the old control topics (``{prefix}._schemas``) nor those of a longer prefix
+        (``{prefix}.Test._schemas``): every dot-separated part of a table name starts with a letter."""
         return re.escape(self.prefix) + r"(\.[A-Za-z][^.]*)+"
 
     def is_event_topic(self, name: str) -> bool:

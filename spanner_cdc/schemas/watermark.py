@@ -12,7 +12,7 @@ to events is exact. Readers that want only events skip them by any of:
 
 * the Kafka header ``spanner-cdc-kind: watermark`` (events have no such header);
 * a null key (events always have a key);
-* the writer schema, ``spanner_cdc.Watermark``, published on ``{prefix}._schemas`` like every
+* the writer schema, ``spanner_cdc.Watermark``, published on ``_spanner-cdc.{prefix}.schemas`` like every
   event schema (fingerprint :data:`WATERMARK_WRITER`).
 """
 

@@ -1,6 +1,6 @@
 """Avro single-object encoding: ``C3 01`` + CRC-64-AVRO fingerprint (little-endian) + body.
 
-Readers find the writer schema by fingerprint (published on ``{prefix}._schemas``), so every
+Readers find the writer schema by fingerprint (published on ``_spanner-cdc.{prefix}.schemas``), so every
 message is self-describing without a schema registry, and any Avro implementation that supports
 the specification's single-object encoding (Java's ``BinaryMessageDecoder`` among them) reads it.
 """
@@ -34,7 +34,7 @@ class WriterSchema:
 
     @property
     def fingerprint_hex(self) -> str:
-        """The form used as the key on ``{prefix}._schemas``."""
+        """The form used as the key on ``_spanner-cdc.{prefix}.schemas``."""
         return f"{self.fingerprint:016x}"
 
     @property
@@ -72,7 +72,7 @@ def read_fingerprint(message: bytes) -> int:
 
 @dataclass
 class SchemaStore:
-    """Writer schemas by fingerprint, as a reader accumulates them from ``{prefix}._schemas``."""
+    """Writer schemas by fingerprint, as a reader accumulates them from ``_spanner-cdc.{prefix}.schemas``."""
 
     schemas: dict[int, WriterSchema] = field(default_factory=dict)
 

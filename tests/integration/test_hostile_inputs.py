@@ -32,7 +32,7 @@ YEAR_9999_MICROS = 253_402_300_799_000_000
 
 
 def schema_record(schema: dict[str, Any]) -> tuple[bytes, bytes, WriterSchema]:
-    """(key, value) for ``{prefix}._schemas`` as the producer writes them, and the writer."""
+    """(key, value) for ``_spanner-cdc.{prefix}.schemas`` as the producer writes them, and the writer."""
     writer = WriterSchema.from_schema(schema)
     return writer.fingerprint_hex.encode(), json.dumps(schema).encode(), writer
 

@@ -24,6 +24,7 @@ from google.cloud.spanner_v1.data_types import JsonObject
 from spanner_cdc.producer.main import build_service
 from spanner_cdc.producer.service import ProducerService
 from spanner_cdc.schemas.timestamps import datetime_from_micros, format_timestamp_micros, timestamp_micros
+from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import Watermark
 from spanner_cdc.stack import EmbeddedStack
 from testkit.producer_run import running, wait_until
@@ -373,7 +374,7 @@ def test_an_event_larger_than_kafka_accepts_goes_to_the_dead_letter_topic(stack:
     config = produce_since(stack, database, "NotesStream", start, kafka_config=SMALL_MESSAGES)
     events = read_events(stack.endpoint("kafka"), config.topic_prefix, "Notes")
     assert [e.value["payload"]["Id"] for e in events] == [1, 3]
-    [(_, _, key, value)] = read_all(stack.endpoint("kafka"), f"{config.topic_prefix}._dead_letters")
+    [(_, _, key, value)] = read_all(stack.endpoint("kafka"), Topics(config.topic_prefix).dead_letters)
     assert value is not None and key is not None
     letter = json.loads(value)
     assert letter["object"] == "Notes" and letter["topic"] == f"{config.topic_prefix}.Notes"
@@ -421,13 +422,12 @@ def test_table_filters(stack: EmbeddedStack) -> None:
         exclude_tables=("AuditArchive",),
     )
     topics = AdminClient({"bootstrap.servers": stack.endpoint("kafka")}).list_topics(timeout=10).topics
+    control = Topics(config.topic_prefix)
     assert {t for t in topics if t.startswith(config.topic_prefix + ".")} == {
         f"{config.topic_prefix}.Accounts",
         f"{config.topic_prefix}.AuditLog",
-        f"{config.topic_prefix}._schemas",
-        f"{config.topic_prefix}._checkpoints",
-        f"{config.topic_prefix}._dead_letters",
-    }
+    }  # a {prefix}.* pattern selects events only
+    assert {control.schemas, control.checkpoints, control.dead_letters} <= set(topics)
     assert len(read_events(stack.endpoint("kafka"), config.topic_prefix, "AuditLog")) == 1
 
 

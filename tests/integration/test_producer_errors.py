@@ -16,6 +16,7 @@ import pytest
 
 from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.schemas.timestamps import format_timestamp_micros, now_micros
+from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
 from testkit.spanner_db import create_database
@@ -155,7 +156,7 @@ def test_a_damaged_checkpoint_topic_is_one_line_not_a_traceback(
     asyncio.run(write_garbage())
     command = produce_command(stack.endpoint("spanner"), stack.endpoint("kafka"), bank, "Bank", prefix)
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-    assert_one_line_error(result, 1, f"{prefix}._checkpoints offset 0", phrase)
+    assert_one_line_error(result, 1, f"{Topics(prefix).checkpoints} offset 0", phrase)
 
 
 def test_a_table_filter_that_matches_no_table_is_a_warning(stack: EmbeddedStack, bank: Any) -> None:
@@ -212,7 +213,7 @@ def test_a_forged_finished_checkpoint_does_not_skip_changes(stack: EmbeddedStack
     prefix = f"forge-{uuid.uuid4().hex[:6]}"
     kafka = stack.endpoint("kafka")
     run_until_published(stack, bank, prefix, "before")
-    newest = {key: value for _, _, key, value in read_all(kafka, f"{prefix}._checkpoints") if key and value}
+    newest = {key: value for _, _, key, value in read_all(kafka, Topics(prefix).checkpoints) if key and value}
     forged = []
     for key, value in newest.items():
         record = json.loads(value)

@@ -8,6 +8,7 @@ from typing import Any
 from confluent_kafka import Consumer
 
 from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
+from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import Watermark, is_watermark
 from spanner_cdc.schemas.wire import SchemaStore
 
@@ -36,7 +37,7 @@ def read_all(
 
 def schema_store(bootstrap: str, prefix: str) -> SchemaStore:
     store = SchemaStore()
-    for _, _, _, value in read_all(bootstrap, f"{prefix}._schemas"):
+    for _, _, _, value in read_all(bootstrap, Topics(prefix).schemas):
         assert value is not None
         store.add(value.decode())
     return store

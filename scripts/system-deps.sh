@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system packages the embedded stack needs, and only those that are missing:
 # a JDK 17 (Spark, and javac for the Avro interoperability test), the PostgreSQL server, and
-# Docker Compose (a test validates docker/compose.yml; it needs no Docker engine).
+# Docker Compose (a test validates docker/compose.yml; it needs no Docker engine), and Chromium
+# (a test opens each service's status page headless, as a person would see it).
 # The Cloud Spanner emulator is not in Debian's archive: when it is missing this says so and
 # how to get it; the stack then falls back to SPANNER_EMULATOR_HOST or a container.
 set -euo pipefail
@@ -15,6 +16,7 @@ fi
 if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
   missing+=(docker-compose)
 fi
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

@@ -245,7 +245,12 @@ def choice(*allowed: str) -> Callable[[str], str]:
 
 #: Options every long-running command has.
 SERVICE_OPTIONS = (
-    Option("metrics-port", "Prometheus metrics HTTP port (0: off)", integer_in(0, 65535), default=0),
+    Option(
+        "metrics-port",
+        "HTTP port of Prometheus /metrics and the status page at / (0: off)",
+        integer_in(0, 65535),
+        default=0,
+    ),
     Option(
         "metrics-host",
         "address the metrics port listens on (0.0.0.0: every interface, e.g. in a container)",

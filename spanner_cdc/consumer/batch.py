@@ -28,7 +28,8 @@ from spanner_cdc.consumer.errors import BadMessageError
 from spanner_cdc.consumer.kafka_rows import DECODE_COLUMNS
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.sinks.contents import BatchContents, Sink
-from spanner_cdc.schemas.timestamps import seconds_behind
+from spanner_cdc.consumer.status import BatchSeen
+from spanner_cdc.schemas.timestamps import now_micros, seconds_behind
 
 log = logging.getLogger("spanner_cdc.consumer")
 
@@ -68,9 +69,16 @@ class BatchProcessor:
         for sink in self.sinks:
             sink.write(batch_id, contents)
         self.delivered.remember(batch_id, [e.record["uuid"] for e in fresh], [e.commit_micros for e in fresh])
-        self.metrics.duplicates.inc(len(events) - len(fresh))
         self.metrics.tombstones.inc(decoded.tombstones)
-        self._observe(batch_id, fresh, quarantined, beyond_horizon, time.monotonic() - started)
+        seen = BatchSeen(
+            batch_id,
+            len(fresh),
+            len(events) - len(fresh),
+            len(quarantined),
+            time.monotonic() - started,
+            now_micros(),
+        )
+        self._observe(seen, fresh, quarantined, beyond_horizon)
 
     def _deduplicate(self, batch_id: int, events: list[DecodedEvent]) -> list[DecodedEvent]:
         keep = self.delivered.fresh(
@@ -80,20 +88,23 @@ class BatchProcessor:
 
     def _observe(
         self,
-        batch_id: int,
+        seen: BatchSeen,
         fresh: list[DecodedEvent],
         quarantined: list[Quarantined],
         beyond_horizon: int,
-        seconds: float,
     ) -> None:
+        batch_id = seen.batch_id
         metrics = self.metrics
+        reasons = Counter(q.reason for q in quarantined)
+        metrics.observe_batch(seen, reasons)
+        metrics.duplicates.inc(seen.duplicates)
         metrics.batches.labels("written").inc()
-        metrics.batch_seconds.observe(seconds)
+        metrics.batch_seconds.observe(seen.seconds)
         metrics.beyond_horizon.inc(beyond_horizon)
         counts = Counter((e.record["object"], e.record["source_metadata"]["change_type"]) for e in fresh)
         for (table, change_type), count in counts.items():
             metrics.events.labels(table, change_type).inc(count)
-        for reason, count in Counter(q.reason for q in quarantined).items():
+        for reason, count in reasons.items():
             metrics.quarantined.labels(reason).inc(count)
             log.warning("batch %d: quarantined %d message(s): %s", batch_id, count, reason)
         if fresh:

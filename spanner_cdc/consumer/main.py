@@ -92,7 +92,7 @@ class ConsumerJob:
             config.topics,
             functools.partial(partition_counts, config.client_config),
         )
-        metrics = ConsumerMetrics()
+        metrics = ConsumerMetrics(f"{config.topic_prefix}.* into {', '.join(config.sinks)}")
         sinks: list[Sink] = []
         if "changelog" in config.sinks:
             sinks.append(ChangelogSink(config.changelog_dir))

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections import Counter as CounterOf
 from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from spanner_cdc.common.metrics import ServedMetrics
+from spanner_cdc.consumer.status import BatchSeen, ConsumerStatus
 
 if TYPE_CHECKING:
     from spanner_cdc.consumer.sinks.replica.cut import Release
@@ -16,8 +18,11 @@ BATCH_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 
 class ConsumerMetrics(ServedMetrics):
-    def __init__(self) -> None:
+    """The consumer's metrics and, from the same observations, its status page."""
+
+    def __init__(self, subject: str = "") -> None:
         super().__init__()
+        self.status = ConsumerStatus(subject)
         self.events = Counter(
             "spanner_cdc_consumer_events",
             "Events delivered to the sinks (after dedupe)",
@@ -85,7 +90,13 @@ class ConsumerMetrics(ServedMetrics):
             registry=self.registry,
         )
 
+    def observe_batch(self, batch: BatchSeen, quarantined: CounterOf[str]) -> None:
+        """The end of a written batch: the status page shows it."""
+        self.status.batch_done(batch, quarantined)
+        self.publish_status(self.status.document())
+
     def observe_release(self, release: Release) -> None:
+        self.status.released(release.cut_micros, release.held)
         self.held_events.set(release.held)
         self.incomplete_transactions.inc(release.incomplete_transactions)
         self.behind_cut.inc(release.behind_cut)

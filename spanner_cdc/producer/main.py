@@ -20,6 +20,7 @@ from spanner_cdc.producer.partitions import PartitionScheduler, PartitionState
 from spanner_cdc.producer.publisher import EventPublisher, EventSender
 from spanner_cdc.producer.service import ProducerService
 from spanner_cdc.producer.spanner_source import CONNECT_TIMEOUT_SECONDS, SpannerSource
+from spanner_cdc.producer.status import publish_status_periodically
 from spanner_cdc.producer.topic_move import move_control_topics
 from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.timestamps import clock_text, seconds_behind
@@ -103,9 +104,10 @@ async def produce(config: ProducerConfig) -> None:
     progress = asyncio.create_task(
         show_progress(lambda: describe(service, started_at), progress_stop, config.progress)
     )
+    status = asyncio.create_task(publish_status_periodically(service, progress_stop))
     try:
         await service.run()
     finally:
         progress_stop.set()
-        await progress
+        await asyncio.gather(progress, status)
         service.metrics.close()

@@ -5,7 +5,7 @@ PostgreSQL connection string (the server's real one, so the consumer connects wi
 SASL password in ``--kafka-config``: the producer until it has published a change, the consumer
 until it has written that change to the PostgreSQL replica. Afterwards neither secret may appear
 in what they printed, in any file under their working and output directories (logs, Spark's
-checkpoint and logs, the dedupe and schema stores) or on their ``/metrics`` pages. The other
+checkpoint and logs, the dedupe and schema stores) or on their ``/metrics`` and status pages. The other
 paths are tested where they live: ``stack up``/``status`` and ``state.json`` in
 ``test_embedded_stack.py``, connection strings that do not parse or servers that do not answer
 in ``test_consumer_errors.py``, refused ``--kafka-config`` entries in ``test_producer_config.py``.
@@ -70,7 +70,7 @@ def run_until(
     )
     processes.append(process)
     page = scrape(metrics_port, wanted, timeout=180)
-    page += fetch(metrics_port)
+    page += fetch(metrics_port) + fetch(metrics_port, "/status.json")
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=120)
     assert wanted in page, f"{command[3]} never showed {wanted}: {stderr[-2000:]}"

@@ -8,10 +8,10 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 
-def fetch(port: int) -> str:
-    """/metrics now; empty while the service is not serving yet."""
+def fetch(port: int, path: str = "/metrics") -> str:
+    """``path`` (/metrics unless told) now; empty while the service is not serving yet."""
     try:
-        return str(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+        return str(urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5).read().decode())
     except OSError:
         return ""
 

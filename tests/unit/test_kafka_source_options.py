@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spanner_cdc.consumer.kafka_source import TopicPartitionRange, offset_ranges
+from spanner_cdc.consumer.kafka_source import SMALL_RANGE_OFFSETS, TopicPartitionRange, grouped, offset_ranges
 from spanner_cdc.consumer.kafka_source_options import (
     KafkaSourceError,
     SourceOptions,
@@ -52,3 +52,19 @@ def test_json_offsets_and_min_partitions() -> None:
     assert ranges[0] == TopicPartitionRange("t", 0, 0, 10) and len(ranges) == 10
     assert [(r.start, r.end) for r in ranges[1:3]] == [(0, 10), (10, 20)]
     assert sum(r.end - r.start for r in ranges) == 100
+
+
+def test_small_ranges_are_read_several_to_a_task_and_large_ones_alone() -> None:
+    start = {"t": {str(p): 0 for p in range(12)}}
+    small = offset_ranges(start, {"t": {str(p): 6 for p in range(12)}}, None)
+    assert [len(group.ranges) for group in grouped(small, None)] == [12]  # a demo-sized batch: one task
+
+    sizes = {"0": 4_000, "1": 900, "2": 9_000, "3": 100, "4": 50}
+    mixed = grouped(offset_ranges({"t": dict.fromkeys(sizes, 0)}, {"t": sizes}, None), None)
+    assert [[r.partition for r in group.ranges] for group in mixed] == [[0, 1], [2], [3, 4]]
+    assert all(
+        sum(r.end - r.start for r in g.ranges) <= SMALL_RANGE_OFFSETS or len(g.ranges) == 1 for g in mixed
+    )
+
+    asked = grouped(offset_ranges(start, {"t": {str(p): 6 for p in range(12)}}, 12), 12)
+    assert len(asked) == 12  # minPartitions: the parallelism asked for

@@ -16,7 +16,13 @@ from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.decode import BatchDecoder, SchemaTopic, partition_counts
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import ConsumerError
-from spanner_cdc.consumer.graceful_stop import BatchGate, StopRequest, stop_between_batches, stop_requested
+from spanner_cdc.consumer.graceful_stop import (
+    POLL_SECONDS,
+    BatchGate,
+    StopRequest,
+    stop_between_batches,
+    stop_requested,
+)
 from spanner_cdc.consumer.kafka_source import SOURCE_NAME
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
@@ -31,7 +37,6 @@ from spanner_cdc.schemas.timestamps import MICROS_PER_SECOND
 
 log = logging.getLogger("spanner_cdc.consumer")
 KAFKA_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
-STOP_POLL_SECONDS = 0.5
 
 
 def source_format(spark: Any, wanted: str) -> str:
@@ -166,7 +171,7 @@ def wait_until_started(query: Any, timeout: float) -> None:
     while query.isActive and query.lastProgress is None and time.monotonic() < deadline:
         if query.status.get("message") == "Waiting for data to arrive":
             return
-        query.awaitTermination(STOP_POLL_SECONDS)
+        query.awaitTermination(POLL_SECONDS)
 
 
 def drain(job: ConsumerJob, spark: Any, request: StopRequest) -> None:

@@ -18,6 +18,8 @@ import pyarrow as pa
 
 from spanner_cdc.common.secrets import redact
 from spanner_cdc.consumer.errors import ReplicaConnectionError
+from spanner_cdc.consumer.sinks.replica.postgres_text import Cleaned, without_nul
+from spanner_cdc.consumer.table_version import PayloadColumn
 
 #: A table's copy while DuckDB rebuilds it (:meth:`DuckDbBackend.allow_null_keys`).
 REBUILT_TABLE = "cdc$rebuilt"
@@ -31,6 +33,10 @@ class SqlBackend(Protocol):
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
 
     def load(self, table: str, rows: pa.Table) -> None: ...
+
+    def storable(self, rows: pa.Table, columns: Sequence[PayloadColumn]) -> Cleaned:
+        """``rows`` with the values this database cannot store in ``columns``' types made storable."""
+        ...
 
     def allow_null_keys(self, table: str, key: Sequence[str]) -> None:
         """Let the key columns hold NULL, one row per key still (NULL equal to NULL, as in Spanner)."""
@@ -89,6 +95,9 @@ class DuckDbBackend:
         finally:
             self._db.unregister("arrow_rows")
 
+    def storable(self, rows: pa.Table, columns: Sequence[PayloadColumn]) -> Cleaned:
+        return Cleaned(rows, 0)  # DuckDB stores every Spanner string, U+0000 included
+
     def allow_null_keys(self, table: str, key: Sequence[str]) -> None:
         """DuckDB cannot drop a primary key: the table is copied without it (in the batch's transaction)."""
         rebuilt = quote(REBUILT_TABLE)
@@ -143,6 +152,9 @@ class PostgresBackend:
         with self._db.cursor() as cursor, cursor.copy(f"COPY {quote(table)} ({names}) FROM STDIN") as copy:
             for row in zip(*columns, strict=True):
                 copy.write_row(row)
+
+    def storable(self, rows: pa.Table, columns: Sequence[PayloadColumn]) -> Cleaned:
+        return without_nul(rows, columns)
 
     def allow_null_keys(self, table: str, key: Sequence[str]) -> None:
         """The primary key becomes a unique index that takes NULLs as equal (PostgreSQL 15 and

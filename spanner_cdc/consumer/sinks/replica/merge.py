@@ -37,7 +37,6 @@ from spanner_cdc.consumer.change_rows import (
 )
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, quote
 from spanner_cdc.consumer.sinks.replica.names import ReplicaNames
-from spanner_cdc.consumer.sinks.replica.postgres_text import without_nul
 from spanner_cdc.consumer.table_version import PayloadColumn
 
 log = logging.getLogger("spanner_cdc.consumer")
@@ -137,8 +136,8 @@ class ReplicaMerge:
     def _apply_table(self, changes: ReplicaTable) -> None:
         self._ensure_tables(changes)
         key = changes.key
-        self._stage(changes)
-        same = self._key_comparison(changes)
+        staged = self._stage(changes)
+        same = self._key_comparison(changes, staged)
         target, tombstones = quote(changes.name), quote(changes.tombstones)
         for stored in (target, tombstones):
             self.backend.execute(
@@ -234,7 +233,7 @@ class ReplicaMerge:
                 self._known_columns[catalog_key(table)] = known
         return known
 
-    def _key_comparison(self, changes: ReplicaTable) -> Callable[[str, str], str]:
+    def _key_comparison(self, changes: ReplicaTable, staged: pa.Table) -> Callable[[str, str], str]:
         """How the merge compares keys: ``=`` while the table's key columns cannot hold NULL
         (a primary key, as created); once a NULL key value arrives, the table and its tombstones
         let the key columns hold NULL and keys compare NULL as equal to NULL, as Spanner does."""
@@ -244,8 +243,7 @@ class ReplicaMerge:
         existing = self._columns(changes.name)
         if all(existing[self.names.catalog_key(k)] for k in key):
             return self.backend.null_safe_equal
-        any_null = " OR ".join(f"{quote(k)} IS NULL" for k in key)
-        if not self.backend.execute(f"SELECT 1 FROM {quote(STAGE)} WHERE {any_null} LIMIT 1"):
+        if not any(staged.column(k).null_count for k in key):
             return _equal
         for table in (changes.name, changes.tombstones):
             self.backend.allow_null_keys(table, key)
@@ -255,7 +253,8 @@ class ReplicaMerge:
         log.info("table %s: a NULL key value arrived; its key columns now take NULL", changes.changes.table)
         return self.backend.null_safe_equal
 
-    def _stage(self, changes: ReplicaTable) -> None:
+    def _stage(self, changes: ReplicaTable) -> pa.Table:
+        """The batch's rows of the table, in the stage table; returns them as loaded."""
         dialect = self.backend.dialect
         definitions = [
             *(_definition(c, dialect) for c in changes.columns),
@@ -264,18 +263,16 @@ class ReplicaMerge:
             *_order_definitions(dialect),
         ]
         self.backend.execute(f"CREATE TEMP TABLE {quote(STAGE)} ({', '.join(definitions)})")
-        rows = changes.stage_rows()
-        if dialect == "postgres":
-            cleaned = without_nul(rows, changes.columns)
-            rows = cleaned.rows
-            if cleaned.replaced:
-                log.warning(
-                    "table %s: %d value(s) held U+0000, which PostgreSQL cannot store; "
-                    "the replica has U+FFFD in its place, the changelog the exact value",
-                    changes.changes.table,
-                    cleaned.replaced,
-                )
-        self.backend.load(STAGE, rows)
+        cleaned = self.backend.storable(changes.stage_rows(), changes.columns)
+        if cleaned.replaced:
+            log.warning(
+                "table %s: %d value(s) held U+0000, which PostgreSQL cannot store; "
+                "the replica has U+FFFD in its place, the changelog the exact value",
+                changes.changes.table,
+                cleaned.replaced,
+            )
+        self.backend.load(STAGE, cleaned.rows)
+        return cleaned.rows
 
     def _fold(self, changes: ReplicaTable) -> None:
         key = changes.key

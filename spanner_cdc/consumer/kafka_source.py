@@ -85,6 +85,11 @@ def grouped(ranges: list[TopicPartitionRange], min_partitions: int | None) -> li
     return [*groups, RangeGroup(tuple(current))] if current else groups
 
 
+def input_partitions(start: Offsets, end: Offsets, min_partitions: int | None) -> list[RangeGroup]:
+    """The tasks that read ``[start, end)``: :func:`offset_ranges`, then :func:`grouped`."""
+    return grouped(offset_ranges(start, end, min_partitions), min_partitions)
+
+
 def read_group(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, RangeGroup):
         raise KafkaSourceError(f"unexpected input partition {partition!r}")
@@ -165,7 +170,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.options.max_rows) if self.options.max_rows else ReadAllAvailable()
 
     def partitions(self, start: Offsets, end: Offsets) -> list[RangeGroup]:
-        return grouped(offset_ranges(start, end, self.options.min_partitions), self.options.min_partitions)
+        return input_partitions(start, end, self.options.min_partitions)
 
     def commit(self, end: Offsets) -> None:
         """Offsets live in Spark's checkpoint; nothing is committed to Kafka."""
@@ -193,7 +198,7 @@ class KafkaBatchReader(DataSourceReader):
         earliest, ends = KafkaStreamReader(self.options)._current()
         start = resolve(self.options.starting or "earliest", earliest, ends, "startingOffsets")
         end = resolve(self.options.ending, earliest, ends, "endingOffsets")
-        return grouped(offset_ranges(start, end, self.options.min_partitions), self.options.min_partitions)
+        return input_partitions(start, end, self.options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from read_group(self.options, partition)

@@ -16,10 +16,7 @@ import json
 from collections.abc import Iterable
 from contextlib import closing
 
-from confluent_kafka import Consumer
-
-from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
-from spanner_cdc.producer.errors import CheckpointError, KafkaSetupError
+from spanner_cdc.producer.errors import CheckpointError
 from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.producer.partitions import Partition
 
@@ -45,25 +42,12 @@ class CheckpointStore:
         metadata = self.kafka.admin.list_topics(timeout=timeout)
         if self.topic not in metadata.topics:
             return []
-        consumer = Consumer(
-            {
-                **SHORT_FETCH_WAIT,
-                **self.kafka.client_settings,
-                "group.id": f"{self.kafka.topics.prefix}.checkpoint-reader",
-                "enable.auto.commit": False,
-            }
-        )
         newest: dict[str, Partition] = {}
-        try:
-            with closing(read_to_end(consumer, self.topic, {}, timeout=timeout)) as messages:
-                for _partition, offset, key, value in messages:
-                    if value is not None:
-                        partition = self._parse(offset, key, value)
-                        newest[partition.token] = partition
-        except TimeoutError as exc:
-            raise KafkaSetupError(f"cannot read {self.topic}: {exc}") from None
-        finally:
-            consumer.close()
+        with closing(self.kafka.read_topic(self.topic, timeout)) as records:
+            for offset, key, value in records:
+                if value is not None:
+                    partition = self._parse(offset, key, value)
+                    newest[partition.token] = partition
         return list(newest.values())
 
     def _parse(self, offset: int, key: bytes | None, value: bytes) -> Partition:

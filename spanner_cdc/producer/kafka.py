@@ -9,13 +9,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from contextlib import closing
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from spanner_cdc.common.blocking import call_with_deadline
+from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
 from spanner_cdc.producer.errors import KafkaSetupError
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.wire import WriterSchema
@@ -120,6 +122,28 @@ class KafkaClient:
                 self.topics.schemas, writer.fingerprint_hex.encode(), writer.schema_json.encode()
             )
         await asyncio.shield(pending)
+
+    def read_topic(self, topic: str, timeout: float) -> Generator[tuple[int, bytes | None, bytes | None]]:
+        """(offset, key, value) of every record now in ``topic``, one at a time (blocking: for
+        start-up, before the loop runs work). Call with ``contextlib.closing`` so the consumer is
+        closed also when the caller stops early. KafkaSetupError when the broker hands over
+        nothing for ``timeout`` seconds."""
+        consumer = Consumer(
+            {
+                **SHORT_FETCH_WAIT,
+                **self.client_settings,
+                "group.id": f"{self.topics.prefix}.reader",
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            with closing(read_to_end(consumer, topic, {}, timeout=timeout)) as messages:
+                for _partition, offset, key, value in messages:
+                    yield offset, key, value
+        except TimeoutError as exc:
+            raise KafkaSetupError(f"cannot read {topic}: {exc}") from None
+        finally:
+            consumer.close()
 
     # --- producing --------------------------------------------------------------------------
 

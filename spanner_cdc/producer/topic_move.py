@@ -15,9 +15,8 @@ import asyncio
 import logging
 from contextlib import closing
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import KafkaException
 
-from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
 from spanner_cdc.producer.errors import KafkaSetupError
 from spanner_cdc.producer.kafka import KafkaClient
 
@@ -51,16 +50,5 @@ async def move_control_topics(kafka: KafkaClient, timeout: float = 60.0) -> None
 
 def newest_records(kafka: KafkaClient, topic: str, timeout: float) -> dict[bytes, bytes | None]:
     """key → newest value of a compacted topic (None: a tombstone)."""
-    settings = {**SHORT_FETCH_WAIT, **kafka.client_settings, "enable.auto.commit": False}
-    consumer = Consumer({**settings, "group.id": f"{topic}.mover"})
-    newest: dict[bytes, bytes | None] = {}
-    try:
-        with closing(read_to_end(consumer, topic, {}, timeout=timeout)) as messages:
-            for _partition, _offset, key, value in messages:
-                if key is not None:
-                    newest[key] = value
-    except TimeoutError as exc:
-        raise KafkaSetupError(f"cannot read {topic}: {exc}") from None
-    finally:
-        consumer.close()
-    return newest
+    with closing(kafka.read_topic(topic, timeout)) as records:
+        return {key: value for _offset, key, value in records if key is not None}

@@ -23,6 +23,10 @@ from spanner_cdc.errors import EXIT_FAILURE, EXIT_USAGE, SpannerCdcError
 from spanner_cdc.producer.config import PRODUCE_OPTIONS, ProducerConfig
 from spanner_cdc.stack import SERVICES, EmbeddedStack, ServiceError, stop_on_signals
 
+#: The consumer's own declarations of where the replica is (stream, changes, replica status).
+REPLICA_OPTIONS = tuple(
+    option for option in CONSUME_OPTIONS if option.name in ("replica", "output-dir", "postgres-dsn")
+)
 #: The producer's own declarations of where the database is.
 DEMO_DATABASE_OPTIONS = tuple(
     option
@@ -123,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         "For the docker/ compose stack and for trying the producer by hand.",
     )
     add_options(demo_database, DEMO_DATABASE_OPTIONS)
+    _add_stream_commands(commands)
 
     demo = commands.add_parser(
         "demo",
@@ -159,6 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _run_consume(args)
             if args.command == "demo-database":
                 return _run_demo_database(args)
+            if args.command in ("stream", "changes", "replica"):
+                return _run_on_replica(args)
             return _run_demo(args)
     except SpannerCdcError as exc:
         where = f"spanner-cdc {args.command}" if exc.exit_code == EXIT_USAGE else "spanner-cdc"
@@ -166,6 +173,157 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+
+
+def _add_stream_commands(commands: Any) -> None:
+    """``stream …``, ``changes`` and ``replica status``: they work while ``consume`` runs."""
+    from spanner_cdc.consumer.streams.modes import DEFAULT_MODE, MODES
+    from spanner_cdc.consumer.streams.output import FORMATS
+
+    replica = argparse.ArgumentParser(add_help=False, prog="consume")
+    add_options(replica, REPLICA_OPTIONS)
+    output = argparse.ArgumentParser(add_help=False)
+    output.add_argument(
+        "--format", choices=FORMATS, default="table", help="table (default), json lines or csv"
+    )
+    mode = argparse.ArgumentParser(add_help=False)
+    mode.add_argument("--mode", choices=MODES, default=DEFAULT_MODE, help=f"default {DEFAULT_MODE}")
+
+    stream = commands.add_parser(
+        "stream",
+        help="Snowflake/Databend-style streams over the replica: what changed in a table since last consumed",
+        description="A stream remembers an offset (a consistent cut of the replica) on one table. Reading "
+        "shows the change since then and moves nothing; consuming inserts it into a table and moves the "
+        "offset in the same transaction. Works while 'spanner-cdc consume' runs.",
+    )
+    verbs = stream.add_subparsers(dest="stream_command", required=True, metavar="ACTION")
+    create = verbs.add_parser(
+        "create", parents=[replica, mode], help="a stream whose offset is the current cut"
+    )
+    create.add_argument("name")
+    create.add_argument("--on", required=True, metavar="TABLE", help="the Spanner table")
+    create.add_argument("--comment", default="")
+    verbs.add_parser("show", parents=[replica, output], help="every stream, its offset and staleness")
+    read = verbs.add_parser("read", parents=[replica, output], help="the stream's rows; consumes nothing")
+    read.add_argument("name")
+    consume = verbs.add_parser(
+        "consume",
+        parents=[replica],
+        help="insert the stream's rows into a table and move the offset, at once",
+    )
+    consume.add_argument("name")
+    consume.add_argument("--into", required=True, metavar="TARGET", help="created when missing")
+    consume.add_argument("--columns", default="", help="comma-separated (default: the table's columns)")
+    has_data = verbs.add_parser(
+        "has-data", parents=[replica], help="true or false; an empty stream's offset moves to the current cut"
+    )
+    has_data.add_argument("name")
+    drop = verbs.add_parser("drop", parents=[replica], help="forget the stream")
+    drop.add_argument("name")
+
+    changes = commands.add_parser(
+        "changes",
+        parents=[replica, output, mode],
+        help="a table's change between two points, without a stream (consumes nothing)",
+        description="The change of a table after a start point up to an end (default: the replica's "
+        "current cut), as a stream would show it. Times are RFC 3339; a time between two of the "
+        "replica's cuts reads as the older cut.",
+    )
+    changes.add_argument("--table", required=True)
+    start = changes.add_mutually_exclusive_group(required=True)
+    start.add_argument("--at", metavar="TS", help="start from the state at TS")
+    start.add_argument("--before", metavar="TS", help="start from the state just before TS")
+    changes.add_argument("--end", metavar="TS", help="end at the state at TS (default: now)")
+
+    replica_command = commands.add_parser("replica", help="the replica's consistent cut and rows per table")
+    replica_verbs = replica_command.add_subparsers(dest="replica_command", required=True, metavar="ACTION")
+    replica_verbs.add_parser(
+        "status", parents=[replica, output], help="the consistent cut (RFC 3339) and rows per table"
+    )
+
+
+def _run_on_replica(args: argparse.Namespace) -> int:
+    from spanner_cdc.consumer.sinks.replica.backends import open_backend
+    from spanner_cdc.consumer.streams.api import StreamReplica
+    from spanner_cdc.consumer.streams.output import write_rows
+    from spanner_cdc.schemas.timestamps import parse_timestamp_micros
+
+    values = resolve(args, REPLICA_OPTIONS, "consume")
+    replica = StreamReplica(
+        open_backend(values["replica"], values["output_dir"] / "replica.duckdb", values["postgres_dsn"])
+    )
+    try:
+        if args.command == "replica":
+            status = replica.status()
+            cut = status.cut.isoformat() if status.cut else None
+            write_rows(
+                ["consistent_cut", "table", "rows"],
+                [(cut, t, n) for t, n in status.tables.items()] or [(cut, None, None)],
+                args.format,
+            )
+            return 0
+        if args.command == "changes":
+
+            def micros(text: str) -> int:
+                try:
+                    return parse_timestamp_micros(text)
+                except ValueError as exc:
+                    raise ConfigError(f"not an RFC 3339 timestamp: {text!r} ({exc})") from None
+
+            start = micros(args.at) if args.at else micros(args.before) - 1
+            selected = replica.changes(args.table, start, micros(args.end) if args.end else None, args.mode)
+            write_rows(selected.names, selected.rows, args.format)
+            return 0
+        return _run_stream(args, replica)
+    finally:
+        replica.close()
+
+
+def _run_stream(args: argparse.Namespace, replica: Any) -> int:
+    from spanner_cdc.consumer.streams.output import write_rows
+
+    verb = args.stream_command
+    if verb == "create":
+        created = replica.create(args.name, args.on, args.mode, args.comment)
+        print(f"created stream {created.name} on {created.table_on} ({created.mode})")
+    elif verb == "show":
+        states = replica.show()
+        names = [
+            "created_on",
+            "name",
+            "table_on",
+            "comment",
+            "mode",
+            "offset",
+            "stale",
+            "stale_after",
+            "invalid_reason",
+        ]
+        rows = [
+            (s.stream.created_on, s.stream.name, s.stream.table_on, s.stream.comment, s.stream.mode,
+             _rfc3339(s.stream.offset_micros), s.stale, s.stale_after, s.invalid_reason)
+            for s in states
+        ]  # fmt: skip
+        write_rows(names, rows, args.format)
+    elif verb == "read":
+        selected = replica.read(args.name)
+        write_rows(selected.names, selected.rows, args.format)
+    elif verb == "consume":
+        columns = [c.strip() for c in args.columns.split(",") if c.strip()]
+        count = replica.consume(args.name, args.into, columns)
+        print(f"consumed {count} row(s) of stream {args.name} into {args.into}")
+    elif verb == "has-data":
+        print("true" if replica.has_data(args.name) else "false")
+    else:
+        replica.drop(args.name)
+        print(f"dropped stream {args.name}")
+    return 0
+
+
+def _rfc3339(micros: int) -> str:
+    from spanner_cdc.schemas.timestamps import format_timestamp_micros
+
+    return format_timestamp_micros(micros)
 
 
 def _run_produce(args: argparse.Namespace) -> int:

@@ -7,7 +7,8 @@ table version in the batch merged (a column added mid-stream is null for older e
   style) and the envelope under ``envelope$…``. ``$`` cannot occur in a Spanner identifier, so
   these names never collide with a table's own columns;
 - the replica stage row: keys, values, one ``set$<column>`` flag per value column (was the
-  column part of the change; a partial update must leave the others alone), and the sort key.
+  column part of the change; a partial update must leave the others alone), whether the event
+  deletes or inserts the row, its row id and the sort key.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ ACTION = "change$action"
 IS_UPDATE = "change$is_update"
 ROW_ID = "change$row_id"
 IS_DELETE = "cdc$is_delete"
+IS_INSERT = "cdc$is_insert"
+#: The replica's copy of ``change$row_id`` (streams report it; history rows carry it).
+REPLICA_ROW_ID = "cdc$row_id"
 #: The replica's order columns, compared element-wise: commit time, transaction, record, mod.
 SORT_COLUMNS = ("cdc$commit_micros", "cdc$tx_id", "cdc$record_sequence", "cdc$mod_index")
 COMMIT_TIMESTAMP = "cdc$commit_timestamp"
@@ -119,7 +123,7 @@ class TableChanges:
         change_types = [e.record["source_metadata"]["change_type"] for e in self.events]
         columns[ACTION] = pa.array(["DELETE" if t == "DELETE" else "INSERT" for t in change_types])
         columns[IS_UPDATE] = pa.array([t == "UPDATE" for t in change_types])
-        columns[ROW_ID] = pa.array(self._row_ids(), type=pa.string())
+        columns[ROW_ID] = pa.array(self.row_ids, type=pa.string())
         for name, arrow_type in _ENVELOPE_SCALARS:
             columns[f"envelope${name}"] = pa.array([e.record[name] for e in self.events], type=arrow_type)
         columns["envelope$sort_keys"] = pa.array(
@@ -139,8 +143,10 @@ class TableChanges:
         columns["kafka$offset"] = pa.array([e.offset for e in self.events], type=pa.int64())
         return pa.table(columns)
 
-    def _row_ids(self) -> list[str]:
-        """``change$row_id`` per event, computed once per key (a hash per event is measurable)."""
+    @cached_property
+    def row_ids(self) -> list[str]:
+        """``change$row_id`` per event, computed once per key (a hash per event is measurable)
+        and once per batch (the changelog and the replica both need it)."""
         ids: dict[tuple[Any, ...], str] = {}
         out = []
         for event in self.events:
@@ -154,7 +160,8 @@ class TableChanges:
         return out
 
     def replica_stage(self) -> pa.Table:
-        """Keys, values, ``set$`` flags, delete flag, sort key and commit timestamp per event."""
+        """Keys, values, ``set$`` flags, delete and insert flags, row id, sort key and commit
+        timestamp per event."""
         deleted = [bool(e.record["source_metadata"]["is_deleted"]) for e in self.events]
         # Deletes set nothing: their changed_columns name the old values they carry.
         changed = [
@@ -169,6 +176,10 @@ class TableChanges:
             ]
             columns[SET_PREFIX + column.name] = pa.array(flags, type=pa.bool_())
         columns[IS_DELETE] = pa.array(deleted, type=pa.bool_())
+        columns[IS_INSERT] = pa.array(
+            [e.record["source_metadata"]["change_type"] == "INSERT" for e in self.events], type=pa.bool_()
+        )
+        columns[REPLICA_ROW_ID] = pa.array(self.row_ids, type=pa.string())
         keys = [e.sort_key for e in self.events]
         for index, (name, arrow_type) in enumerate(
             zip(SORT_COLUMNS, (pa.int64(), pa.string(), pa.string(), pa.int64()), strict=True)

@@ -68,6 +68,13 @@ CONSUME_OPTIONS = (
         default=True,
     ),
     Option(
+        "history-retention-hours",
+        "how long, in commit time, the replica keeps earlier row versions and inserts for streams "
+        "(a stream not consumed for longer goes stale; kept only with whole transactions)",
+        integer_in(1, 90 * 24),
+        default=24,
+    ),
+    Option(
         "on-bad-message",
         "quarantine (write it to <output-dir>/quarantine with the reason) or fail (stop the query)",
         choice("quarantine", "fail"),
@@ -117,6 +124,7 @@ class ConsumerConfig:
     replica: str = "duckdb"
     postgres_dsn: str | None = None
     whole_transactions: bool = True
+    history_retention_hours: int = 24
     on_bad_message: str = "quarantine"
     dedupe_horizon_seconds: int = 3600
     max_events_per_batch: int = 50_000

@@ -15,3 +15,11 @@ class ReplicaConnectionError(ConsumerError):
 
 class BadMessageError(SpannerCdcError):
     """An undecodable message while the consumer is set to fail on them (``--on-bad-message fail``)."""
+
+
+class ReplicaConflictError(ConsumerError):
+    """Another transaction changed the same rows first (a stream consumed twice at once)."""
+
+
+class ReplicaQueryError(ConsumerError):
+    """The replica database refused a statement (a constraint, a type, a missing table)."""

@@ -28,8 +28,9 @@ from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.contents import Sink
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
-from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend, PostgresBackend, SqlBackend
+from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, open_backend
 from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut
+from spanner_cdc.consumer.sinks.replica.history import RowHistory
 from spanner_cdc.consumer.sinks.replica.merge import ReplicaMerge
 from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit, ReplicaSink
 from spanner_cdc.consumer.spark_session import spark_session
@@ -69,13 +70,6 @@ def check_kafka(config: ConsumerConfig) -> None:
             )
 
 
-def replica_backend(config: ConsumerConfig) -> SqlBackend:
-    if config.replica == "postgres":
-        assert config.postgres_dsn is not None  # ConsumerConfig checks it
-        return PostgresBackend(config.postgres_dsn)
-    return DuckDbBackend(config.duckdb_path)
-
-
 @dataclass
 class ConsumerJob:
     """Everything one running consumer holds; :meth:`close` releases it."""
@@ -91,7 +85,11 @@ class ConsumerJob:
     ) -> ConsumerJob:
         """Connect everything; ``on_replica_commit`` is called after every committed replica batch."""
         check_kafka(config)
-        backend = replica_backend(config) if "replica" in config.sinks else None
+        backend = (
+            open_backend(config.replica, config.duckdb_path, config.postgres_dsn)
+            if "replica" in config.sinks
+            else None
+        )
         decoder = BatchDecoder(
             SchemaTopic(config.client_config, config.topic_prefix, config.checkpoint_dir / "schemas"),
             config.topics,
@@ -107,9 +105,14 @@ class ConsumerJob:
                 if config.whole_transactions
                 else None
             )
-            sinks.append(
-                ReplicaSink(ReplicaMerge(backend), metrics, config.spark_checkpoint, cut, on_replica_commit)
+            history = (
+                RowHistory(backend, config.history_retention_hours * 3600 * MICROS_PER_SECOND)
+                if config.whole_transactions
+                else None
             )
+            merge = ReplicaMerge(backend, history)
+            sinks.append(ReplicaSink(merge, metrics, config.spark_checkpoint, cut, on_replica_commit))
+            backend.release()  # until the first batch: stream commands may use a DuckDB replica
         sinks.append(QuarantineSink(config.quarantine_dir))
         processor = BatchProcessor(
             decode=decoder.decode,

@@ -42,7 +42,7 @@ def release(
 ) -> tuple[Release, list[list[DecodedEvent]]]:
     """The release, and the slices it handed over to be applied."""
     slices: list[list[DecodedEvent]] = []
-    return cut.release(fresh, marks, slices.append), slices
+    return cut.release(fresh, marks, lambda events, _cut: slices.append(events)), slices
 
 
 def uuids(slices: list[list[DecodedEvent]]) -> list[str]:

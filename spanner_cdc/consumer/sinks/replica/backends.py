@@ -1,14 +1,21 @@
 """The two replica databases behind one small interface: run SQL, load Arrow rows, transact.
 
-Everything else (DDL, the merge, the batch marker) is the same SQL for both, in
-:mod:`consumer.sinks.replica.merge`. SQL is written with ``?`` placeholders; a ``?`` or ``%``
-inside a quoted name is kept as it is (:func:`psycopg_placeholders`).
+Everything else (DDL, the merge, the batch marker, streams) is the same SQL for both, in
+:mod:`consumer.sinks.replica.merge` and :mod:`consumer.streams`. SQL is written with ``?``
+placeholders; a ``?`` or ``%`` inside a quoted name is kept as it is (:func:`psycopg_placeholders`).
+
+DuckDB lets one process open a database file for writing at a time. The consumer opens the
+file for each micro-batch and lets go of it after the commit (:meth:`SqlBackend.release`), so
+``spanner-cdc stream …`` and ``replica status`` can use it between batches; whoever finds the
+file taken waits for it (:data:`DUCKDB_LOCK_WAIT_SECONDS`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,7 +24,7 @@ import psycopg
 import pyarrow as pa
 
 from spanner_cdc.common.secrets import redact
-from spanner_cdc.consumer.errors import ReplicaConnectionError
+from spanner_cdc.consumer.errors import ReplicaConflictError, ReplicaConnectionError, ReplicaQueryError
 from spanner_cdc.consumer.sinks.replica.postgres_text import Cleaned, without_nul
 from spanner_cdc.consumer.table_version import PayloadColumn
 
@@ -25,12 +32,30 @@ from spanner_cdc.consumer.table_version import PayloadColumn
 REBUILT_TABLE = "cdc$rebuilt"
 #: The first PostgreSQL with ``NULLS NOT DISTINCT`` unique indexes (15).
 NULLS_NOT_DISTINCT_VERSION = 150_000
+#: How long a process waits for another to let go of a DuckDB replica file: longer than any
+#: micro-batch or stream command holds it.
+DUCKDB_LOCK_WAIT_SECONDS = 120.0
+_LOCK_POLL_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class Selected:
+    """A query's column names and rows."""
+
+    names: list[str]
+    rows: list[tuple[Any, ...]]
 
 
 class SqlBackend(Protocol):
     dialect: str
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run ``sql``; its rows, if it returns any. A write that lost to a concurrent
+        transaction raises :class:`ReplicaConflictError`, any other refusal
+        :class:`ReplicaQueryError`."""
+        ...
+
+    def select(self, sql: str, params: Sequence[Any] = ()) -> Selected: ...
 
     def load(self, table: str, rows: pa.Table) -> None: ...
 
@@ -48,6 +73,15 @@ class SqlBackend(Protocol):
 
     @contextmanager
     def transaction(self) -> Iterator[None]: ...
+
+    @contextmanager
+    def snapshot_transaction(self) -> Iterator[None]:
+        """A transaction whose every statement reads the same snapshot (repeatable read)."""
+        ...
+
+    def release(self) -> None:
+        """Let other processes use the database until the next statement (DuckDB's file lock)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -73,19 +107,72 @@ def psycopg_placeholders(sql: str) -> str:
     return "".join(out)
 
 
+@contextmanager
+def _duckdb_errors() -> Iterator[None]:
+    try:
+        yield
+    except duckdb.TransactionException as exc:
+        raise ReplicaConflictError(str(exc)) from None
+    except duckdb.Error as exc:
+        raise ReplicaQueryError(str(exc)) from exc
+
+
+def open_backend(replica: str, duckdb_path: Path, postgres_dsn: str | None) -> SqlBackend:
+    """The replica database ``consume --replica`` writes: a DuckDB file or a PostgreSQL database."""
+    if replica == "postgres":
+        if not postgres_dsn:
+            raise ReplicaConnectionError(
+                "--replica postgres needs --postgres-dsn (or SPANNER_CDC_POSTGRES_DSN)"
+            )
+        return PostgresBackend(postgres_dsn)
+    return DuckDbBackend(duckdb_path)
+
+
 class DuckDbBackend:
     dialect = "duckdb"
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, lock_wait_seconds: float = DUCKDB_LOCK_WAIT_SECONDS) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._db = duckdb.connect(str(path))
-        except duckdb.Error as exc:
-            raise ReplicaConnectionError(f"cannot open the DuckDB replica {path}: {exc}") from None
+        self.path = path
+        self.lock_wait_seconds = lock_wait_seconds
+        # Opened now: a bad path is reported at start, not at the first batch.
+        self._open: duckdb.DuckDBPyConnection | None = self._connect()
+
+    @property
+    def _db(self) -> duckdb.DuckDBPyConnection:
+        if self._open is None:
+            self._open = self._connect()
+        return self._open
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        """Open the file; while another process has it, wait (up to ``lock_wait_seconds``)."""
+        deadline = time.monotonic() + self.lock_wait_seconds
+        while True:
+            try:
+                return duckdb.connect(str(self.path))
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                    raise ReplicaConnectionError(
+                        f"cannot open the DuckDB replica {self.path}: {exc}"
+                    ) from None
+                time.sleep(_LOCK_POLL_SECONDS)
+            except duckdb.Error as exc:
+                raise ReplicaConnectionError(f"cannot open the DuckDB replica {self.path}: {exc}") from None
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         # Always fetch: DuckDB refuses new work on a connection while a result is unfinished.
-        return self._db.execute(sql, list(params)).fetchall()
+        with _duckdb_errors():
+            return self._db.execute(sql, list(params)).fetchall()
+
+    def select(self, sql: str, params: Sequence[Any] = ()) -> Selected:
+        """Through Arrow: DuckDB's own conversion of TIMESTAMPTZ to Python needs pytz."""
+        with _duckdb_errors():
+            relation = self._db.sql(sql, params=list(params))
+            if relation is None:
+                return Selected([], [])
+            table = relation.to_arrow_table()
+        columns = [column.to_pylist() for column in table.columns]
+        return Selected(table.column_names, list(zip(*columns, strict=True)))
 
     def load(self, table: str, rows: pa.Table) -> None:
         self._db.register("arrow_rows", rows)
@@ -110,19 +197,28 @@ class DuckDbBackend:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        self._db.execute("BEGIN")
+        self.execute("BEGIN")
         try:
             yield
         except BaseException:
-            self._db.execute("ROLLBACK")
+            self.execute("ROLLBACK")
             raise
-        self._db.execute("COMMIT")
+        self.execute("COMMIT")
+
+    @contextmanager
+    def snapshot_transaction(self) -> Iterator[None]:
+        with self.transaction():  # DuckDB's transactions always read one snapshot
+            yield
+
+    def release(self) -> None:
+        self.close()
 
     def close(self) -> None:
         """Close and let go of the connection: an object still holding it at interpreter exit
         (Spark keeps the foreachBatch function) would otherwise be reported as leaked."""
-        self._db.close()
-        del self._db
+        if self._open is not None:
+            self._open.close()
+            self._open = None
 
 
 class PostgresBackend:
@@ -142,9 +238,19 @@ class PostgresBackend:
             ) from None
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self.select(sql, params).rows
+
+    def select(self, sql: str, params: Sequence[Any] = ()) -> Selected:
         with self._db.cursor() as cursor:
-            cursor.execute(psycopg_placeholders(sql), list(params))
-            return cursor.fetchall() if cursor.description else []
+            try:
+                cursor.execute(psycopg_placeholders(sql), list(params))
+            except psycopg.errors.SerializationFailure as exc:
+                raise ReplicaConflictError(str(exc).strip()) from None
+            except psycopg.Error as exc:
+                raise ReplicaQueryError(redact(str(exc)).strip()) from exc
+            if not cursor.description:
+                return Selected([], [])
+            return Selected([d.name for d in cursor.description], cursor.fetchall())
 
     def load(self, table: str, rows: pa.Table) -> None:
         names = ", ".join(quote(n) for n in rows.column_names)
@@ -180,6 +286,15 @@ class PostgresBackend:
     def transaction(self) -> Iterator[None]:
         with self._db.transaction():
             yield
+
+    @contextmanager
+    def snapshot_transaction(self) -> Iterator[None]:
+        with self._db.transaction():
+            self.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            yield
+
+    def release(self) -> None:
+        """PostgreSQL serves many connections: nothing to let go of."""
 
     def close(self) -> None:
         self._db.close()

@@ -58,6 +58,8 @@ class Release:
     held: int
     incomplete_transactions: int
     behind_cut: int
+    #: The cut recorded before this batch.
+    previous_cut_micros: int | None
 
 
 class ConsistentCut:
@@ -92,16 +94,17 @@ class ConsistentCut:
         self,
         fresh: list[DecodedEvent],
         watermarks: Sequence[WatermarkSeen],
-        apply: Callable[[list[DecodedEvent]], None],
+        apply: Callable[[list[DecodedEvent], int], None],
     ) -> Release:
         """Call inside the replica transaction of the batch that delivered ``fresh``; ``apply``
-        is called with each slice of what may be applied now, oldest commits first."""
+        is called with each slice of what may be applied now, oldest commits first, and the cut
+        they are applied up to."""
         previous, topics_from = self._stored()
         computed, topics_from = self._merge_watermarks(watermarks, topics_from)
         known = [c for c in (previous, computed) if c is not None]
         if not known:
             self._hold(fresh)
-            return Release(None, self._held_count(), 0, 0)
+            return Release(None, self._held_count(), 0, 0, previous)
         cut = max(known)
         self._hold([e for e in fresh if e.commit_micros > cut])
         behind = sum(1 for e in fresh if previous is not None and e.commit_micros <= previous)
@@ -111,7 +114,7 @@ class ConsistentCut:
         for events in self._slices(due, held_up_to):
             newly_cut = events if previous is None else [e for e in events if e.commit_micros > previous]
             incomplete += incomplete_transactions(newly_cut)
-            apply(events)
+            apply(events, cut)
         if incomplete:
             log.warning(
                 "%d transaction(s) applied without all their records (first: %s); the cut passed them",
@@ -121,7 +124,7 @@ class ConsistentCut:
         if behind:
             log.warning("%d event(s) arrived committed at or before the recorded cut; applied now", behind)
         self._record(cut, topics_from)
-        return Release(cut, self._held_count(), len(incomplete), behind)
+        return Release(cut, self._held_count(), len(incomplete), behind, previous)
 
     def _slices(self, due: list[DecodedEvent], held_up_to: int | None) -> Iterator[list[DecodedEvent]]:
         """``due`` with the held events committed at or before ``held_up_to``, in slices that end

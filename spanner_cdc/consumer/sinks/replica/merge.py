@@ -9,8 +9,10 @@ Per micro-batch, in one transaction:
 4. fold each key's remaining events, in sort-key order, into one net change: the last event
    decides delete or upsert; each column takes the value of the last event that set it
    (``set$<column>``), counting only events after the key's last delete;
-5. apply: delete, update only the columns that were set, insert new rows, move tombstones;
-6. record the batch id for the query.
+5. with whole transactions, keep the row history streams read (consumer.sinks.replica.history):
+   the versions step 6 replaces or deletes, and every insert;
+6. apply: delete, update only the columns that were set, insert new rows, move tombstones;
+7. record the batch id for the query.
 
 Deleted keys keep a tombstone (key and sort key) in ``<table>$deleted``, so a stale insert
 arriving after a delete cannot bring the row back. Table and column names are the replica's
@@ -31,12 +33,21 @@ import pyarrow as pa
 from spanner_cdc.consumer.change_rows import (
     COMMIT_TIMESTAMP,
     IS_DELETE,
+    IS_INSERT,
+    REPLICA_ROW_ID,
     SET_PREFIX,
     SORT_COLUMNS,
     TableChanges,
 )
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, quote
-from spanner_cdc.consumer.sinks.replica.names import ReplicaNames
+from spanner_cdc.consumer.sinks.replica.history import (
+    HISTORY_COLUMNS,
+    INSERT_COLUMNS,
+    ROW_VERSION_COLUMNS,
+    VALID_FROM,
+    RowHistory,
+)
+from spanner_cdc.consumer.sinks.replica.names import ReplicaNames, TableNames
 from spanner_cdc.consumer.table_version import PayloadColumn
 
 log = logging.getLogger("spanner_cdc.consumer")
@@ -57,8 +68,7 @@ class ReplicaTable:
     """One table's changes as the replica names them."""
 
     changes: TableChanges
-    name: str
-    tombstones: str
+    names: TableNames
     key: tuple[str, ...]
     columns: tuple[PayloadColumn, ...]
 
@@ -66,7 +76,7 @@ class ReplicaTable:
     def of(cls, changes: TableChanges, names: ReplicaNames) -> ReplicaTable:
         columns = tuple(replace(c, name=names.column(c.name)) for c in changes.columns)
         key = tuple(names.column(k) for k in changes.key)
-        return cls(changes, names.table(changes.table), names.tombstones(changes.table), key, columns)
+        return cls(changes, names.of(changes.table), key, columns)
 
     @property
     def value_columns(self) -> tuple[PayloadColumn, ...]:
@@ -83,6 +93,8 @@ class ReplicaTable:
 @dataclass
 class ReplicaMerge:
     backend: SqlBackend
+    #: Row history for streams; None keeps none (the replica does not apply whole transactions).
+    history: RowHistory | None = None
     #: Table → its columns, by catalog key (ReplicaNames.catalog_key), and whether each takes NULL.
     _known_columns: dict[str, dict[str, bool]] = field(default_factory=dict)
 
@@ -126,38 +138,53 @@ class ReplicaMerge:
             self._known_columns.clear()  # DDL of the failed transaction was rolled back too
             raise
 
-    def write(self, tables: Sequence[TableChanges]) -> None:
-        """Merge each table's changes; call inside :meth:`batch`."""
+    def write(self, tables: Sequence[TableChanges], cut: int | None = None) -> None:
+        """Merge each table's changes; call inside :meth:`batch`. ``cut`` is the consistent cut
+        the batch applies up to (the new row versions begin there); None without whole transactions."""
         for changes in tables:
-            self._apply_table(ReplicaTable.of(changes, self.names))
+            self._apply_table(ReplicaTable.of(changes, self.names), cut)
 
     # --- per table ---------------------------------------------------------------------------
 
-    def _apply_table(self, changes: ReplicaTable) -> None:
-        self._ensure_tables(changes)
+    def _apply_table(self, changes: ReplicaTable, cut: int | None) -> None:
+        history = self.history if cut is not None else None
+        self._ensure_tables(changes, history is not None)
         key = changes.key
         staged = self._stage(changes)
         same = self._key_comparison(changes, staged)
-        target, tombstones = quote(changes.name), quote(changes.tombstones)
+        target, tombstones = quote(changes.names.table), quote(changes.names.tombstones)
         for stored in (target, tombstones):
             self.backend.execute(
                 f"DELETE FROM {quote(STAGE)} AS s USING {stored} AS t "
                 f"WHERE {_match(key, same)} AND NOT ({_order('s')} > {_order('t')})"
             )
         self._fold(changes)
+        if history is not None and cut is not None:
+            columns = [*key, *(c.name for c in changes.value_columns)]
+            changed = f"{quote(FOLDED)} AS f ON {_match(key, same, 't', 'f')}"
+            history.close_versions(changes.names.table, changes.names.history, columns, changed, cut)
+            history.keep_inserts(changes.names.inserts, STAGE, key, columns[len(key) :], cut)
+            history.prune(changes.names.history, changes.names.inserts, cut)
         sets = ", ".join(
             f"{quote(c.name)} = CASE WHEN f.{quote(SET_PREFIX + c.name)} THEN f.{quote(c.name)} "
             f"ELSE t.{quote(c.name)} END"
             for c in changes.value_columns
         )
-        order_sets = ", ".join(f"{quote(n)} = f.{quote(n)}" for n in ORDER_COLUMNS)
+        order_sets = ", ".join(
+            [
+                *(f"{quote(n)} = f.{quote(n)}" for n in ORDER_COLUMNS),
+                f"{quote(REPLICA_ROW_ID)} = f.{quote(REPLICA_ROW_ID)}",
+                f"{quote(VALID_FROM)} = ?",
+            ]
+        )
         self.backend.execute(
             f"DELETE FROM {target} AS t USING {quote(FOLDED)} AS f WHERE {_match(key, same, 't', 'f')} "
             f"AND (f.{quote(IS_DELETE)} OR f.{quote(_LAST_DELETE)} IS NOT NULL)"
         )
         self.backend.execute(
             f"UPDATE {target} AS t SET {', '.join(filter(None, [sets, order_sets]))} "
-            f"FROM {quote(FOLDED)} AS f WHERE {_match(key, same, 't', 'f')}"
+            f"FROM {quote(FOLDED)} AS f WHERE {_match(key, same, 't', 'f')}",
+            [cut],
         )
         values = [
             *(f"f.{quote(k)}" for k in key),
@@ -166,12 +193,17 @@ class ReplicaMerge:
                 for c in changes.value_columns
             ),
             *(f"f.{quote(n)}" for n in ORDER_COLUMNS),
+            f"f.{quote(REPLICA_ROW_ID)}",
+            "?",
         ]
-        inserted = _names([*key, *(c.name for c in changes.value_columns), *ORDER_COLUMNS])
+        inserted = _names(
+            [*key, *(c.name for c in changes.value_columns), *ORDER_COLUMNS, REPLICA_ROW_ID, VALID_FROM]
+        )
         stored = f"SELECT 1 FROM {target} AS t WHERE {_match(key, same, 't', 'f')}"
         self.backend.execute(
             f"INSERT INTO {target} ({inserted}) SELECT {', '.join(values)} FROM {quote(FOLDED)} AS f "
-            f"WHERE NOT f.{quote(IS_DELETE)} AND NOT EXISTS ({stored})"
+            f"WHERE NOT f.{quote(IS_DELETE)} AND NOT EXISTS ({stored})",
+            [cut],
         )
         self.backend.execute(
             f"DELETE FROM {tombstones} AS t USING {quote(FOLDED)} AS f WHERE {_match(key, same, 't', 'f')}"
@@ -184,34 +216,43 @@ class ReplicaMerge:
         self.backend.execute(f"DROP TABLE {quote(FOLDED)}")
         self.backend.execute(f"DROP TABLE {quote(STAGE)}")
 
-    def _ensure_tables(self, changes: ReplicaTable) -> None:
-        """Create the table and its tombstones, or add the columns a new table version brought.
+    def _ensure_tables(self, changes: ReplicaTable, with_history: bool) -> None:
+        """Create the table, its tombstones and (``with_history``) its history tables, or add the
+        columns a new table version — or this version of the replica — brought.
 
         Names are compared as the database compares them (:meth:`ReplicaNames.catalog_key`): in
         DuckDB, ``accounts`` finds the table ``Accounts``.
         """
         dialect = self.backend.dialect
-        order = _order_definitions(dialect)
-        key_columns = [c for c in changes.columns if c.name in changes.key]
+        order = list(zip(ORDER_COLUMNS, _order_types(dialect), strict=True))
+        key_columns = tuple(c for c in changes.columns if c.name in changes.key)
         primary_key = [f"PRIMARY KEY ({_names(changes.key)})"] if changes.key else []
+        layouts = [
+            (changes.names.table, changes.columns, [*order, *ROW_VERSION_COLUMNS], primary_key),
+            (changes.names.tombstones, key_columns, order, primary_key),
+        ]
+        if with_history:
+            layouts += [
+                (changes.names.history, changes.columns, list(HISTORY_COLUMNS), []),
+                (changes.names.inserts, changes.columns, list(INSERT_COLUMNS), []),
+            ]
         catalog_key = self.names.catalog_key
-        for table, columns in ((changes.name, changes.columns), (changes.tombstones, key_columns)):
+        for table, columns, extra, constraints in layouts:
+            definitions = {c.name: _definition(c, dialect) for c in columns}
+            definitions |= {name: f"{quote(name)} {sql_type}" for name, sql_type in extra}
             existing = self._columns(table)
             if not existing:
-                definitions = [_definition(c, dialect) for c in columns]
                 self.backend.execute(
-                    f"CREATE TABLE {quote(table)} ({', '.join([*definitions, *order, *primary_key])})"
+                    f"CREATE TABLE {quote(table)} ({', '.join([*definitions.values(), *constraints])})"
                 )
                 self._known_columns[catalog_key(table)] = {
-                    catalog_key(c.name): c.name not in changes.key for c in columns
+                    catalog_key(name): name not in changes.key for name in definitions
                 }
                 continue
-            for column in columns:
-                if catalog_key(column.name) not in existing:
-                    self.backend.execute(
-                        f"ALTER TABLE {quote(table)} ADD COLUMN {_definition(column, dialect)}"
-                    )
-                    existing[catalog_key(column.name)] = True
+            for name, definition in definitions.items():
+                if catalog_key(name) not in existing:
+                    self.backend.execute(f"ALTER TABLE {quote(table)} ADD COLUMN {definition}")
+                    existing[catalog_key(name)] = True
 
     def _columns(self, table: str) -> dict[str, bool]:
         """The table's columns by catalog key, and whether each takes NULL; empty when there is
@@ -240,12 +281,12 @@ class ReplicaMerge:
         key = changes.key
         if not key:
             return _equal
-        existing = self._columns(changes.name)
+        existing = self._columns(changes.names.table)
         if all(existing[self.names.catalog_key(k)] for k in key):
             return self.backend.null_safe_equal
         if not any(staged.column(k).null_count for k in key):
             return _equal
-        for table in (changes.name, changes.tombstones):
+        for table in (changes.names.table, changes.names.tombstones):
             self.backend.allow_null_keys(table, key)
             columns = self._columns(table)
             for column in key:
@@ -260,6 +301,8 @@ class ReplicaMerge:
             *(_definition(c, dialect) for c in changes.columns),
             *(f"{quote(SET_PREFIX + c.name)} BOOLEAN" for c in changes.value_columns),
             f"{quote(IS_DELETE)} BOOLEAN",
+            f"{quote(IS_INSERT)} BOOLEAN",
+            f"{quote(REPLICA_ROW_ID)} VARCHAR",
             *_order_definitions(dialect),
         ]
         self.backend.execute(f"CREATE TEMP TABLE {quote(STAGE)} ({', '.join(definitions)})")
@@ -284,7 +327,7 @@ class ReplicaMerge:
             f"bool_or({quote(SET_PREFIX + c.name)}) OVER ({by_key}) AS {quote(SET_PREFIX + c.name)}"
             for c in changes.value_columns
         )
-        carried = _names([*key, _N, _LAST, _LAST_DELETE, IS_DELETE, *ORDER_COLUMNS])
+        carried = _names([*key, _N, _LAST, _LAST_DELETE, IS_DELETE, REPLICA_ROW_ID, *ORDER_COLUMNS])
         self.backend.execute(
             f"CREATE TEMP TABLE {quote(FOLDED)} AS "
             f"WITH ordered AS (SELECT *, row_number() OVER ({by_key} ORDER BY {_names(SORT_COLUMNS)}) "
@@ -314,9 +357,12 @@ def _order(alias: str) -> str:
     return "(" + ", ".join(f"{alias}.{quote(n)}" for n in SORT_COLUMNS) + ")"
 
 
+def _order_types(dialect: str) -> tuple[str, ...]:
+    return (*_ORDER_SQL_TYPES[dialect], "TIMESTAMPTZ")
+
+
 def _order_definitions(dialect: str) -> list[str]:
-    types = (*_ORDER_SQL_TYPES[dialect], "TIMESTAMPTZ")
-    return [f"{quote(name)} {sql_type}" for name, sql_type in zip(ORDER_COLUMNS, types, strict=True)]
+    return [f"{quote(n)} {t}" for n, t in zip(ORDER_COLUMNS, _order_types(dialect), strict=True)]
 
 
 def _definition(column: PayloadColumn, dialect: str) -> str:

@@ -5,7 +5,8 @@ and silently drops the rest. Two long names that share their first 63 bytes woul
 table (or one column), and a long table name and its tombstone table ``<table>$deleted`` would
 be the same table: the replica held deleted keys as rows. So in PostgreSQL every table and
 column is named by the name itself when it fits together with the suffix or prefix the replica
-adds to it (``$deleted`` for tombstones, ``set$`` in the stage), and otherwise by its first
+adds to it (``$deleted`` for tombstones, ``$history`` and ``$inserts`` for streams, ``set$`` in
+the stage), and otherwise by its first
 bytes, ``~`` and eight hex digits of its SHA-256 — deterministic (no state to lose or to
 replay), different for different names, and still recognisable. ``~`` never occurs in a
 Spanner name, so a mapped name cannot be another table's real one. DuckDB has no length limit:
@@ -26,9 +27,25 @@ from dataclasses import dataclass
 from spanner_cdc.consumer.change_rows import SET_PREFIX
 
 TOMBSTONE_SUFFIX = "$deleted"
+#: Earlier row versions and every insert, kept for streams (consumer.sinks.replica.history).
+HISTORY_SUFFIX = "$history"
+INSERTS_SUFFIX = "$inserts"
+#: Every companion table's suffix has this length, so one fitted table name serves them all.
+_SUFFIX_BYTES = len(TOMBSTONE_SUFFIX)
+assert all(len(s) == _SUFFIX_BYTES for s in (HISTORY_SUFFIX, INSERTS_SUFFIX))
 #: PostgreSQL's NAMEDATALEN - 1.
 POSTGRES_IDENTIFIER_BYTES = 63
 _HASH_CHARS = 8
+
+
+@dataclass(frozen=True)
+class TableNames:
+    """One replicated table's tables: its rows, tombstones, earlier versions and inserts."""
+
+    table: str
+    tombstones: str
+    history: str
+    inserts: str
 
 
 @dataclass(frozen=True)
@@ -49,11 +66,23 @@ class ReplicaNames:
         return name.encode().lower().decode() if self.case_insensitive else name
 
     def table(self, name: str) -> str:
-        return self._fitted(name, len(TOMBSTONE_SUFFIX))
+        return self._fitted(name, _SUFFIX_BYTES)
 
     def tombstones(self, name: str) -> str:
         """Where the deleted keys of table ``name`` are kept (so a stale insert cannot revive them)."""
         return self.table(name) + TOMBSTONE_SUFFIX
+
+    def history(self, name: str) -> str:
+        """Where the earlier versions of table ``name``'s rows are kept, for streams."""
+        return self.table(name) + HISTORY_SUFFIX
+
+    def inserts(self, name: str) -> str:
+        """Where every insert into table ``name`` is kept, for insert-only streams."""
+        return self.table(name) + INSERTS_SUFFIX
+
+    def of(self, name: str) -> TableNames:
+        """Every table the replica keeps for Spanner table ``name``."""
+        return TableNames(self.table(name), self.tombstones(name), self.history(name), self.inserts(name))
 
     def column(self, name: str) -> str:
         return self._fitted(name, len(SET_PREFIX))

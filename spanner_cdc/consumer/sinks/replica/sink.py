@@ -64,7 +64,15 @@ class ReplicaSink:
         return self._query_id
 
     def write(self, batch_id: int, contents: BatchContents) -> None:
-        """One replica transaction; with whole transactions, only what the cut lets through."""
+        """One replica transaction; with whole transactions, only what the cut lets through.
+        The database is let go of after each batch (``SqlBackend.release``): stream commands use
+        a DuckDB replica between batches."""
+        try:
+            self._write(batch_id, contents)
+        finally:
+            self.merge.backend.release()
+
+    def _write(self, batch_id: int, contents: BatchContents) -> None:
         self.metrics.watermarks.inc(len(contents.watermarks))
         query = self.merge.backend.execute
         fresh = contents.fresh
@@ -77,11 +85,13 @@ class ReplicaSink:
             else:
                 applied: list[int] = []
 
-                def apply(events: list[DecodedEvent]) -> None:
-                    self.merge.write(by_table(events))
+                def apply(events: list[DecodedEvent], cut: int) -> None:
+                    self.merge.write(by_table(events), cut)
                     applied.extend(e.commit_micros for e in events)
 
                 release = self.cut.release(fresh, contents.watermarks, apply)
+                if self.merge.history is not None and release.cut_micros is not None:
+                    self.merge.history.record(release.cut_micros, release.previous_cut_micros)
                 commit = ReplicaCommit(batch_id, release.cut_micros, applied, release.held, query)
                 self.metrics.observe_release(release)
         if self.on_commit is not None:

@@ -1,0 +1,53 @@
+"""Rows for a person or a script: a table, JSON lines or CSV (``--format``)."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import datetime as dt
+import decimal
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.table import Table
+
+FORMATS = ("table", "json", "csv")
+
+
+def write_rows(
+    names: Sequence[str], rows: Sequence[Sequence[Any]], output_format: str, out: TextIO = sys.stdout
+) -> None:
+    if output_format == "json":
+        for row in rows:
+            out.write(json.dumps(dict(zip(names, map(plain, row), strict=True)), ensure_ascii=False) + "\n")
+    elif output_format == "csv":
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(names)
+        writer.writerows([[_csv_text(plain(v)) for v in row] for row in rows])
+    else:
+        table = Table(*names, show_lines=False)
+        for row in rows:
+            table.add_row(*("NULL" if v is None else str(plain(v)) for v in row))
+        Console(file=out, width=max(80, Console(file=out).width)).print(table)
+
+
+def plain(value: Any) -> Any:
+    """A value JSON can hold exactly: timestamps in RFC 3339, NUMERIC as text, bytes as base64."""
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def _csv_text(value: Any) -> Any:
+    if isinstance(value, list | dict):
+        return json.dumps(value, ensure_ascii=False)
+    return "" if value is None else value

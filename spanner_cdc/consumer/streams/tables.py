@@ -1,0 +1,79 @@
+"""A replicated table as streams see it: its columns, key and history companions, from the catalog.
+
+Streams run in another process than the consumer (or in the caller's), so they learn a table's
+layout from the database itself: the payload columns are the ones without the ``cdc$`` prefix
+(``$`` cannot occur in a Spanner name), the key columns are the payload columns of its
+tombstone table ``<table>$deleted``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import astuple, dataclass
+
+from spanner_cdc.consumer.sinks.replica.backends import SqlBackend
+from spanner_cdc.consumer.sinks.replica.names import TOMBSTONE_SUFFIX, ReplicaNames, TableNames
+
+REPLICA_PREFIX = "cdc$"
+
+
+@dataclass(frozen=True)
+class ReplicatedTable:
+    #: The Spanner table's name, and the replica's tables for it as the catalog spells them.
+    source: str
+    names: TableNames
+    #: Payload columns in the table's order; the key columns among them.
+    columns: tuple[str, ...]
+    key: tuple[str, ...]
+    has_history: bool
+    has_inserts: bool
+
+    @property
+    def exists(self) -> bool:
+        """Has the replica created the table (its first change arrived)?"""
+        return bool(self.columns)
+
+
+def table_columns(backend: SqlBackend, table: str) -> list[str]:
+    """``table``'s columns in order, as the database names them; empty when there is no such table."""
+    rows = backend.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
+        "AND table_name = ? ORDER BY ordinal_position",
+        [table],
+    )
+    return [str(r[0]) for r in rows]
+
+
+def find_table_name(backend: SqlBackend, name: str) -> str | None:
+    """The catalog's spelling of table ``name`` (DuckDB compares names without case), or None."""
+    names = ReplicaNames.for_dialect(backend.dialect)
+    rows = backend.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
+        "AND lower(table_name) = lower(?)",
+        [name],
+    )
+    found = [str(r[0]) for r in rows if names.catalog_key(str(r[0])) == names.catalog_key(name)]
+    return found[0] if found else None
+
+
+def replicated_table(backend: SqlBackend, source: str) -> ReplicatedTable:
+    """Spanner table ``source`` in the replica (``exists`` is False before its first change)."""
+    expected = ReplicaNames.for_dialect(backend.dialect).of(source)
+    found = TableNames(
+        *(find_table_name(backend, n) or n for n in astuple(expected))  # DuckDB: any spelling
+    )
+    columns = tuple(c for c in table_columns(backend, found.table) if not c.startswith(REPLICA_PREFIX))
+    key = tuple(c for c in table_columns(backend, found.tombstones) if not c.startswith(REPLICA_PREFIX))
+    has_history, has_inserts = (
+        find_table_name(backend, n) is not None for n in (found.history, found.inserts)
+    )
+    return ReplicatedTable(source, found, columns, key, has_history, has_inserts)
+
+
+def replicated_tables(backend: SqlBackend) -> list[str]:
+    """The replica's tables that hold a Spanner table (those with a tombstone table)."""
+    rows = backend.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
+        "AND table_name LIKE ? ORDER BY table_name",
+        ["%" + TOMBSTONE_SUFFIX],
+    )
+    return [str(r[0])[: -len(TOMBSTONE_SUFFIX)] for r in rows]

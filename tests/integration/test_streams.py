@@ -1,0 +1,321 @@
+"""Streams over the replica, through the broker, Spark and both replica databases.
+
+Changes go through the producer's own sender to a real broker, the consumer runs on the test's
+Spark session (each step waits until the replica's cut passed its commit: ``run_consumer``
+drains Kafka), and streams are read from the replica database as a user's process would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from google.cloud.spanner_v1 import KeySet
+
+from spanner_cdc.consumer.config import ConsumerConfig
+from spanner_cdc.consumer.errors import ConsumerError
+from spanner_cdc.consumer.sinks.replica.backends import Selected, open_backend
+from spanner_cdc.consumer.streams.api import StreamReplica
+from spanner_cdc.consumer.streams.catalog import StreamError
+from spanner_cdc.schemas.timestamps import MICROS_PER_SECOND, micros_from_datetime
+from spanner_cdc.stack import EmbeddedStack
+from testkit.consumer_run import ConfigFactory, consumer_config, run_consumer, unique_prefix
+from testkit.spanner_db import create_database
+from testkit.synthetic import ChangeFactory, publish
+from tests.support.produce_process import run_producer_while
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+COLUMNS = (("id", "INT64", True), ("a", "INT64", False))
+HOUR = 3600 * MICROS_PER_SECOND
+
+
+def replica(config: ConsumerConfig) -> StreamReplica:
+    return StreamReplica(open_backend(config.replica, config.duckdb_path, config.postgres_dsn))
+
+
+def apply(spark: Any, config: ConsumerConfig, table: ChangeFactory, *records: dict[str, Any]) -> None:
+    """``records`` as one transaction, in the replica once this returns."""
+    publish(config.kafka_bootstrap, config.topic_prefix, table.events(*table.transaction(*records)))
+    run_consumer(spark, config)
+
+
+def values(selected: Selected, *columns: str) -> list[tuple[Any, ...]]:
+    index = [selected.names.index(c) for c in columns]
+    return [tuple(row[i] for i in index) for row in selected.rows]
+
+
+def changes(selected: Selected) -> list[tuple[Any, ...]]:
+    return values(selected, "a", "change$action", "change$is_update")
+
+
+def row_ids(selected: Selected) -> list[str]:
+    return [row_id for (row_id,) in values(selected, "change$row_id")]
+
+
+def test_the_seed_004_session_step_by_step(spark: Any, configure: ConfigFactory) -> None:
+    config, table = configure(), ChangeFactory("T", COLUMNS)
+    streams = replica(config)
+    try:
+        streams.create("s_standard", on="T", mode="standard")
+        streams.create("s_append_only", on="T", mode="append_only")
+
+        apply(
+            spark,
+            config,
+            table,
+            table.record("INSERT", {"id": 1}, {"a": 2}),
+            table.record("INSERT", {"id": 2}, {"a": 3}),
+        )
+        for name in ("s_standard", "s_append_only"):
+            read = streams.read(name)
+            assert changes(read) == [(2, "INSERT", False), (3, "INSERT", False)]
+            assert len(set(row_ids(read))) == 2
+        three = row_ids(streams.read("s_standard"))[1]
+
+        apply(spark, config, table, table.record("UPDATE", {"id": 1}, {"a": 4}))
+        for name in ("s_standard", "s_append_only"):
+            assert changes(streams.read(name)) == [(4, "INSERT", False), (3, "INSERT", False)]
+
+        apply(spark, config, table, table.record("DELETE", {"id": 1}))
+        for name in ("s_standard", "s_append_only"):
+            assert changes(streams.read(name)) == [(3, "INSERT", False)]
+            assert row_ids(streams.read(name)) == [three]
+
+        assert streams.consume("s_standard", into="t_consume_standard", columns=["a"]) == 1
+        assert streams.consume("s_append_only", into="t_consume_append_only", columns=["a"]) == 1
+        for target in ("t_consume_standard", "t_consume_append_only"):
+            assert streams.backend.execute(f'SELECT "a" FROM {target}') == [(3,)]
+        assert streams.read("s_standard").rows == streams.read("s_append_only").rows == []
+
+        apply(spark, config, table, table.record("UPDATE", {"id": 2}, {"a": 4}))
+        read = streams.read("s_standard")
+        assert changes(read) == [(3, "DELETE", True), (4, "INSERT", True)]
+        assert row_ids(read) == [three, three]
+        assert streams.read("s_append_only").rows == []
+
+        apply(spark, config, table, table.record("DELETE", {"id": 2}))
+        assert changes(streams.read("s_standard")) == [(3, "DELETE", False)]
+        assert streams.read("s_append_only").rows == []
+    finally:
+        streams.close()
+
+
+def test_insert_only_keeps_inserts_of_rows_deleted_since(spark: Any, configure: ConfigFactory) -> None:
+    """Snowflake's example: 10 rows inserted, 5 of them deleted before the stream is consumed."""
+    config, table = configure(), ChangeFactory("T", COLUMNS)
+    streams = replica(config)
+    try:
+        for mode in ("standard", "append_only", "insert_only"):
+            streams.create(mode, on="T", mode=mode)
+        apply(spark, config, table, *(table.record("INSERT", {"id": i}, {"a": i}) for i in range(10)))
+        apply(spark, config, table, *(table.record("DELETE", {"id": i}) for i in range(5)))
+        assert len(streams.read("insert_only").rows) == 10
+        assert sorted(values(streams.read("append_only"), "a")) == [(i,) for i in range(5, 10)]
+        assert sorted(values(streams.read("standard"), "a")) == [(i,) for i in range(5, 10)]
+    finally:
+        streams.close()
+
+
+def test_a_failed_consume_leaves_the_stream_and_of_two_racing_one_wins(
+    spark: Any, configure: ConfigFactory
+) -> None:
+    config, table = configure(), ChangeFactory("T", COLUMNS)
+    streams, other = replica(config), replica(config)
+    try:
+        streams.create("s", on="T")
+        apply(spark, config, table, table.record("INSERT", {"id": 1}, {"a": 1}))
+        streams.backend.execute("CREATE TABLE target (a BIGINT PRIMARY KEY)")
+        streams.backend.execute("INSERT INTO target VALUES (1)")
+        with pytest.raises(ConsumerError):
+            streams.consume("s", into="target", columns=["a"])
+        assert changes(streams.read("s")) == [(1, "INSERT", False)], "the failed consume moved the offset"
+
+        with pytest.raises(StreamError, match="another transaction"), streams.consuming("s") as first:
+            assert len(first.rows.rows) == 1
+            assert other.consume("s", into="winner", columns=["a"]) == 1
+        assert streams.backend.execute("SELECT a FROM winner") == [(1,)]
+        assert streams.read("s").rows == []
+    finally:
+        streams.close()
+        other.close()
+
+
+def test_a_consume_reads_one_cut_while_the_replica_advances(spark: Any, configure: ConfigFactory) -> None:
+    config, table = configure(), ChangeFactory("T", COLUMNS)
+    streams = replica(config)
+    try:
+        streams.create("s", on="T")
+        apply(spark, config, table, table.record("INSERT", {"id": 1}, {"a": 1}))
+        with streams.consuming("s") as consumption:
+            apply(spark, config, table, table.record("INSERT", {"id": 2}, {"a": 2}))
+            again = consumption.execute(f"SELECT a FROM {consumption.table}")
+            assert again == [(1,)] and len(consumption.rows.rows) == 1
+        assert changes(streams.read("s")) == [(2, "INSERT", False)], (
+            "the consume skipped or repeated a change"
+        )
+    finally:
+        streams.close()
+
+
+def test_changes_between_two_points_equal_a_stream_between_them(spark: Any, configure: ConfigFactory) -> None:
+    config, table = configure(), ChangeFactory("T", COLUMNS)
+    streams = replica(config)
+    try:
+        apply(
+            spark,
+            config,
+            table,
+            table.record("INSERT", {"id": 1}, {"a": 1}),
+            table.record("INSERT", {"id": 2}, {"a": 2}),
+        )
+        start = streams.status().cut
+        assert start is not None
+        streams.create("s", on="T")
+        apply(
+            spark,
+            config,
+            table,
+            table.record("UPDATE", {"id": 1}, {"a": 10}),
+            table.record("DELETE", {"id": 2}),
+        )
+        apply(spark, config, table, table.record("INSERT", {"id": 3}, {"a": 3}))
+        middle = streams.status().cut
+        assert middle is not None
+        read = streams.read("s")
+        from_start = streams.changes("T", micros_from_datetime(start))
+        assert from_start.rows == read.rows and len(read.rows) == 4
+        apply(spark, config, table, table.record("DELETE", {"id": 3}))
+        assert (
+            streams.changes("T", micros_from_datetime(start), micros_from_datetime(middle)).rows == read.rows
+        )
+        assert changes(streams.changes("T", micros_from_datetime(middle))) == [(3, "DELETE", False)]
+    finally:
+        streams.close()
+
+
+def test_a_stream_past_the_retention_is_stale(spark: Any, configure: ConfigFactory) -> None:
+    config, table = configure(history_retention_hours=1), ChangeFactory("T", COLUMNS)
+    streams = replica(config)
+    try:
+        first = table.record("INSERT", {"id": 1}, {"a": 1})
+        apply(spark, config, table, first)
+        streams.create("s", on="T")
+        apply(spark, config, table, table.record("UPDATE", {"id": 1}, {"a": 2}))
+        assert changes(streams.read("s")) == [(1, "DELETE", True), (2, "INSERT", True)]
+        later = int(first["commit_timestamp"]) + 2 * HOUR
+        apply(spark, config, table, table.record("UPDATE", {"id": 1}, {"a": 3}, commit_micros=later))
+        (state,) = streams.show()
+        assert state.stale and state.stale_after is not None
+        with pytest.raises(StreamError, match="stale"):
+            streams.read("s")
+        streams.drop("s")
+        streams.create("s", on="T")
+        assert streams.read("s").rows == [] and not streams.show()[0].stale
+    finally:
+        streams.close()
+
+
+@pytest.mark.parametrize("configure", ["duckdb"], indirect=True)
+def test_the_command_line_waits_for_the_consumer_to_let_go_of_the_duckdb_file(
+    spark: Any, configure: ConfigFactory, tmp_path: Path
+) -> None:
+    config, table = configure(), ChangeFactory("T", COLUMNS)
+    where = ["--replica", "duckdb", "--output-dir", str(config.output_dir)]
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "spanner_cdc.cli", *args, *where],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == ""
+        return done.stdout
+
+    cli("stream", "create", "s", "--on", "T", "--mode", "standard")
+    apply(spark, config, table, table.record("INSERT", {"id": 1}, {"a": 1}))
+    held = duckdb.connect(str(config.duckdb_path))  # as the consumer holds it during a batch
+    threading.Timer(2.0, held.close).start()
+    rows = [json.loads(line) for line in cli("stream", "read", "s", "--format", "json").splitlines()]
+    assert [(r["a"], r["change$action"]) for r in rows] == [(1, "INSERT")]
+    assert cli("stream", "has-data", "s").strip() == "true"
+    assert "consumed 1 row" in cli("stream", "consume", "s", "--into", "copied")
+    assert cli("stream", "has-data", "s").strip() == "false"
+    status = json.loads(cli("replica", "status", "--format", "json").splitlines()[0])
+    assert status["table"] == "T" and status["rows"] == 1 and status["consistent_cut"]
+    shown = cli("stream", "show", "--format", "csv").splitlines()
+    assert shown[0].startswith("created_on,name,table_on") and ",s,T," in shown[1]
+    refused = subprocess.run(
+        [sys.executable, "-m", "spanner_cdc.cli", "stream", "consume", "s", "--into", "T$deleted", *where],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert (
+        refused.returncode == 1
+        and refused.stderr.count("\n") == 1
+        and "not one the replica" in refused.stderr
+    )
+    cli("stream", "drop", "s")
+
+
+def test_the_seed_004_session_from_spanner(spark: Any, stack: EmbeddedStack, tmp_path: Path) -> None:
+    """The seed's standard-stream steps as a user runs them: SQL-ish writes to Spanner, the
+    producer running, each step waiting until the replica's cut passes the write's commit."""
+    database = create_database(
+        stack.endpoint("spanner"),
+        [
+            "CREATE TABLE T (id INT64 NOT NULL, a INT64) PRIMARY KEY (id)",
+            "CREATE CHANGE STREAM Bank FOR T",  # the name the producer process helper reads
+        ],
+    )
+    prefix = unique_prefix("Bank")
+    config = consumer_config(stack.endpoint("kafka"), prefix, tmp_path / "out")
+    seen: list[list[tuple[Any, ...]]] = []
+
+    def write(mutate: Callable[[Any], None]) -> None:
+        with database.batch() as batch:
+            mutate(batch)
+        commit = micros_from_datetime(batch.committed)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            run_consumer(spark, config)
+            with contextlib.closing(replica(config)) as streams:
+                cut = streams.status().cut
+                if cut is not None and micros_from_datetime(cut) >= commit:
+                    seen.append(changes(streams.read("s")))
+                    return
+            time.sleep(0.5)
+        raise AssertionError("the replica's cut did not pass the write within 120 s")
+
+    def session() -> None:
+        with contextlib.closing(replica(config)) as streams:
+            streams.create("s", on="T", mode="standard")
+        write(lambda b: b.insert("T", columns=["id", "a"], values=[[1, 2], [2, 3]]))
+        write(lambda b: b.update("T", columns=["id", "a"], values=[[1, 4]]))
+        write(lambda b: b.delete("T", KeySet(keys=[[1]])))  # type: ignore[no-untyped-call]
+        with contextlib.closing(replica(config)) as streams:
+            assert streams.consume("s", into="t_consume_standard", columns=["a"]) == 1
+        write(lambda b: b.update("T", columns=["id", "a"], values=[[2, 4]]))
+        write(lambda b: b.delete("T", KeySet(keys=[[2]])))  # type: ignore[no-untyped-call]
+
+    run_producer_while(stack, database, prefix, session, lambda: True, timeout=600)
+    assert seen == [
+        [(2, "INSERT", False), (3, "INSERT", False)],
+        [(4, "INSERT", False), (3, "INSERT", False)],
+        [(3, "INSERT", False)],
+        [(3, "DELETE", True), (4, "INSERT", True)],
+        [(3, "DELETE", False)],
+    ]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import Counter, Gauge, Histogram
 
 from spanner_cdc.common.metrics import ServedMetrics
-from spanner_cdc.consumer.status import BatchSeen, ConsumerStatus
+from spanner_cdc.consumer.status import BatchSeen, ConsumerStatus, StreamSeen
 
 if TYPE_CHECKING:
     from spanner_cdc.consumer.sinks.replica.cut import Release
@@ -94,6 +94,10 @@ class ConsumerMetrics(ServedMetrics):
         """The end of a written batch: the status page shows it."""
         self.status.batch_done(batch, quarantined)
         self.publish_status(self.status.document())
+
+    def observe_streams(self, streams: list[StreamSeen]) -> None:
+        """The streams over the replica as of the batch being committed."""
+        self.status.streams = streams
 
     def observe_release(self, release: Release) -> None:
         self.status.released(release.cut_micros, release.held)

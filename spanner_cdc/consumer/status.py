@@ -1,5 +1,6 @@
 """The consumer's status page (``common/status_page.py``): the last micro-batch, the replica's
-consistent cut and its lag, the events held for it, what was quarantined.
+consistent cut and its lag, the events held for it, what was quarantined, the streams over the
+replica and their offsets.
 
 Updated on the driver as each batch ends, and handed to the page's thread as plain data.
 """
@@ -43,6 +44,20 @@ class BatchSeen:
         ]
 
 
+@dataclass(frozen=True)
+class StreamSeen:
+    """A stream over the replica, as of the last batch."""
+
+    name: str
+    table_on: str
+    mode: str
+    offset_micros: int
+
+    def row(self, cut_micros: int | None) -> list[str]:
+        behind = "-" if cut_micros is None else f"{max(0, cut_micros - self.offset_micros) / 1e6:.1f}"
+        return [self.name, self.table_on, self.mode, format_timestamp_micros(self.offset_micros), behind]
+
+
 @dataclass
 class ConsumerStatus:
     """What the page shows; ``subject`` names the topics and sinks."""
@@ -53,6 +68,7 @@ class ConsumerStatus:
     held: int = 0
     whole_transactions: bool = False
     quarantined: Counter[str] = field(default_factory=Counter)
+    streams: list[StreamSeen] = field(default_factory=list)
 
     def batch_done(self, batch: BatchSeen, quarantined: Counter[str]) -> None:
         self.batches = [batch, *self.batches[: BATCHES_SHOWN - 1]]
@@ -78,22 +94,24 @@ class ConsumerStatus:
         summary.append(
             ["quarantined since start", ", ".join(f"{r} {n}" for r, n in self.quarantined.items()) or "0"]
         )
+        tables = [
+            {
+                "title": f"Last {len(self.batches)} micro-batches",
+                "columns": ["batch", "events", "duplicates", "quarantined", "processed in (s)", "finished"],
+                "rows": [batch.row() for batch in self.batches],
+            }
+        ]
+        if self.streams:
+            tables.append(
+                {
+                    "title": f"{len(self.streams)} stream(s) over the replica",
+                    "columns": ["stream", "on table", "mode", "offset", "offset behind the cut (s)"],
+                    "rows": [stream.row(self.cut_micros) for stream in self.streams],
+                }
+            )
         return {
             "service": "consumer",
             "updated": format_timestamp_micros(int(time.time() * 1_000_000)),
             "summary": summary,
-            "tables": [
-                {
-                    "title": f"Last {len(self.batches)} micro-batches",
-                    "columns": [
-                        "batch",
-                        "events",
-                        "duplicates",
-                        "quarantined",
-                        "processed in (s)",
-                        "finished",
-                    ],
-                    "rows": [batch.row() for batch in self.batches],
-                }
-            ],
+            "tables": tables,
         }

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from spanner_cdc.consumer.sinks.replica.backends import open_backend
+from spanner_cdc.consumer.streams.api import StreamReplica
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
 from testkit.consumer_run import consume_command, consumer_config, unique_prefix
@@ -81,6 +83,9 @@ def test_the_consumer_page_shows_batches_and_the_consistent_cut(
     prefix, port = unique_prefix("page"), free_port()
     publish(kafka, prefix, random_history(ChangeFactory(), 400))
     config = consumer_config(kafka, prefix, tmp_path / "out")
+    streams = StreamReplica(open_backend(config.replica, config.duckdb_path, None))
+    streams.create("audit_feed", on="Accounts", mode="append_only")
+    streams.close()
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     log = tmp_path / "consumer.log"
     with log.open("w") as stderr:
@@ -107,3 +112,5 @@ def test_the_consumer_page_shows_batches_and_the_consistent_cut(
     assert re.search(r"batch events duplicates quarantined processed in \(s\) finished \d+ [\d,]+ ", page), (
         page
     )
+    assert "1 stream(s) over the replica" in page, page
+    assert re.search(r"audit_feed Accounts append_only 1970-01-01T00:00:00(\.0+)?Z [\d.]+", page), page

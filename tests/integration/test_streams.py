@@ -224,6 +224,39 @@ def test_a_stream_past_the_retention_is_stale(spark: Any, configure: ConfigFacto
         streams.close()
 
 
+def test_a_consume_killed_midway_writes_nothing_and_the_next_writes_once(
+    spark: Any, configure: ConfigFactory
+) -> None:
+    config, table = configure(), ChangeFactory("T", COLUMNS)
+    with contextlib.closing(replica(config)) as streams:
+        streams.create("s", on="T")
+    apply(spark, config, table, *(table.record("INSERT", {"id": i}, {"a": i}) for i in range(3)))
+    where = (config.replica, str(config.duckdb_path), config.postgres_dsn)
+    script = f"""
+import time
+from pathlib import Path
+from spanner_cdc.consumer.sinks.replica.backends import open_backend
+from spanner_cdc.consumer.streams.api import StreamReplica
+replica, path, dsn = {where!r}
+streams = StreamReplica(open_backend(replica, Path(path), dsn))
+with streams.consuming("s") as delta:
+    delta.execute(f"CREATE TABLE target AS SELECT a FROM {{delta.table}}")
+    print("inside", flush=True)
+    time.sleep(600)
+"""
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "inside"
+    finally:
+        process.kill()
+        process.wait(timeout=60)
+    with contextlib.closing(replica(config)) as streams:
+        assert len(streams.read("s").rows) == 3, "the killed consume moved the offset"
+        assert streams.consume("s", into="target", columns=["a"]) == 3
+        assert sorted(streams.backend.execute("SELECT a FROM target")) == [(0,), (1,), (2,)]
+        assert streams.read("s").rows == []
+
+
 @pytest.mark.parametrize("configure", ["duckdb"], indirect=True)
 def test_the_command_line_waits_for_the_consumer_to_let_go_of_the_duckdb_file(
     spark: Any, configure: ConfigFactory, tmp_path: Path

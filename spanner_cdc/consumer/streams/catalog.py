@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, quote
+from spanner_cdc.consumer.streams.tables import find_table_name
 from spanner_cdc.schemas.timestamps import datetime_from_micros, now_micros
 
 STREAMS = "cdc$streams"
@@ -87,6 +88,13 @@ class StreamCatalog:
                 f"stream {stream.name!r} was consumed or dropped by another transaction meanwhile; "
                 "nothing was written"
             )
+
+
+def existing_streams(backend: SqlBackend) -> list[Stream]:
+    """Every stream, without creating the catalog (the consumer's status page reads it)."""
+    if find_table_name(backend, STREAMS) is None:
+        return []
+    return StreamCatalog(backend).all()
 
 
 def check_name(name: str) -> None:

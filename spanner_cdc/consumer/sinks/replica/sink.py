@@ -18,6 +18,8 @@ from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.sinks.contents import BatchContents, by_table
 from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut
 from spanner_cdc.consumer.sinks.replica.merge import ReplicaMerge
+from spanner_cdc.consumer.status import StreamSeen
+from spanner_cdc.consumer.streams.catalog import existing_streams
 
 
 @dataclass(frozen=True)
@@ -94,5 +96,11 @@ class ReplicaSink:
                     self.merge.history.record(release.cut_micros, release.previous_cut_micros)
                 commit = ReplicaCommit(batch_id, release.cut_micros, applied, release.held, query)
                 self.metrics.observe_release(release)
+                self.metrics.observe_streams(
+                    [
+                        StreamSeen(s.name, s.table_on, s.mode, s.offset_micros)
+                        for s in existing_streams(self.merge.backend)
+                    ]
+                )
         if self.on_commit is not None:
             self.on_commit(commit)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -28,9 +30,9 @@ from spanner_cdc.consumer.streams.api import StreamReplica
 from spanner_cdc.consumer.streams.catalog import StreamError
 from spanner_cdc.schemas.timestamps import MICROS_PER_SECOND, micros_from_datetime
 from spanner_cdc.stack import EmbeddedStack
-from testkit.consumer_run import ConfigFactory, consumer_config, run_consumer, unique_prefix
+from testkit.consumer_run import ConfigFactory, consume_command, consumer_config, run_consumer, unique_prefix
 from testkit.spanner_db import create_database
-from testkit.synthetic import ChangeFactory, publish
+from testkit.synthetic import ChangeFactory, publish, random_history
 from tests.support.produce_process import run_producer_while
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -258,7 +260,7 @@ with streams.consuming("s") as delta:
 
 
 @pytest.mark.parametrize("configure", ["duckdb"], indirect=True)
-def test_the_command_line_waits_for_the_consumer_to_let_go_of_the_duckdb_file(
+def test_the_command_line_works_while_the_consumer_runs_on_the_duckdb_file(
     spark: Any, configure: ConfigFactory, tmp_path: Path
 ) -> None:
     config, table = configure(), ChangeFactory("T", COLUMNS)
@@ -277,16 +279,38 @@ def test_the_command_line_waits_for_the_consumer_to_let_go_of_the_duckdb_file(
         return done.stdout
 
     cli("stream", "create", "s", "--on", "T", "--mode", "standard")
-    apply(spark, config, table, table.record("INSERT", {"id": 1}, {"a": 1}))
-    held = duckdb.connect(str(config.duckdb_path))  # as the consumer holds it during a batch
+    # A running `spanner-cdc consume` busy with 3,000 changes of another table, in batches of
+    # 150: the commands take turns with its batches for the DuckDB file.
+    kafka, prefix = config.kafka_bootstrap, config.topic_prefix
+    publish(
+        kafka,
+        prefix,
+        [*random_history(ChangeFactory(), 3000), *table.events(table.record("INSERT", {"id": 1}, {"a": 1}))],
+    )
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    log = tmp_path / "consumer.log"
+    with log.open("w") as output:
+        consumer = subprocess.Popen(consume_command(config), env=env, stdout=output, stderr=output)
+    try:
+        deadline = time.monotonic() + 300
+        while "T" not in cli("replica", "status", "--format", "csv"):
+            assert consumer.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.5)
+        rows = [json.loads(line) for line in cli("stream", "read", "s", "--format", "json").splitlines()]
+        assert [(r["a"], r["change$action"]) for r in rows] == [(1, "INSERT")]
+        assert cli("stream", "has-data", "s").strip() == "true"
+        assert consumer.poll() is None, "the consumer stopped while the commands ran"
+    finally:
+        consumer.send_signal(signal.SIGTERM)
+        consumer.wait(120)
+    assert consumer.returncode == 0, log.read_text()[-2000:]
+    held = duckdb.connect(str(config.duckdb_path))  # another process holds it, for 2 s
     threading.Timer(2.0, held.close).start()
-    rows = [json.loads(line) for line in cli("stream", "read", "s", "--format", "json").splitlines()]
-    assert [(r["a"], r["change$action"]) for r in rows] == [(1, "INSERT")]
-    assert cli("stream", "has-data", "s").strip() == "true"
     assert "consumed 1 row" in cli("stream", "consume", "s", "--into", "copied")
     assert cli("stream", "has-data", "s").strip() == "false"
-    status = json.loads(cli("replica", "status", "--format", "json").splitlines()[0])
-    assert status["table"] == "T" and status["rows"] == 1 and status["consistent_cut"]
+    status_lines = cli("replica", "status", "--format", "json").splitlines()
+    assert json.loads(status_lines[0])["consistent_cut"]
+    assert {r["table"]: r["rows"] for r in map(json.loads, status_lines)}["T"] == 1
     shown = cli("stream", "show", "--format", "csv").splitlines()
     assert shown[0].startswith("created_on,name,table_on") and ",s,T," in shown[1]
     refused = subprocess.run(

@@ -255,7 +255,7 @@ def _run_on_replica(args: argparse.Namespace) -> int:
     try:
         if args.command == "replica":
             status = replica.status()
-            cut = status.cut.isoformat() if status.cut else None
+            cut = status.cut
             write_rows(
                 ["consistent_cut", "table", "rows"],
                 [(cut, t, n) for t, n in status.tables.items()] or [(cut, None, None)],
@@ -267,8 +267,8 @@ def _run_on_replica(args: argparse.Namespace) -> int:
             def micros(text: str) -> int:
                 try:
                     return parse_timestamp_micros(text)
-                except ValueError as exc:
-                    raise ConfigError(f"not an RFC 3339 timestamp: {text!r} ({exc})") from None
+                except ValueError:
+                    raise ConfigError(f"not an RFC 3339 timestamp: {text!r}") from None
 
             start = micros(args.at) if args.at else micros(args.before) - 1
             selected = replica.changes(args.table, start, micros(args.end) if args.end else None, args.mode)

@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 FORMATS = ("table", "json", "csv")
+#: Off a terminal (a pipe, a file) rich would assume 80 columns; a stream's row is wider.
+WIDEST_TABLE = 160
 
 
 def write_rows(
@@ -28,14 +30,18 @@ def write_rows(
         writer.writerow(names)
         writer.writerows([[_csv_text(plain(v)) for v in row] for row in rows])
     else:
-        table = Table(*names, show_lines=False)
+        table = Table(show_lines=False)
+        for name in names:
+            table.add_column(name, overflow="fold")  # wrapped, never cut: a value is read whole
         for row in rows:
             table.add_row(*("NULL" if v is None else str(plain(v)) for v in row))
-        Console(file=out, width=max(80, Console(file=out).width)).print(table)
+        Console(file=out, width=max(WIDEST_TABLE, Console(file=out).width)).print(table)
 
 
 def plain(value: Any) -> Any:
     """A value JSON can hold exactly: timestamps in RFC 3339, NUMERIC as text, bytes as base64."""
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
     if isinstance(value, dt.datetime | dt.date):
         return value.isoformat()
     if isinstance(value, decimal.Decimal):

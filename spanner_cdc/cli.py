@@ -18,7 +18,7 @@ from typing import Any
 
 from spanner_cdc.common.config import ConfigError, add_options, integer_in, resolve
 from spanner_cdc.common.logs import configure as configure_logging
-from spanner_cdc.consumer.config import CONSUME_OPTIONS, ConsumerConfig
+from spanner_cdc.consumer.config import CONSUME_OPTIONS, ConsumerConfig, require_postgres_dsn
 from spanner_cdc.errors import EXIT_FAILURE, EXIT_USAGE, SpannerCdcError
 from spanner_cdc.producer.config import PRODUCE_OPTIONS, ProducerConfig
 from spanner_cdc.stack import SERVICES, EmbeddedStack, ServiceError, stop_on_signals
@@ -249,6 +249,7 @@ def _run_on_replica(args: argparse.Namespace) -> int:
     from spanner_cdc.schemas.timestamps import parse_timestamp_micros
 
     values = resolve(args, REPLICA_OPTIONS, "consume")
+    require_postgres_dsn(values["replica"], values["postgres_dsn"])
     replica = StreamReplica(
         open_backend(values["replica"], values["output_dir"] / "replica.duckdb", values["postgres_dsn"])
     )
@@ -281,6 +282,7 @@ def _run_on_replica(args: argparse.Namespace) -> int:
 
 def _run_stream(args: argparse.Namespace, replica: Any) -> int:
     from spanner_cdc.consumer.streams.output import write_rows
+    from spanner_cdc.schemas.timestamps import datetime_from_micros
 
     verb = args.stream_command
     if verb == "create":
@@ -301,7 +303,7 @@ def _run_stream(args: argparse.Namespace, replica: Any) -> int:
         ]
         rows = [
             (s.stream.created_on, s.stream.name, s.stream.table_on, s.stream.comment, s.stream.mode,
-             _rfc3339(s.stream.offset_micros), s.stale, s.stale_after, s.invalid_reason)
+             datetime_from_micros(s.stream.offset_micros), s.stale, s.stale_after, s.invalid_reason)
             for s in states
         ]  # fmt: skip
         write_rows(names, rows, args.format)
@@ -318,12 +320,6 @@ def _run_stream(args: argparse.Namespace, replica: Any) -> int:
         replica.drop(args.name)
         print(f"dropped stream {args.name}")
     return 0
-
-
-def _rfc3339(micros: int) -> str:
-    from spanner_cdc.schemas.timestamps import format_timestamp_micros
-
-    return format_timestamp_micros(micros)
 
 
 def _run_produce(args: argparse.Namespace) -> int:

@@ -112,6 +112,12 @@ CONSUME_OPTIONS = (
 )
 
 
+def require_postgres_dsn(replica: str, postgres_dsn: str | None) -> None:
+    """A PostgreSQL replica is named by its connection string (consume and the stream commands)."""
+    if replica == "postgres" and not postgres_dsn:
+        raise ConfigError("--replica postgres needs --postgres-dsn (or SPANNER_CDC_POSTGRES_DSN)")
+
+
 @dataclass(frozen=True)
 class ConsumerConfig:
     kafka_bootstrap: str
@@ -142,8 +148,8 @@ class ConsumerConfig:
     def __post_init__(self) -> None:
         if not self.sinks:
             raise ConfigError("--sinks must name at least one of changelog, replica")
-        if "replica" in self.sinks and self.replica == "postgres" and not self.postgres_dsn:
-            raise ConfigError("--replica postgres needs --postgres-dsn (or SPANNER_CDC_POSTGRES_DSN)")
+        if "replica" in self.sinks:
+            require_postgres_dsn(self.replica, self.postgres_dsn)
 
     @property
     def client_config(self) -> dict[str, str]:

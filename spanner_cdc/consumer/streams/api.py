@@ -17,14 +17,13 @@ from typing import Any
 
 from spanner_cdc.consumer.errors import ReplicaConflictError
 from spanner_cdc.consumer.sinks.replica.backends import Selected, SqlBackend, quote
-from spanner_cdc.consumer.sinks.replica.cut import CUT
-from spanner_cdc.consumer.sinks.replica.history import read_state
+from spanner_cdc.consumer.sinks.replica.cut import recorded_cut
+from spanner_cdc.consumer.sinks.replica.history import HistoryState, read_state
 from spanner_cdc.consumer.streams.catalog import Stream, StreamCatalog, StreamError
 from spanner_cdc.consumer.streams.delta import CHANGE_COLUMNS, delta_query
 from spanner_cdc.consumer.streams.modes import DEFAULT_MODE, MODES
 from spanner_cdc.consumer.streams.tables import (
     REPLICA_PREFIX,
-    find_table_name,
     replicated_table,
     replicated_tables,
 )
@@ -83,7 +82,7 @@ class StreamReplica:
         whose first change has not arrived yet shows every change once it does)."""
         _check_mode(mode)
         with self.backend.snapshot_transaction():
-            self.catalog.add(name, on, mode, self._cut() or 0, comment)
+            self.catalog.add(name, on, mode, recorded_cut(self.backend) or 0, comment)
             return self.catalog.get(name)
 
     def drop(self, name: str) -> None:
@@ -92,20 +91,34 @@ class StreamReplica:
 
     def show(self) -> list[StreamState]:
         with self.backend.snapshot_transaction():
-            return [self._state(s) for s in self.catalog.all()]
+            state = read_state(self.backend)
+            kept_from = self._kept_from(state)
+            return [
+                StreamState(
+                    stream,
+                    stream.offset_micros < kept_from,
+                    None
+                    if state is None
+                    else datetime_from_micros(stream.offset_micros + state.retention_micros),
+                    "",
+                )
+                for stream in self.catalog.all()
+            ]
 
     def read(self, name: str) -> Selected:
         """The stream's rows now; the offset does not move."""
         with self.backend.snapshot_transaction():
             stream = self._usable(name)
-            return self._delta(stream.table_on, stream.mode, stream.offset_micros, self._cut() or 0)
+            return self._delta(
+                stream.table_on, stream.mode, stream.offset_micros, recorded_cut(self.backend) or 0
+            )
 
     def has_data(self, name: str) -> bool:
         """Does the stream have rows? When not, its offset moves to the current cut (nothing is
         skipped: there is nothing to read), which keeps an idle stream from going stale."""
         with self.backend.snapshot_transaction():
             stream = self._usable(name)
-            cut = self._cut() or 0
+            cut = recorded_cut(self.backend) or 0
             if self._delta(stream.table_on, stream.mode, stream.offset_micros, cut).rows:
                 return True
             if cut != stream.offset_micros:
@@ -129,7 +142,7 @@ class StreamReplica:
     def _consume_transaction(self, name: str) -> Iterator[Consumption]:
         with self.backend.snapshot_transaction():
             stream = self._usable(name)
-            cut = self._cut() or 0
+            cut = recorded_cut(self.backend) or 0
             query, params = self._delta_query(stream.table_on, stream.mode, stream.offset_micros, cut)
             self.backend.execute(f"DROP TABLE IF EXISTS {quote(DELTA_TABLE)}")
             self.backend.execute(f"CREATE TEMP TABLE {quote(DELTA_TABLE)} AS {query}", params)
@@ -169,7 +182,7 @@ class StreamReplica:
         the current cut), without a stream. A time between two cuts reads as the older one."""
         _check_mode(mode)
         with self.backend.snapshot_transaction():
-            cut = self._cut() or 0
+            cut = recorded_cut(self.backend) or 0
             end = cut if end_micros is None else min(end_micros, cut)
             self._check_history(f"table {table!r}", start_micros)
             if end < start_micros:
@@ -178,7 +191,7 @@ class StreamReplica:
 
     def status(self) -> ReplicaStatus:
         with self.backend.snapshot_transaction():
-            cut = self._cut()
+            cut = recorded_cut(self.backend)
             counts = {
                 name: int(self.backend.execute(f"SELECT count(*) FROM {quote(name)}")[0][0])
                 for name in replicated_tables(self.backend)
@@ -187,24 +200,9 @@ class StreamReplica:
 
     # --- inside a transaction -----------------------------------------------------------------
 
-    def _cut(self) -> int | None:
-        if find_table_name(self.backend, CUT) is None:
-            return None
-        rows = self.backend.execute(f"SELECT cut_micros FROM {quote(CUT)} WHERE id = 1")
-        return int(rows[0][0]) if rows else None
-
-    def _kept_from(self) -> int:
-        """The oldest cut whose state the replica's history holds."""
-        state = read_state(self.backend)
-        return state.kept_from_micros if state is not None else (self._cut() or 0)
-
-    def _state(self, stream: Stream) -> StreamState:
-        state = read_state(self.backend)
-        kept_from = state.kept_from_micros if state is not None else (self._cut() or 0)
-        stale_after = (
-            datetime_from_micros(stream.offset_micros + state.retention_micros) if state is not None else None
-        )
-        return StreamState(stream, stream.offset_micros < kept_from, stale_after, "")
+    def _kept_from(self, state: HistoryState | None) -> int:
+        """The oldest cut whose state the replica's history holds (before any history: the cut)."""
+        return state.kept_from_micros if state is not None else (recorded_cut(self.backend) or 0)
 
     def _usable(self, name: str) -> Stream:
         stream = self.catalog.get(name)
@@ -212,7 +210,7 @@ class StreamReplica:
         return stream
 
     def _check_history(self, what: str, start: int) -> None:
-        kept_from = self._kept_from()
+        kept_from = self._kept_from(read_state(self.backend))
         if start < kept_from:
             raise StreamError(
                 f"{what} is stale: it starts at {datetime_from_micros(start).isoformat()}, and the replica "

@@ -8,11 +8,12 @@ transaction as the rows it writes.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from spanner_cdc.consumer.errors import ConsumerError
-from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, quote
-from spanner_cdc.consumer.streams.tables import find_table_name
+from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table, quote
 from spanner_cdc.schemas.timestamps import datetime_from_micros, now_micros
 
 STREAMS = "cdc$streams"
@@ -52,12 +53,8 @@ class StreamCatalog:
         )
 
     def find(self, name: str) -> Stream | None:
-        rows = self.backend.execute(
-            f"SELECT name, table_on, mode, offset_micros, comment, created_micros FROM {quote(STREAMS)} "
-            "WHERE name = ?",
-            [name],
-        )
-        return _stream(rows[0]) if rows else None
+        found = _select(self.backend, "WHERE name = ?", [name])
+        return found[0] if found else None
 
     def get(self, name: str) -> Stream:
         found = self.find(name)
@@ -66,11 +63,7 @@ class StreamCatalog:
         return found
 
     def all(self) -> list[Stream]:
-        rows = self.backend.execute(
-            f"SELECT name, table_on, mode, offset_micros, comment, created_micros FROM {quote(STREAMS)} "
-            "ORDER BY name"
-        )
-        return [_stream(r) for r in rows]
+        return _select(self.backend, "ORDER BY name")
 
     def remove(self, name: str) -> None:
         self.get(name)
@@ -92,9 +85,15 @@ class StreamCatalog:
 
 def existing_streams(backend: SqlBackend) -> list[Stream]:
     """Every stream, without creating the catalog (the consumer's status page reads it)."""
-    if find_table_name(backend, STREAMS) is None:
-        return []
-    return StreamCatalog(backend).all()
+    return _select(backend, "ORDER BY name") if find_table(backend, STREAMS) is not None else []
+
+
+def _select(backend: SqlBackend, rest: str, params: Sequence[Any] = ()) -> list[Stream]:
+    rows = backend.execute(
+        f"SELECT name, table_on, mode, offset_micros, comment, created_micros FROM {quote(STREAMS)} {rest}",
+        params,
+    )
+    return [_stream(r) for r in rows]
 
 
 def check_name(name: str) -> None:

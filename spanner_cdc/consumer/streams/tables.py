@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import astuple, dataclass
 
-from spanner_cdc.consumer.sinks.replica.backends import SqlBackend
+from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table
 from spanner_cdc.consumer.sinks.replica.names import TOMBSTONE_SUFFIX, ReplicaNames, TableNames
 
 REPLICA_PREFIX = "cdc$"
@@ -43,29 +43,15 @@ def table_columns(backend: SqlBackend, table: str) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
-def find_table_name(backend: SqlBackend, name: str) -> str | None:
-    """The catalog's spelling of table ``name`` (DuckDB compares names without case), or None."""
-    names = ReplicaNames.for_dialect(backend.dialect)
-    rows = backend.execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
-        "AND lower(table_name) = lower(?)",
-        [name],
-    )
-    found = [str(r[0]) for r in rows if names.catalog_key(str(r[0])) == names.catalog_key(name)]
-    return found[0] if found else None
-
-
 def replicated_table(backend: SqlBackend, source: str) -> ReplicatedTable:
     """Spanner table ``source`` in the replica (``exists`` is False before its first change)."""
     expected = ReplicaNames.for_dialect(backend.dialect).of(source)
     found = TableNames(
-        *(find_table_name(backend, n) or n for n in astuple(expected))  # DuckDB: any spelling
+        *(find_table(backend, n) or n for n in astuple(expected))  # DuckDB: any spelling
     )
     columns = tuple(c for c in table_columns(backend, found.table) if not c.startswith(REPLICA_PREFIX))
     key = tuple(c for c in table_columns(backend, found.tombstones) if not c.startswith(REPLICA_PREFIX))
-    has_history, has_inserts = (
-        find_table_name(backend, n) is not None for n in (found.history, found.inserts)
-    )
+    has_history, has_inserts = (find_table(backend, n) is not None for n in (found.history, found.inserts))
     return ReplicatedTable(source, found, columns, key, has_history, has_inserts)
 
 

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from spanner_cdc.common.secrets import redact
 from spanner_cdc.consumer.errors import ReplicaConflictError, ReplicaConnectionError, ReplicaQueryError
+from spanner_cdc.consumer.sinks.replica.names import ReplicaNames
 from spanner_cdc.consumer.sinks.replica.postgres_text import Cleaned, without_nul
 from spanner_cdc.consumer.table_version import PayloadColumn
 
@@ -117,13 +118,23 @@ def _duckdb_errors() -> Iterator[None]:
         raise ReplicaQueryError(str(exc)) from exc
 
 
+def find_table(backend: SqlBackend, name: str) -> str | None:
+    """The catalog's spelling of table ``name`` (DuckDB compares names without case), or None."""
+    names = ReplicaNames.for_dialect(backend.dialect)
+    rows = backend.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
+        "AND lower(table_name) = lower(?)",
+        [name],
+    )
+    found = [str(r[0]) for r in rows if names.catalog_key(str(r[0])) == names.catalog_key(name)]
+    return found[0] if found else None
+
+
 def open_backend(replica: str, duckdb_path: Path, postgres_dsn: str | None) -> SqlBackend:
-    """The replica database ``consume --replica`` writes: a DuckDB file or a PostgreSQL database."""
+    """The replica database ``consume --replica`` writes: a DuckDB file or a PostgreSQL database
+    (the options were checked: ``config.require_postgres_dsn``)."""
     if replica == "postgres":
-        if not postgres_dsn:
-            raise ReplicaConnectionError(
-                "--replica postgres needs --postgres-dsn (or SPANNER_CDC_POSTGRES_DSN)"
-            )
+        assert postgres_dsn is not None
         return PostgresBackend(postgres_dsn)
     return DuckDbBackend(duckdb_path)
 

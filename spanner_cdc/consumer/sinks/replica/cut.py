@@ -39,7 +39,7 @@ import pyarrow as pa
 from spanner_cdc.consumer.decode import DecodedBatch, DecodedEvent, WatermarkSeen
 from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.kafka_rows import DECODE_SCHEMA
-from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, quote
+from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table, quote
 from spanner_cdc.schemas.timestamps import datetime_from_micros
 
 log = logging.getLogger("spanner_cdc.consumer")
@@ -249,6 +249,14 @@ class ConsistentCut:
 
     def _held_count(self) -> int:
         return int(self.backend.execute(f"SELECT count(*) FROM {quote(PENDING)}")[0][0])
+
+
+def recorded_cut(backend: SqlBackend) -> int | None:
+    """The replica's consistent cut, for readers (streams); None before the first one."""
+    if find_table(backend, CUT) is None:
+        return None
+    rows = backend.execute(f"SELECT cut_micros FROM {quote(CUT)} WHERE id = 1")
+    return int(rows[0][0]) if rows else None
 
 
 def _commit(event: DecodedEvent) -> int:

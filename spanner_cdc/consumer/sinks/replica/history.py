@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from spanner_cdc.consumer.change_rows import REPLICA_ROW_ID, SORT_COLUMNS
-from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, quote
+from spanner_cdc.consumer.change_rows import IS_INSERT, REPLICA_ROW_ID, SET_PREFIX
+from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table, quote
 
 VALID_FROM = "cdc$valid_from"
 VALID_TO = "cdc$valid_to"
@@ -37,11 +37,8 @@ SETTINGS = "cdc$history"
 #: What every current row carries for its history, with SQL types the same in both databases.
 ROW_VERSION_COLUMNS = ((REPLICA_ROW_ID, "VARCHAR"), (VALID_FROM, "BIGINT"))
 HISTORY_COLUMNS = (*ROW_VERSION_COLUMNS, (VALID_TO, "BIGINT NOT NULL"))
-INSERT_COLUMNS = (
-    (REPLICA_ROW_ID, "VARCHAR"),
-    (INSERT_CUT, "BIGINT NOT NULL"),
-    *zip(SORT_COLUMNS, ("BIGINT", "VARCHAR", "VARCHAR", "BIGINT"), strict=True),
-)
+#: What every insert carries besides its columns (and the merge's order columns).
+INSERT_COLUMNS = ((REPLICA_ROW_ID, "VARCHAR"), (INSERT_CUT, "BIGINT NOT NULL"))
 
 
 @dataclass(frozen=True)
@@ -54,19 +51,12 @@ class HistoryState:
 
 def read_state(backend: SqlBackend) -> HistoryState | None:
     """None when no consumer has kept history in this replica yet."""
-    if not _exists(backend, SETTINGS):
-        return None
+    return _stored_state(backend) if find_table(backend, SETTINGS) is not None else None
+
+
+def _stored_state(backend: SqlBackend) -> HistoryState | None:
     rows = backend.execute(f"SELECT retention_micros, kept_from_micros FROM {quote(SETTINGS)} WHERE id = 1")
     return HistoryState(int(rows[0][0]), int(rows[0][1])) if rows else None
-
-
-def _exists(backend: SqlBackend, table: str) -> bool:
-    rows = backend.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() "
-        "AND table_name = ?",
-        [table],
-    )
-    return bool(rows[0][0])
 
 
 @dataclass
@@ -104,16 +94,24 @@ class RowHistory:
         )
 
     def keep_inserts(
-        self, inserts: str, stage: str, key: Sequence[str], values: Sequence[str], cut: int
+        self,
+        inserts: str,
+        stage: str,
+        key: Sequence[str],
+        values: Sequence[str],
+        *,
+        order: Sequence[str],
+        cut: int,
     ) -> None:
-        """Every insert event of the stage (``cdc$is_insert``), with the values it set."""
-        set_values = [f"CASE WHEN {quote('set$' + v)} THEN {quote(v)} END" for v in values]
-        kept = [REPLICA_ROW_ID, *SORT_COLUMNS]
+        """Every insert event of the stage, with the values it set and its ``order`` columns
+        (the merge's sort key and commit time)."""
+        set_values = [f"CASE WHEN {quote(SET_PREFIX + v)} THEN {quote(v)} END" for v in values]
+        kept = [REPLICA_ROW_ID, *order]
         names = ", ".join(quote(c) for c in [*key, *values, *kept, INSERT_CUT])
         selected = ", ".join([*(quote(k) for k in key), *set_values, *(quote(c) for c in kept), "?"])
         self.backend.execute(
             f"INSERT INTO {quote(inserts)} ({names}) SELECT {selected} FROM {quote(stage)} "
-            f'WHERE "cdc$is_insert"',
+            f"WHERE {quote(IS_INSERT)}",
             [cut],
         )
 
@@ -133,7 +131,7 @@ class RowHistory:
         goes to history), and a new replica the empty state before its first cut. It stays whole
         from there until a prune drops something.
         """
-        state = read_state(self.backend)
+        state = _stored_state(self.backend)  # the table exists: __post_init__ made it
         start = state.kept_from_micros if state is not None else (previous_cut or 0)
         kept_from = max(start, self._pruned_before)
         self._pruned_before = 0

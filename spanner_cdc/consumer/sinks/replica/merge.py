@@ -160,10 +160,10 @@ class ReplicaMerge:
             )
         self._fold(changes)
         if history is not None and cut is not None:
-            columns = [*key, *(c.name for c in changes.value_columns)]
+            values = [c.name for c in changes.value_columns]
             changed = f"{quote(FOLDED)} AS f ON {_match(key, same, 't', 'f')}"
-            history.close_versions(changes.names.table, changes.names.history, columns, changed, cut)
-            history.keep_inserts(changes.names.inserts, STAGE, key, columns[len(key) :], cut)
+            history.close_versions(changes.names.table, changes.names.history, [*key, *values], changed, cut)
+            history.keep_inserts(changes.names.inserts, STAGE, key, values, order=ORDER_COLUMNS, cut=cut)
             history.prune(changes.names.history, changes.names.inserts, cut)
         sets = ", ".join(
             f"{quote(c.name)} = CASE WHEN f.{quote(SET_PREFIX + c.name)} THEN f.{quote(c.name)} "
@@ -234,7 +234,7 @@ class ReplicaMerge:
         if with_history:
             layouts += [
                 (changes.names.history, changes.columns, list(HISTORY_COLUMNS), []),
-                (changes.names.inserts, changes.columns, list(INSERT_COLUMNS), []),
+                (changes.names.inserts, changes.columns, [*INSERT_COLUMNS, *order], []),
             ]
         catalog_key = self.names.catalog_key
         for table, columns, extra, constraints in layouts:

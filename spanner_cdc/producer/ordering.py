@@ -15,7 +15,6 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from spanner_cdc.producer.acks import AckTracker
@@ -48,18 +47,32 @@ class CommitOrderBuffer:
         heapq.heappush(self._heap, Held(order, record, partition, tracker))
         self._by_run.setdefault(tracker, deque()).append(commit)
 
-    def release(self, up_to_micros: int | None) -> Iterator[Held]:
-        """Held records with commit timestamp ≤ ``up_to_micros`` (all when None), in order."""
-        while self._heap and (up_to_micros is None or self._heap[0].order[0] <= up_to_micros):
-            held = heapq.heappop(self._heap)
-            run = self._by_run[held.tracker]
-            run.popleft()
-            if not run:
-                del self._by_run[held.tracker]
-            yield held
+    def ready(self, up_to_micros: int | None) -> Held | None:
+        """The next record to publish if its commit timestamp is ≤ ``up_to_micros`` (any when
+        None). It stays held — bounding its run's checkpoint, keeping its run unfinished — until
+        :meth:`published` says its events are counted by its run's tracker: publishing awaits
+        (a catalog read, a new table's schema acknowledged), and a checkpoint or a finish taken
+        meanwhile must not pass a record that is in neither place."""
+        if self._heap and (up_to_micros is None or self._heap[0].order[0] <= up_to_micros):
+            return self._heap[0]
+        return None
+
+    def published(self, held: Held) -> None:
+        """``held``'s events are with the Kafka client and counted by its tracker: it leaves."""
+        if self._heap and self._heap[0] is held:
+            heapq.heappop(self._heap)
+        elif held in self._heap:  # a record that came late went ahead of it meanwhile
+            self._heap.remove(held)
+            heapq.heapify(self._heap)
+        else:  # its run was discarded while it was published
+            return
+        run = self._by_run[held.tracker]
+        run.popleft()
+        if not run:
+            del self._by_run[held.tracker]
 
     def next_commit(self) -> int | None:
-        """Commit timestamp of the next record to leave: nothing at or after it is published yet."""
+        """Commit timestamp of the next record to leave: nothing after it is published yet."""
         return self._heap[0].order[0] if self._heap else None
 
     def oldest(self, tracker: AckTracker) -> int | None:

@@ -42,8 +42,10 @@ class CommitOrderRelease:
 
     async def release_locked(self) -> None:
         """The same, for a caller already inside :meth:`locked`."""
-        for held in self.buffer.release(self.scheduler.low_watermark_micros()):
+        up_to = self.scheduler.low_watermark_micros()
+        while (held := self.buffer.ready(up_to)) is not None:
             await self.publisher.publish(held.record, held.partition.query_token, held.tracker)
+            self.buffer.published(held)
 
     @contextlib.asynccontextmanager
     async def locked(self) -> AsyncIterator[None]:

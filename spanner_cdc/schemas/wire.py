@@ -12,12 +12,14 @@ import json
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, cast
 
 import fastavro
 from fastavro.schema import fingerprint as _fingerprint_hex
 from fastavro.schema import to_parsing_canonical_form
 
+from spanner_cdc.schemas.avro_writer import Writer, compile_writer
 from spanner_cdc.schemas.errors import DecodeError
 
 MAGIC = b"\xc3\x01"
@@ -37,9 +39,15 @@ class WriterSchema:
         """The form used as the key on ``_spanner-cdc.{prefix}.schemas``."""
         return f"{self.fingerprint:016x}"
 
-    @property
+    @cached_property
     def header(self) -> bytes:
         return MAGIC + struct.pack("<Q", self.fingerprint)
+
+    @cached_property
+    def writer(self) -> Writer:
+        """The compiled encoder (``schemas.avro_writer``), built on first use: readers, which
+        only decode, never compile the schemas they are handed."""
+        return compile_writer(self.parsed)
 
     @classmethod
     def from_schema(cls, schema: Mapping[str, Any] | str) -> WriterSchema:
@@ -53,11 +61,10 @@ class WriterSchema:
 
 
 def encode(writer: WriterSchema, record: Mapping[str, Any]) -> bytes:
-    """One record → single-object-encoded bytes."""
-    buffer = io.BytesIO()
-    buffer.write(writer.header)
-    fastavro.schemaless_writer(buffer, writer.parsed, record)
-    return buffer.getvalue()
+    """One record (its values in Avro's primitive forms) → single-object-encoded bytes."""
+    buffer = bytearray(writer.header)
+    writer.writer(buffer, record)
+    return bytes(buffer)
 
 
 def read_fingerprint(message: bytes) -> int:

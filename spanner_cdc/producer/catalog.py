@@ -89,13 +89,17 @@ class CatalogColumn:
         return cls(name, ordinal_position, parsed, type_text)
 
 
+#: What a catalog read returns: columns by table, and each table's commit-timestamp columns.
+CatalogContents = tuple[dict[str, list[CatalogColumn]], dict[str, frozenset[str]]]
+
+
 @dataclass
 class TableCatalog:
     """Columns and commit-timestamp columns per table, refreshed on demand; the table versions
     built from them (one per record shape), dropped when the catalog is read again."""
 
     dialect: str
-    load: Callable[[], tuple[dict[str, list[CatalogColumn]], dict[str, frozenset[str]]]]
+    load: Callable[[], CatalogContents]
     columns: dict[str, list[CatalogColumn]] = field(default_factory=dict)
     commit_timestamp_columns: dict[str, frozenset[str]] = field(default_factory=dict)
     _versions: TableVersions = field(default_factory=TableVersions)

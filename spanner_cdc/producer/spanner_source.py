@@ -17,7 +17,7 @@ from spanner_cdc.common.blocking import call_with_deadline
 from spanner_cdc.common.spanner_client import CredentialsFileError, cloud_client, emulator_client
 from spanner_cdc.common.spanner_client import emulator_host as emulator_host_from_env
 from spanner_cdc.errors import UsageError
-from spanner_cdc.producer.catalog import NOT_CAPTURED, CatalogColumn
+from spanner_cdc.producer.catalog import NOT_CAPTURED, CatalogColumn, CatalogContents
 from spanner_cdc.producer.change_stream_rules import GOOGLE_STANDARD_SQL, POSTGRESQL
 from spanner_cdc.producer.config import ProducerConfig
 from spanner_cdc.producer.errors import SpannerSetupError
@@ -117,7 +117,7 @@ class SpannerSource:
         if not await call_with_deadline(lambda: self._query(sql, params), CONNECT_TIMEOUT_SECONDS):
             raise SpannerSetupError(f"change stream {stream!r} does not exist in {self.database_path}")
 
-    def load_catalog(self) -> tuple[dict[str, list[CatalogColumn]], dict[str, frozenset[str]]]:
+    def load_catalog(self) -> CatalogContents:
         """Columns per table and the columns that accept commit timestamps (blocking)."""
         if self.dialect == POSTGRESQL:
             columns_sql = (

@@ -95,19 +95,33 @@ _PRIMITIVES: dict[str, Writer] = {
     "bytes": write_bytes,
     "string": write_string,
 }
-#: Which Python values a union branch of each primitive type takes, as fastavro decides it.
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_mapping(value: Any) -> bool:
+    return isinstance(value, Mapping)
+
+
+#: Which Python values a union branch of each type takes, as fastavro decides it.
 _BRANCH_VALUES: dict[str, Callable[[Any], bool]] = {
     "null": lambda value: value is None,
     "boolean": lambda value: isinstance(value, bool),
-    "int": lambda value: isinstance(value, int) and not isinstance(value, bool),
-    "long": lambda value: isinstance(value, int) and not isinstance(value, bool),
-    "float": lambda value: isinstance(value, int | float) and not isinstance(value, bool),
-    "double": lambda value: isinstance(value, int | float) and not isinstance(value, bool),
+    "int": _is_integer,
+    "long": _is_integer,
+    "float": _is_number,
+    "double": _is_number,
     "bytes": lambda value: isinstance(value, bytes),
     "string": lambda value: isinstance(value, str),
-    "record": lambda value: isinstance(value, Mapping),
+    "record": _is_mapping,
     "array": lambda value: isinstance(value, list | tuple),
-    "map": lambda value: isinstance(value, Mapping),
+    "map": _is_mapping,
 }
 
 

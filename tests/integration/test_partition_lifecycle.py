@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.producer.catalog import CatalogColumn, TableCatalog
+from spanner_cdc.producer.catalog import CatalogContents, TableCatalog
 from spanner_cdc.producer.change_stream_rules import GOOGLE_STANDARD_SQL
 from spanner_cdc.producer.checkpoints import CheckpointStore
 from spanner_cdc.producer.config import ProducerConfig
@@ -39,7 +39,6 @@ from tests.support.kafka_read import read_events
 
 pytestmark = pytest.mark.integration
 Rows = list[list[ChangeStreamRecord]]
-CatalogLoad = Callable[[], tuple[dict[str, list[CatalogColumn]], dict[str, frozenset[str]]]]
 
 
 class ScriptedSource:
@@ -65,7 +64,7 @@ def service_for(
     start: int,
     *,
     end: int | None = None,
-    load_catalog: CatalogLoad = lambda: ({}, {}),
+    load_catalog: Callable[[], CatalogContents] = lambda: ({}, {}),
 ) -> ProducerService:
     config = ProducerConfig(
         project="p", instance="i", database="d", change_stream="S", kafka_bootstrap=stack.endpoint("kafka"),
@@ -144,7 +143,7 @@ def test_a_change_being_published_holds_back_its_checkpoint_and_finish(stack: Em
     )
     loading, loaded = threading.Event(), threading.Event()
 
-    def slow_catalog() -> tuple[dict[str, list[CatalogColumn]], dict[str, frozenset[str]]]:
+    def slow_catalog() -> CatalogContents:
         loading.set()
         loaded.wait(60)
         return {}, {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -27,12 +28,41 @@ class ServiceError(SpannerCdcError):
     """A service could not be started, reached or resolved; the message says what to do."""
 
 
+#: Where :func:`free_port` looks when the kernel's ephemeral range cannot be read (Linux's default).
+EPHEMERAL_LOW_DEFAULT = 32768
+#: The lowest port :func:`free_port` hands out: above the well-known and most registered ports.
+LOWEST_PORT = 10000
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return EPHEMERAL_LOW_DEFAULT
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing listens on right now, for a child process to bind.
+
+    The port is chosen below the kernel's ephemeral range, not with ``bind(0)``: the caller lets
+    go of it and a child binds it later, and meanwhile a port from the ephemeral range can be
+    handed to any outgoing connection or any other ``bind(0)`` on the machine (Spark's, the
+    JVM's) — a CI run lost a test to exactly that (``Errno 98: Address already in use``). Below
+    the range only explicit binds compete, and this process never hands out a port twice.
+    """
+    high = _ephemeral_low()
+    candidates = [port for port in range(LOWEST_PORT, high) if port not in _handed_out]
+    random.shuffle(candidates)
+    for port in candidates:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
         return port
+    raise ServiceError(f"no free TCP port on 127.0.0.1 between {LOWEST_PORT} and {high}")
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:

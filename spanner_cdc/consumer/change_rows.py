@@ -3,8 +3,9 @@
 Both sinks see the same events in the same order (``sort_keys``), with the columns of every
 table version in the batch merged (a column added mid-stream is null for older events):
 
-- the changelog row: the payload as typed columns, ``change$…`` columns (Snowflake-stream
-  style) and the envelope under ``envelope$…``. ``$`` cannot occur in a Spanner identifier, so
+- the changelog row: the payload as typed columns, ``change$type`` (the event's own change
+  type: one row per event, not a stream's net change) and ``change$row_id``, and the envelope
+  under ``envelope$…``. ``$`` cannot occur in a Spanner identifier, so
   these names never collide with a table's own columns;
 - the replica stage row: keys, values, one ``set$<column>`` flag per value column (was the
   column part of the change; a partial update must leave the others alone), whether the event
@@ -24,8 +25,11 @@ from spanner_cdc.consumer.decode import DecodedEvent
 from spanner_cdc.consumer.table_version import PayloadColumn, TableVersion, merged_columns
 from spanner_cdc.schemas.identity import row_id
 
-ACTION = "change$action"
-IS_UPDATE = "change$is_update"
+#: INSERT, UPDATE or DELETE: the event's ``change_type``. Not ``change$action`` and
+#: ``change$is_update``: those are a stream's columns (streams.delta), where an update of an
+#: older row is a DELETE/INSERT pair of its whole images; an event seldom carries the old image
+#: whole (only NEW_ROW_AND_OLD_VALUES does), so the changelog does not claim to.
+CHANGE_TYPE = "change$type"
 ROW_ID = "change$row_id"
 IS_DELETE = "cdc$is_delete"
 IS_INSERT = "cdc$is_insert"
@@ -120,9 +124,9 @@ class TableChanges:
 
     def changelog(self) -> pa.Table:
         columns = dict(self.payload_arrays)
-        change_types = [e.record["source_metadata"]["change_type"] for e in self.events]
-        columns[ACTION] = pa.array(["DELETE" if t == "DELETE" else "INSERT" for t in change_types])
-        columns[IS_UPDATE] = pa.array([t == "UPDATE" for t in change_types])
+        columns[CHANGE_TYPE] = pa.array(
+            [e.record["source_metadata"]["change_type"] for e in self.events], type=pa.string()
+        )
         columns[ROW_ID] = pa.array(self.row_ids, type=pa.string())
         for name, arrow_type in _ENVELOPE_SCALARS:
             columns[f"envelope${name}"] = pa.array([e.record[name] for e in self.events], type=arrow_type)

@@ -30,7 +30,7 @@ KILLS = 3
 def sinks(config: ConsumerConfig) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     return (
         replica_rows(config, "Accounts", '"Id", "Balance", "Note", "cdc$commit_micros"'),
-        changelog_rows(config, "Accounts", '"envelope$uuid", "Id", "change$action"'),
+        changelog_rows(config, "Accounts", '"envelope$uuid", "Id", "change$type"'),
     )
 
 

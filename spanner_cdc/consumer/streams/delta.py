@@ -19,11 +19,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from spanner_cdc.consumer.change_rows import ACTION, IS_UPDATE, REPLICA_ROW_ID, ROW_ID, SORT_COLUMNS
+from spanner_cdc.consumer.change_rows import REPLICA_ROW_ID, ROW_ID, SORT_COLUMNS
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, quote
 from spanner_cdc.consumer.sinks.replica.history import INSERT_CUT, VALID_FROM, VALID_TO
 from spanner_cdc.consumer.streams.tables import ReplicatedTable
 
+ACTION = "change$action"
+IS_UPDATE = "change$is_update"
 CHANGE_COLUMNS = (ACTION, IS_UPDATE, ROW_ID)
 _PRESENT = "cdc$present"
 

@@ -3,8 +3,8 @@
 Tansu (the embedded broker) answers ListOffsets(latest) with the base offset of the last record
 batch + 1, not the offset after the last record: a batch of 20 records at offsets 0-19 reports
 1. The high watermark in a Fetch response is right, so the end is read from there: fetch the
-last batch and take the broker's high watermark. On Apache Kafka both agree; the fetch costs
-one round trip per non-empty partition.
+last batch and take the broker's high watermark. On Apache Kafka both agree; the fetch of every
+partition's last batch costs about one round trip for all of them.
 """
 
 from __future__ import annotations
@@ -23,24 +23,37 @@ SHORT_FETCH_WAIT = {"fetch.wait.max.ms": "10"}
 def end_offsets(
     consumer: Consumer, topic: str, partitions: Iterable[int], timeout: float = 10.0
 ) -> dict[int, int]:
-    """partition → offset after its last record. Changes the consumer's assignment."""
-    ends = {}
-    for partition in partitions:
-        _, listed = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
-        ends[partition] = listed
-        if listed <= 0:
-            continue
-        consumer.assign([TopicPartition(topic, partition, listed - 1)])
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+    """partition → offset after its last record. Changes the consumer's assignment.
+
+    The last batches of all partitions are fetched together, each partition paused once it
+    proved its end: fetched one partition at a time, the 12 partitions of a demo took ~200 ms —
+    on every micro-batch of the consumer's source — against ~20 ms together (measured on Tansu).
+    """
+    ends = {
+        partition: consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)[1]
+        for partition in partitions
+    }
+    unproven = {partition for partition, listed in ends.items() if listed > 0}
+    if not unproven:
+        return ends
+    assigned = [TopicPartition(topic, partition, ends[partition] - 1) for partition in sorted(unproven)]
+    consumer.assign(assigned)
+    deadline = time.monotonic() + timeout
+    try:
+        while unproven and time.monotonic() < deadline:
             message = consumer.poll(min(1.0, timeout))
-            # Only a message of this partition proves its high watermark is in the cache.
-            if message is None or message.error() is not None or message.partition() != partition:
+            # Only a message of a partition proves its high watermark is in the cache.
+            found = None if message is None or message.error() is not None else message.partition()
+            if found is None or found not in unproven:
                 continue
-            _, fetched = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-            ends[partition] = max(listed, fetched)
-            break
-    consumer.unassign()
+            proven = TopicPartition(topic, found)
+            _, fetched = consumer.get_watermark_offsets(proven, cached=True)
+            ends[found] = max(ends[found], fetched)
+            unproven.discard(found)
+            consumer.pause([proven])
+    finally:
+        consumer.resume(assigned)  # librdkafka keeps a partition paused across assignments
+        consumer.unassign()
     return ends
 
 

@@ -1,0 +1,52 @@
+"""Where partitions end, on the real broker (Tansu lists the wrong end: docs/facts.md): every
+partition's end at once, right on every call, and the consumer still usable afterwards."""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import closing
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, end_offsets, read_to_end
+from spanner_cdc.stack import EmbeddedStack
+
+pytestmark = pytest.mark.integration
+PARTITIONS = 12
+
+
+def test_every_partition_end_is_found_together_and_again(stack: EmbeddedStack) -> None:
+    bootstrap = stack.endpoint("kafka")
+    topic = f"ends-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    # Several record batches per partition (lingering producer, three flushes); the last stays empty.
+    expected = dict.fromkeys(range(PARTITIONS), 0)
+
+    def delivered(error: KafkaError | None, message: Message) -> None:
+        partition, offset = message.partition(), message.offset()
+        assert error is None and partition is not None and offset is not None
+        expected[partition] = max(expected[partition], offset + 1)
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    for round_ in range(3):
+        for index in range(300):
+            producer.produce(
+                topic, f"{round_}-{index}".encode(), partition=index % (PARTITIONS - 1), on_delivery=delivered
+            )
+            producer.poll(0)
+        assert producer.flush(30) == 0
+    assert expected[0] > 1
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends", **SHORT_FETCH_WAIT})
+    try:
+        partitions = list(range(PARTITIONS))
+        # Twice on one consumer: a partition paused by the first call must not stall the second.
+        assert end_offsets(consumer, topic, partitions) == expected
+        assert end_offsets(consumer, topic, partitions) == expected
+        with closing(read_to_end(consumer, topic, {})) as messages:
+            assert sum(1 for _ in messages) == 900
+    finally:
+        consumer.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from contextlib import closing
 from typing import Any
 
@@ -96,19 +96,27 @@ class KafkaClient:
         return {topic for topic in self._created if self.topics.is_event_topic(topic)}
 
     async def ensure_topic(self, topic: str, compacted: bool = False) -> None:
-        if topic in self._created:
+        await self.ensure_topics([topic], compacted)
+
+    async def ensure_topics(self, topics: Sequence[str], compacted: bool = False) -> None:
+        """Create the topics not created or found yet, in one request (one existing is fine)."""
+        missing = sorted(set(topics) - self._created)
+        if not missing:
             return
         partitions = 1 if compacted else self.topic_partitions
         config = {"cleanup.policy": "compact"} if compacted else {}
-        new_topic = NewTopic(topic, partitions, self.replication_factor, config=config)
-        futures = self.admin.create_topics([new_topic], operation_timeout=30)
-        try:
-            await asyncio.wrap_future(futures[topic])
-        except KafkaException as exc:
-            error = exc.args[0]
-            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise KafkaSetupError(f"cannot create topic {topic}: {error.str()}") from None
-        self._created.add(topic)
+        futures = self.admin.create_topics(
+            [NewTopic(topic, partitions, self.replication_factor, config=config) for topic in missing],
+            operation_timeout=30,
+        )
+        for topic in missing:
+            try:
+                await asyncio.wrap_future(futures[topic])
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise KafkaSetupError(f"cannot create topic {topic}: {error.str()}") from None
+            self._created.add(topic)
 
     async def ensure_schema(self, writer: WriterSchema) -> None:
         """Publish ``writer`` to the schemas topic once and wait for the broker's ack.

@@ -117,6 +117,32 @@ class SpannerSource:
         if not await call_with_deadline(lambda: self._query(sql, params), CONNECT_TIMEOUT_SECONDS):
             raise SpannerSetupError(f"change stream {stream!r} does not exist in {self.database_path}")
 
+    def watched_tables(self, stream: str) -> frozenset[str] | None:
+        """The tables ``stream`` watches, as change records name them; None when it watches
+        every table (``FOR ALL``), including tables created later (blocking)."""
+        if self.dialect == POSTGRESQL:
+            everything_sql = (
+                'SELECT "all" FROM information_schema.change_streams WHERE change_stream_name = $1'
+            )
+            tables_sql = (
+                "SELECT table_schema, table_name FROM information_schema.change_stream_tables "
+                "WHERE change_stream_name = $1"
+            )
+            params = {"p1": stream}
+        else:
+            everything_sql = (
+                "SELECT `ALL` FROM INFORMATION_SCHEMA.CHANGE_STREAMS WHERE CHANGE_STREAM_NAME = @s"
+            )
+            tables_sql = (
+                "SELECT TABLE_SCHEMA, TABLE_NAME FROM INFORMATION_SCHEMA.CHANGE_STREAM_TABLES "
+                "WHERE CHANGE_STREAM_NAME = @s"
+            )
+            params = {"s": stream}
+        # GoogleSQL answers a BOOL, the PostgreSQL dialect 'YES' or 'NO'.
+        if any(row[0] in (True, "YES") for row in self._query(everything_sql, params)):
+            return None
+        return frozenset(self._qualified(schema, table) for schema, table in self._query(tables_sql, params))
+
     def load_catalog(self) -> CatalogContents:
         """Columns per table and the columns that accept commit timestamps (blocking)."""
         if self.dialect == POSTGRESQL:

@@ -431,6 +431,54 @@ def test_table_filters(stack: EmbeddedStack) -> None:
     assert len(read_events(stack.endpoint("kafka"), config.topic_prefix, "AuditLog")) == 1
 
 
+@pytest.mark.parametrize("dialect", ["GOOGLE_STANDARD_SQL", "POSTGRESQL"])
+def test_watched_tables_have_topics_and_watermarks_before_their_first_change(
+    stack: EmbeddedStack, dialect: str
+) -> None:
+    """A table's first change waits for no topic creation, and a consumer's cut can pass commit
+    timestamps before it: the topics of the tables the stream watches (less the filtered ones)
+    are there at start-up, with watermark records; a table the stream does not watch gets none."""
+    if dialect == "POSTGRESQL":
+        ddl = [
+            "CREATE TABLE watched (id bigint PRIMARY KEY, a bigint)",
+            "CREATE TABLE filtered (id bigint PRIMARY KEY)",
+            "CREATE TABLE unwatched (id bigint PRIMARY KEY)",
+            "CREATE CHANGE STREAM subset FOR watched, filtered",
+        ]
+    else:
+        ddl = [
+            "CREATE TABLE watched (id INT64 NOT NULL, a INT64) PRIMARY KEY (id)",
+            "CREATE TABLE filtered (id INT64 NOT NULL) PRIMARY KEY (id)",
+            "CREATE TABLE unwatched (id INT64 NOT NULL) PRIMARY KEY (id)",
+            "CREATE CHANGE STREAM subset FOR watched, filtered",
+        ]
+    database = create_database(stack.endpoint("spanner"), ddl, dialect=dialect)
+    kafka = stack.endpoint("kafka")
+    config = producer_config(
+        stack.endpoint("spanner"),
+        kafka,
+        database,
+        "subset",
+        exclude_tables=("filtered",),
+        watermark_interval=0.2,
+    )
+
+    async def started() -> None:
+        service = await build_service(config)
+        async with running(service):
+            emitter = service.watermarks
+            assert emitter is not None
+            await wait_until(service, lambda: emitter.published_micros is not None, 60)
+
+    asyncio.run(started())
+    topics = AdminClient({"bootstrap.servers": kafka}).list_topics(timeout=10).topics
+    event_topics = {t for t in topics if t.startswith(config.topic_prefix + ".")}
+    assert event_topics == {f"{config.topic_prefix}.watched"}
+    events, watermarks = read_topic(kafka, config.topic_prefix, "watched")
+    assert not events
+    assert {partition for partition, _, _ in watermarks} == set(range(config.topic_partitions))
+
+
 @RERUN_ON_EMULATOR_SKIP
 def test_stalled_spanner_restarts_partitions_from_their_checkpoints(stack: EmbeddedStack) -> None:
     """SIGSTOP the emulator longer than the stall limit: queries restart, nothing is lost."""

@@ -258,8 +258,9 @@ def _run_on_replica(args: argparse.Namespace) -> int:
             status = replica.status()
             cut = status.cut
             write_rows(
-                ["consistent_cut", "table", "rows"],
-                [(cut, t, n) for t, n in status.tables.items()] or [(cut, None, None)],
+                ["consistent_cut", "table", "replica_table", "rows", "renamed_columns"],
+                [(cut, t.source, t.replica_table, t.rows, t.renamed_columns) for t in status.tables]
+                or [(cut, None, None, None, None)],
                 args.format,
             )
             return 0

@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
+from spanner_cdc.consumer.sinks.replica.backends import open_backend
 from spanner_cdc.consumer.sinks.replica.names import POSTGRES_IDENTIFIER_BYTES, ReplicaNames
+from spanner_cdc.consumer.streams.api import StreamReplica
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import ConfigFactory, run_consumer
 from testkit.synthetic import BASE_MICROS, ChangeFactory, publish
@@ -71,6 +73,18 @@ def test_long_names_and_keyless_tables_replicate(
     assert replica_rows(config, TWIN_TABLE, column) == [("a", 3)]
     assert replica_rows(config, "Singleton", '"Value"') == [(2,)]
     assert replica_rows(config, "Odd", '"Id", "a?b%c"') == [("o", 8)]
+    # replica status names each table by its Spanner name beside the replica's, with renamed columns
+    replica = StreamReplica(open_backend(config.replica, config.duckdb_path, config.postgres_dsn))
+    try:
+        shown = {t.source: t for t in replica.status().tables}
+    finally:
+        replica.close()
+    assert set(shown) == {LONG_TABLE, TWIN_TABLE, "Singleton", "Odd"}
+    assert shown[LONG_TABLE].replica_table == names.table(LONG_TABLE)
+    assert (shown[LONG_TABLE].rows, shown[TWIN_TABLE].rows) == (1, 1)
+    renamed = {LONG_COLUMN: names.column(LONG_COLUMN)} if config.replica == "postgres" else {}
+    assert shown[LONG_TABLE].renamed_columns == shown[TWIN_TABLE].renamed_columns == renamed
+    assert shown["Odd"].renamed_columns == {} and shown["Odd"].replica_table == "Odd"
 
 
 @pytest.mark.integration

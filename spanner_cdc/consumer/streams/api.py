@@ -19,13 +19,16 @@ from spanner_cdc.consumer.errors import ReplicaConflictError
 from spanner_cdc.consumer.sinks.replica.backends import Selected, SqlBackend, quote
 from spanner_cdc.consumer.sinks.replica.cut import recorded_cut
 from spanner_cdc.consumer.sinks.replica.history import HistoryState, read_state
+from spanner_cdc.consumer.sinks.replica.names import ReplicaNames
 from spanner_cdc.consumer.streams.catalog import Stream, StreamCatalog, StreamError
 from spanner_cdc.consumer.streams.delta import CHANGE_COLUMNS, delta_query
 from spanner_cdc.consumer.streams.modes import DEFAULT_MODE, MODES
 from spanner_cdc.consumer.streams.tables import (
     REPLICA_PREFIX,
+    SourceNames,
     replicated_table,
     replicated_tables,
+    source_names,
 )
 from spanner_cdc.schemas.timestamps import datetime_from_micros
 
@@ -58,10 +61,21 @@ class Consumption:
 
 
 @dataclass(frozen=True)
+class TableStatus:
+    """One replicated table in ``replica status``."""
+
+    #: The Spanner table; the replica's name when it kept none (no change since version 0.3.0).
+    source: str
+    replica_table: str
+    rows: int
+    #: Spanner column → replica column, for the columns the replica renamed (names.py).
+    renamed_columns: dict[str, str]
+
+
+@dataclass(frozen=True)
 class ReplicaStatus:
     cut: dt.datetime | None
-    #: Replica table name → rows.
-    tables: dict[str, int]
+    tables: list[TableStatus]
 
 
 class StreamReplica:
@@ -190,13 +204,16 @@ class StreamReplica:
             return self._delta(table, mode, start_micros, end)
 
     def status(self) -> ReplicaStatus:
+        catalog_key = ReplicaNames.for_dialect(self.backend.dialect).catalog_key
         with self.backend.snapshot_transaction():
             cut = recorded_cut(self.backend)
-            counts = {
-                name: int(self.backend.execute(f"SELECT count(*) FROM {quote(name)}")[0][0])
-                for name in replicated_tables(self.backend)
-            }
-        return ReplicaStatus(None if cut is None else datetime_from_micros(cut), counts)
+            sources = source_names(self.backend)
+            tables = []
+            for name in replicated_tables(self.backend):
+                rows = int(self.backend.execute(f"SELECT count(*) FROM {quote(name)}")[0][0])
+                source = sources.get(catalog_key(name), SourceNames((name,), {}))
+                tables.append(TableStatus(", ".join(source.tables), name, rows, source.renamed_columns))
+        return ReplicaStatus(None if cut is None else datetime_from_micros(cut), tables)
 
     # --- inside a transaction -----------------------------------------------------------------
 

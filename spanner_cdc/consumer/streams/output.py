@@ -34,7 +34,7 @@ def write_rows(
         for name in names:
             table.add_column(name, overflow="fold")  # wrapped, never cut: a value is read whole
         for row in rows:
-            table.add_row(*("NULL" if v is None else str(plain(v)) for v in row))
+            table.add_row(*("NULL" if v is None else str(_csv_text(plain(v))) for v in row))
         Console(file=out, width=max(WIDEST_TABLE, Console(file=out).width)).print(table)
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import astuple, dataclass
 
-from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table
-from spanner_cdc.consumer.sinks.replica.names import TOMBSTONE_SUFFIX, ReplicaNames, TableNames
+from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table, quote
+from spanner_cdc.consumer.sinks.replica.names import NAMES_TABLE, TOMBSTONE_SUFFIX, ReplicaNames, TableNames
 
 REPLICA_PREFIX = "cdc$"
 
@@ -63,3 +63,36 @@ def replicated_tables(backend: SqlBackend) -> list[str]:
         ["%" + TOMBSTONE_SUFFIX],
     )
     return [str(r[0])[: -len(TOMBSTONE_SUFFIX)] for r in rows]
+
+
+@dataclass(frozen=True)
+class SourceNames:
+    """The Spanner names behind one replica table (names.py: the replica may have shortened them)."""
+
+    #: The Spanner table, or tables: DuckDB keeps ``Accounts`` and ``accounts`` as one.
+    tables: tuple[str, ...]
+    #: Spanner column → replica column, for the columns the replica renamed.
+    renamed_columns: dict[str, str]
+
+
+def source_names(backend: SqlBackend) -> dict[str, SourceNames]:
+    """Replica table (by catalog key) → the Spanner names the merge recorded for it; a table
+    with no change since the replica kept names (before version 0.3.0) is missing."""
+    if find_table(backend, NAMES_TABLE) is None:
+        return {}
+    catalog_key = ReplicaNames.for_dialect(backend.dialect).catalog_key
+    rows = backend.execute(
+        f"SELECT source_table, source_column, replica_name FROM {quote(NAMES_TABLE)} "
+        "ORDER BY source_table, source_column"
+    )
+    tables: dict[str, list[str]] = {}
+    for source_table, source_column, replica_name in rows:
+        if source_column == "":
+            tables.setdefault(catalog_key(str(replica_name)), []).append(str(source_table))
+    found = {}
+    for replica_table, sources in tables.items():
+        renamed = {
+            str(column): str(name) for table, column, name in rows if column != "" and table in sources
+        }
+        found[replica_table] = SourceNames(tuple(sources), renamed)
+    return found

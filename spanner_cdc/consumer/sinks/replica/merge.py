@@ -47,7 +47,7 @@ from spanner_cdc.consumer.sinks.replica.history import (
     VALID_FROM,
     RowHistory,
 )
-from spanner_cdc.consumer.sinks.replica.names import ReplicaNames, TableNames
+from spanner_cdc.consumer.sinks.replica.names import NAMES_TABLE, ReplicaNames, TableNames
 from spanner_cdc.consumer.table_version import PayloadColumn
 
 log = logging.getLogger("spanner_cdc.consumer")
@@ -97,6 +97,8 @@ class ReplicaMerge:
     history: RowHistory | None = None
     #: Table → its columns, by catalog key (ReplicaNames.catalog_key), and whether each takes NULL.
     _known_columns: dict[str, dict[str, bool]] = field(default_factory=dict)
+    #: (Spanner table, Spanner column or '', replica name) rows this process knows are in cdc$names.
+    _recorded_names: set[tuple[str, str, str]] = field(default_factory=set)
 
     @property
     def names(self) -> ReplicaNames:
@@ -106,6 +108,11 @@ class ReplicaMerge:
         self.backend.execute(
             f"CREATE TABLE IF NOT EXISTS {quote(BATCHES_TABLE)} "
             "(query_id VARCHAR PRIMARY KEY, batch_id BIGINT NOT NULL, committed_at TIMESTAMPTZ NOT NULL)"
+        )
+        self.backend.execute(
+            f"CREATE TABLE IF NOT EXISTS {quote(NAMES_TABLE)} (source_table VARCHAR NOT NULL, "
+            "source_column VARCHAR NOT NULL, replica_name VARCHAR NOT NULL, "
+            "PRIMARY KEY (source_table, source_column))"
         )
 
     def last_batch(self, query_id: str) -> int | None:
@@ -135,7 +142,9 @@ class ReplicaMerge:
                         [query_id, batch_id],
                     )
         except BaseException:
-            self._known_columns.clear()  # DDL of the failed transaction was rolled back too
+            # DDL and names of the failed transaction were rolled back too
+            self._known_columns.clear()
+            self._recorded_names.clear()
             raise
 
     def write(self, tables: Sequence[TableChanges], cut: int | None = None) -> None:
@@ -149,6 +158,7 @@ class ReplicaMerge:
     def _apply_table(self, changes: ReplicaTable, cut: int | None) -> None:
         history = self.history if cut is not None else None
         self._ensure_tables(changes, history is not None)
+        self._record_names(changes)
         key = changes.key
         staged = self._stage(changes)
         same = self._key_comparison(changes, staged)
@@ -253,6 +263,23 @@ class ReplicaMerge:
                 if catalog_key(name) not in existing:
                     self.backend.execute(f"ALTER TABLE {quote(table)} ADD COLUMN {definition}")
                     existing[catalog_key(name)] = True
+
+    def _record_names(self, changes: ReplicaTable) -> None:
+        """Keep the table's name and its renamed columns' names in ``cdc$names`` (once per
+        process: a replica written by an earlier version gets them at the table's next change)."""
+        source = changes.changes
+        names = [(source.table, "", changes.names.table)]
+        names += [
+            (source.table, column.name, renamed.name)
+            for column, renamed in zip(source.columns, changes.columns, strict=True)
+            if column.name != renamed.name
+        ]
+        for name in names:
+            if name not in self._recorded_names:
+                self.backend.execute(
+                    f"INSERT INTO {quote(NAMES_TABLE)} VALUES (?, ?, ?) ON CONFLICT DO NOTHING", list(name)
+                )
+                self._recorded_names.add(name)
 
     def _columns(self, table: str) -> dict[str, bool]:
         """The table's columns by catalog key, and whether each takes NULL; empty when there is

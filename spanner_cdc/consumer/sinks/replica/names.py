@@ -30,6 +30,10 @@ TOMBSTONE_SUFFIX = "$deleted"
 #: Earlier row versions and every insert, kept for streams (consumer.sinks.replica.history).
 HISTORY_SUFFIX = "$history"
 INSERTS_SUFFIX = "$inserts"
+#: Spanner name → replica name of every replicated table (column ``''``) and of every column
+#: the replica renamed, kept by the merge: a shortened name cannot be turned back, and
+#: ``replica status`` shows both.
+NAMES_TABLE = "cdc$names"
 #: Every companion table's suffix has this length, so one fitted table name serves them all.
 _SUFFIX_BYTES = len(TOMBSTONE_SUFFIX)
 assert all(len(s) == _SUFFIX_BYTES for s in (HISTORY_SUFFIX, INSERTS_SUFFIX))

@@ -33,6 +33,7 @@ _SCALARS: dict[str, tuple[pa.DataType, str, str]] = {
     # PG_NUMERIC: arbitrary precision and NaN; PostgreSQL's NUMERIC holds it, DuckDB's cannot.
     "number": (pa.string(), "NUMERIC", "VARCHAR"),
     "json": (pa.string(), "JSONB", "JSON"),
+    "uuid": (pa.string(), "UUID", "UUID"),
     "date": (pa.date32(), "DATE", "DATE"),
     "timestamp-micros": (pa.timestamp("us", tz="UTC"), "TIMESTAMPTZ", "TIMESTAMPTZ"),
     "timestamp-millis": (pa.timestamp("ms", tz="UTC"), "TIMESTAMPTZ", "TIMESTAMPTZ"),

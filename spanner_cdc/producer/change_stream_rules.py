@@ -1,4 +1,5 @@
-"""What Spanner accepts in a change-stream query: dialects, stream names, heartbeat intervals.
+"""What Spanner accepts in a change-stream query (dialects, stream names, heartbeat intervals),
+and which change streams the producer can read.
 
 Kept apart from the query itself (``producer.query``, which needs the Spanner client's types) so
 that option parsing can check these without the client library installed.
@@ -7,6 +8,8 @@ that option parsing can check these without the client library installed.
 from __future__ import annotations
 
 import re
+
+from spanner_cdc.producer.errors import SpannerSetupError
 
 GOOGLE_STANDARD_SQL = "GOOGLE_STANDARD_SQL"
 POSTGRESQL = "POSTGRESQL"
@@ -24,3 +27,16 @@ def validate_stream_name(name: str) -> str:
             "not starting with a digit; at most 128 characters)"
         )
     return name
+
+
+def refuse_partition_mode(stream: str, mode: str | None) -> None:
+    """Streams created with ``partition_mode = 'MUTABLE_KEY_RANGE'`` move key ranges between
+    partitions with records (partition start, end and event records) whose ordering rules the
+    producer does not implement; reading them as usual could reorder or lose changes, so such a
+    stream is refused at start."""
+    if mode is not None and mode.strip("'\"").upper() == "MUTABLE_KEY_RANGE":
+        raise SpannerSetupError(
+            f"change stream {stream!r} has partition_mode = 'MUTABLE_KEY_RANGE', which the producer "
+            "does not read; create a stream with partition_mode = 'IMMUTABLE_KEY_RANGE' "
+            "(or without the option)"
+        )

@@ -18,7 +18,7 @@ from spanner_cdc.common.spanner_client import CredentialsFileError, cloud_client
 from spanner_cdc.common.spanner_client import emulator_host as emulator_host_from_env
 from spanner_cdc.errors import UsageError
 from spanner_cdc.producer.catalog import NOT_CAPTURED, CatalogColumn, CatalogContents
-from spanner_cdc.producer.change_stream_rules import GOOGLE_STANDARD_SQL, POSTGRESQL
+from spanner_cdc.producer.change_stream_rules import GOOGLE_STANDARD_SQL, POSTGRESQL, refuse_partition_mode
 from spanner_cdc.producer.config import ProducerConfig
 from spanner_cdc.producer.errors import SpannerSetupError
 from spanner_cdc.producer.query import ChangeStreamQuery
@@ -116,6 +116,25 @@ class SpannerSource:
             params = {"s": stream}
         if not await call_with_deadline(lambda: self._query(sql, params), CONNECT_TIMEOUT_SECONDS):
             raise SpannerSetupError(f"change stream {stream!r} does not exist in {self.database_path}")
+        mode = await call_with_deadline(lambda: self._partition_mode(stream), CONNECT_TIMEOUT_SECONDS)
+        refuse_partition_mode(stream, mode)
+
+    def _partition_mode(self, stream: str) -> str | None:
+        """The stream's ``partition_mode`` option; None when it was not set (blocking)."""
+        if self.dialect == POSTGRESQL:
+            sql = (
+                "SELECT option_value FROM information_schema.change_stream_options "
+                "WHERE change_stream_name = $1 AND option_name = 'partition_mode'"
+            )
+            params = {"p1": stream}
+        else:
+            sql = (
+                "SELECT OPTION_VALUE FROM INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS "
+                "WHERE CHANGE_STREAM_NAME = @s AND OPTION_NAME = 'partition_mode'"
+            )
+            params = {"s": stream}
+        rows = self._query(sql, params)
+        return str(rows[0][0]) if rows else None
 
     def watched_tables(self, stream: str) -> frozenset[str] | None:
         """The tables ``stream`` watches, as change records name them; None when it watches

@@ -139,3 +139,9 @@ def records_from_json(change_record: Mapping[str, Any]) -> Iterator[ChangeStream
                         for child in item["child_partitions"]
                     ),
                 )
+            else:
+                # Skipping a record kind could skip changes or a partition's end; say so instead.
+                raise ContractError(
+                    f"change record of kind {kind!r}, which the producer does not read (streams with "
+                    "partition_mode = 'MUTABLE_KEY_RANGE' send such records; use 'IMMUTABLE_KEY_RANGE')"
+                )

@@ -40,6 +40,7 @@ LOGICAL_TYPES = {
     "decimal": "bytes",
     "json": "string",
     "number": "string",
+    "uuid": "string",
     "date": "int",
     "timestamp-micros": "long",
     "timestamp-millis": "long",

@@ -14,6 +14,7 @@ import binascii
 import decimal
 import json
 import math
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -186,6 +187,13 @@ def _parse_bytes(value: Any) -> bytes:
     return base64.b64decode(value, validate=True)
 
 
+def _parse_uuid(value: Any) -> str:
+    """The canonical form (lower case, 8-4-4-4-12), whatever form Spanner sent."""
+    if not isinstance(value, str):
+        raise TypeError("expected UUID text")
+    return str(uuid.UUID(value))
+
+
 def _parse_date(value: Any) -> int:
     if not isinstance(value, str) or len(value) != 10:
         raise ValueError("expected YYYY-MM-DD")
@@ -199,6 +207,8 @@ _DECIMAL_38_9 = {
     "scale": NUMERIC_SCALE,
 }
 _JSON_STRING = {"type": "string", "logicalType": "json"}
+#: Avro's own logical type: Kafka Connect, Flink and Java readers know it.
+_UUID_STRING = {"type": "string", "logicalType": "uuid"}
 
 _AVRO_TYPES: dict[str, AvroType] = {
     "BOOL": "boolean",
@@ -215,6 +225,7 @@ _AVRO_TYPES: dict[str, AvroType] = {
     "TIMESTAMP": {"type": "long", "logicalType": "timestamp-micros"},
     "PROTO": "bytes",
     "ENUM": "long",
+    "UUID": _UUID_STRING,
 }
 
 _PARSERS: dict[str, Converter] = {
@@ -232,4 +243,5 @@ _PARSERS: dict[str, Converter] = {
     "TIMESTAMP": parse_timestamp_micros,
     "PROTO": _parse_bytes,
     "ENUM": _parse_int64,
+    "UUID": _parse_uuid,
 }

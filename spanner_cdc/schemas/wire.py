@@ -49,6 +49,15 @@ class WriterSchema:
         only decode, never compile the schemas they are handed."""
         return compile_writer(self.parsed)
 
+    @cached_property
+    def reading(self) -> Any:
+        """The schema decoding uses: ``parsed`` without ``uuid`` logical types, so UUID columns
+        decode as the text they were written as (fastavro would make ``uuid.UUID`` objects, which
+        Arrow and the replicas' loaders do not take). A logical type never changes the bytes."""
+        if '"uuid"' not in self.schema_json:
+            return self.parsed
+        return fastavro.parse_schema(_without_uuid_logical_types(json.loads(self.schema_json)))
+
     @classmethod
     def from_schema(cls, schema: Mapping[str, Any] | str) -> WriterSchema:
         raw = json.loads(schema) if isinstance(schema, str) else dict(schema)
@@ -58,6 +67,18 @@ class WriterSchema:
         wire_bytes = bytes.fromhex(_fingerprint_hex(to_parsing_canonical_form(parsed), "CRC-64-AVRO"))
         fingerprint = int.from_bytes(wire_bytes, "little")
         return cls(json.dumps(raw, separators=(",", ":")), parsed, fingerprint)
+
+
+def _without_uuid_logical_types(schema: Any) -> Any:
+    if isinstance(schema, list):
+        return [_without_uuid_logical_types(branch) for branch in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {
+        name: _without_uuid_logical_types(value)
+        for name, value in schema.items()
+        if not (name == "logicalType" and value == "uuid")
+    }
 
 
 def encode(writer: WriterSchema, record: Mapping[str, Any]) -> bytes:
@@ -101,7 +122,7 @@ class SchemaStore:
         body = io.BytesIO(message)
         body.seek(HEADER_LENGTH)
         try:
-            record = cast(dict[str, Any], fastavro.schemaless_reader(body, writer.parsed, None))
+            record = cast(dict[str, Any], fastavro.schemaless_reader(body, writer.reading, None))
         except (EOFError, StopIteration) as exc:
             raise DecodeError("truncated", "body ends before the record does") from exc
         except (ValueError, UnicodeDecodeError, IndexError, struct.error, OverflowError) as exc:

@@ -180,3 +180,40 @@ def test_a_column_added_mid_stream_reaches_both_sinks(
         ("b", 2, "EUR"),
     ]
     assert changelog_rows(config, "Accounts", '"Id", "Currency"') == [("a", None), ("b", "EUR"), ("a", "CHF")]
+
+
+def test_uuid_columns_reach_both_sinks(spark: Any, stack: EmbeddedStack, configure: ConfigFactory) -> None:
+    """Spanner's UUID type (Avro string with logicalType uuid): a UUID key and a UUID value
+    column, updated and deleted, land as text in the changelog and as UUID in the replica."""
+    config = configure()
+    first, second, third = (
+        "0b9e3f52-6c1d-4a8e-9f21-7d2c5e4b1a90",
+        "7f000001-0000-4000-8000-000000000001",
+        "ffffffff-ffff-4fff-bfff-ffffffffffff",
+    )
+    table = ChangeFactory(table="Devices", columns=(("Id", "UUID", True), ("Owner", "UUID", False)))
+    publish(
+        config.kafka_bootstrap,
+        config.topic_prefix,
+        table.events(
+            table.record("INSERT", {"Id": first}, {"Owner": second}),
+            table.record("INSERT", {"Id": second}, {"Owner": None}),
+            table.record("UPDATE", {"Id": first}, {"Owner": third.upper()}),
+            table.record("DELETE", {"Id": second}, {}, {"Owner": None}),
+        ),
+    )
+    run_consumer(spark, config)
+    assert not config.quarantine_dir.exists()
+    assert replica_rows(config, "Devices", 'CAST("Id" AS VARCHAR), CAST("Owner" AS VARCHAR)') == [
+        (first, third)
+    ]
+    assert changelog_rows(config, "Devices", '"Id", "Owner"') == [
+        (first, second),
+        (second, None),
+        (first, third),
+        (second, None),
+    ]
+    column_type = replica_rows(
+        config, "Devices", 'pg_typeof("Id")::text' if config.replica == "postgres" else 'typeof("Id")'
+    )
+    assert column_type == [("uuid",)] if config.replica == "postgres" else [("UUID",)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import io
 import random
+import uuid
 from typing import Any
 
 import fastavro
@@ -82,6 +83,7 @@ SCALARS: dict[str, tuple[dict[str, Any], Any]] = {
     "BYTES": ({"code": "BYTES"}, _bytes),
     "DATE": ({"code": "DATE"}, _date),
     "TIMESTAMP": ({"code": "TIMESTAMP"}, _timestamp),
+    "UUID": ({"code": "UUID"}, lambda rng: str(uuid.UUID(int=rng.getrandbits(128))).upper()),
 }  # fmt: skip
 GOOGLE_SQL = (
     "BOOL",
@@ -94,6 +96,7 @@ GOOGLE_SQL = (
     "BYTES",
     "DATE",
     "TIMESTAMP",
+    "UUID",
 )
 POSTGRESQL = (
     "BOOL",

@@ -8,7 +8,7 @@ import pytest
 
 from spanner_cdc.schemas.errors import ContractError
 from spanner_cdc.schemas.events import READ_METHOD_CHANGE_STREAMS, Event, EventBuilder
-from spanner_cdc.schemas.records import DataChangeRecord
+from spanner_cdc.schemas.records import DataChangeRecord, records_from_json
 from spanner_cdc.schemas.table import TableSchema
 from spanner_cdc.schemas.timestamps import parse_timestamp_micros
 from testkit.records import STREAM_NAME, account_transfer_records
@@ -135,6 +135,15 @@ def test_value_for_unknown_column_is_an_error() -> None:
 def test_unknown_mod_type_is_an_error() -> None:
     with pytest.raises(ContractError, match="mod_type 'UPSERT'"):
         DataChangeRecord.from_json({**account_transfer_records()[0], "mod_type": "UPSERT"})
+
+
+@pytest.mark.parametrize("kind", ["partition_start_record", "partition_event_record", "something_new"])
+def test_a_record_kind_the_producer_does_not_read_is_an_error_not_skipped(kind: str) -> None:
+    """Skipped, a partition end record would leave its successors unread."""
+    heartbeat = {"heartbeat_record": [{"timestamp": "2026-11-25T00:00:00Z"}]}
+    assert len(list(records_from_json({**heartbeat, kind: []}))) == 1  # an empty field is nothing
+    with pytest.raises(ContractError, match=f"kind '{kind}'.*MUTABLE_KEY_RANGE"):
+        list(records_from_json({**heartbeat, kind: [{"partition_token": "t"}]}))
 
 
 def test_nested_json_given_as_text_is_accepted() -> None:

@@ -12,8 +12,9 @@ from spanner_cdc.common.config import ConfigError, add_options, resolve
 from spanner_cdc.common.logs import configure as configure_logging
 from spanner_cdc.producer.actions import TableFilter
 from spanner_cdc.producer.catalog import TableCatalog, parse_catalog_type
-from spanner_cdc.producer.change_stream_rules import validate_stream_name
+from spanner_cdc.producer.change_stream_rules import refuse_partition_mode, validate_stream_name
 from spanner_cdc.producer.config import PRODUCE_OPTIONS
+from spanner_cdc.producer.errors import SpannerSetupError
 from spanner_cdc.producer.query import ChangeStreamQuery
 from spanner_cdc.schemas.errors import UnsupportedTypeError
 from spanner_cdc.schemas.spanner_types import SpannerType
@@ -180,3 +181,20 @@ def test_log_level_sets_the_projects_loggers_and_keeps_libraries_at_info_or_abov
 def test_table_filters_name_the_patterns_that_select_nothing() -> None:
     tables = ["Accounts", "AuditLog", "finance.Ledger"]
     assert TableFilter(("Acc*", "Acounts"), ("Audit*", "Tmp*")).unmatched(tables) == ["Acounts", "Tmp*"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "refused"),
+    [
+        (None, False),
+        ("IMMUTABLE_KEY_RANGE", False),
+        ("MUTABLE_KEY_RANGE", True),
+        ("'mutable_key_range'", True),
+    ],
+)
+def test_streams_with_mutable_key_ranges_are_refused_at_start(mode: str | None, refused: bool) -> None:
+    if refused:
+        with pytest.raises(SpannerSetupError, match="'S' has partition_mode = 'MUTABLE_KEY_RANGE'"):
+            refuse_partition_mode("S", mode)
+    else:
+        refuse_partition_mode("S", mode)

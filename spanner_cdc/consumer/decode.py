@@ -11,6 +11,7 @@ quarantine row with topic, partition, offset, raw bytes and reason.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from contextlib import closing
 from dataclasses import dataclass, field, replace
@@ -210,6 +211,47 @@ def partition_counts(client_config: dict[str, str]) -> dict[str, int]:
 
 
 @dataclass
+class BrokerPartitions:
+    """Topic → partition count on the broker, for checking watermarks (event_rules).
+
+    Reading the broker's metadata takes a client and a round trip — about 24 ms of every
+    micro-batch in the demo's profile — and counts seldom change, so they are kept for up to
+    ``max_age_seconds``. A watermark the kept counts refuse is checked again against counts read
+    afresh, at most once per batch: a topic created or grown since is seen at once, and a flood
+    of forged watermarks costs one read per batch, not one each.
+    """
+
+    read: Callable[[], Mapping[str, int]]
+    max_age_seconds: float = 30.0
+    _counts: Mapping[str, int] | None = None
+    _read_at: float = 0.0
+    _read_this_batch: bool = False
+
+    def start_batch(self) -> None:
+        self._read_this_batch = False
+
+    def check(self, watermark: Watermark, topic: str, partition: int, now: int) -> None:
+        """DecodeError when the watermark disagrees with the broker (event_rules.check_watermark)."""
+        try:
+            check_watermark(watermark, topic, partition, self._kept(), now)
+        except DecodeError:
+            if self._read_this_batch:
+                raise
+            check_watermark(watermark, topic, partition, self._reread(), now)
+
+    def _kept(self) -> Mapping[str, int]:
+        if self._counts is None or time.monotonic() - self._read_at > self.max_age_seconds:
+            return self._reread()
+        return self._counts
+
+    def _reread(self) -> Mapping[str, int]:
+        self._counts = self.read()
+        self._read_at = time.monotonic()
+        self._read_this_batch = True
+        return self._counts
+
+
+@dataclass
 class BatchDecoder:
     """Decodes micro-batches through one gate: every message becomes an event, a watermark or a
     quarantine row with its reason.
@@ -222,8 +264,7 @@ class BatchDecoder:
 
     schemas: SchemaTopic
     topics: Topics
-    #: Topic → partition count on the broker, for checking watermarks (read once per batch).
-    partition_counts: Callable[[], Mapping[str, int]]
+    partitions: BrokerPartitions
     _versions: dict[tuple[int, tuple[str, ...]], TableVersion] = field(default_factory=dict)
 
     def decode(self, rows: pa.Table) -> DecodedBatch:
@@ -233,7 +274,7 @@ class BatchDecoder:
         values = rows.column("value").to_pylist()
         self._refresh_for(values)
         now = now_micros()
-        counts: Mapping[str, int] | None = None
+        self.partitions.start_batch()
         columns = (rows.column(name).to_pylist() for name in ("key", "topic", "partition", "offset"))
         for value, key, topic, partition, offset in zip(values, *columns, strict=True):
             if value is None and key is not None:
@@ -243,8 +284,7 @@ class BatchDecoder:
                 record, writer = self._read(value)
                 if is_watermark(writer):
                     watermark = Watermark.from_record(record)
-                    counts = self.partition_counts() if counts is None else counts
-                    check_watermark(watermark, topic, partition, counts, now)
+                    self.partitions.check(watermark, topic, partition, now)
                     batch.watermarks.append(WatermarkSeen(topic, partition, offset, watermark))
                     continue
                 version = self._version(writer, record)

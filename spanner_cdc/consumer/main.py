@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, KafkaException
 
 from spanner_cdc.consumer.batch import BatchProcessor
 from spanner_cdc.consumer.config import ConsumerConfig
-from spanner_cdc.consumer.decode import BatchDecoder, SchemaTopic, partition_counts
+from spanner_cdc.consumer.decode import BatchDecoder, BrokerPartitions, SchemaTopic, partition_counts
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.graceful_stop import (
@@ -93,7 +93,7 @@ class ConsumerJob:
         decoder = BatchDecoder(
             SchemaTopic(config.client_config, config.topic_prefix, config.checkpoint_dir / "schemas"),
             config.topics,
-            functools.partial(partition_counts, config.client_config),
+            BrokerPartitions(functools.partial(partition_counts, config.client_config)),
         )
         metrics = ConsumerMetrics(f"{config.topic_prefix}.* into {', '.join(config.sinks)}")
         sinks: list[Sink] = []

@@ -1,5 +1,6 @@
 """Where partitions end, on the real broker (Tansu lists the wrong end: docs/facts.md): every
-partition's end at once, right on every call, and the consumer still usable afterwards."""
+partition's end, of one topic or several, at once, right on every call, and the consumer still
+usable afterwards."""
 
 from __future__ import annotations
 
@@ -42,10 +43,18 @@ def test_every_partition_end_is_found_together_and_again(stack: EmbeddedStack) -
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends", **SHORT_FETCH_WAIT})
     try:
-        partitions = list(range(PARTITIONS))
+        places = [(topic, partition) for partition in range(PARTITIONS)]
+        wanted = {(topic, partition): end for partition, end in expected.items()}
         # Twice on one consumer: a partition paused by the first call must not stall the second.
-        assert end_offsets(consumer, topic, partitions) == expected
-        assert end_offsets(consumer, topic, partitions) == expected
+        assert end_offsets(consumer, places) == wanted
+        assert end_offsets(consumer, places) == wanted
+        # Two topics in one call (the source asks for every subscribed topic at once).
+        other = f"ends-{uuid.uuid4().hex[:8]}"
+        admin.create_topics([NewTopic(other, 2, 1)])[other].result(30)
+        producer.produce(other, b"x", partition=1)
+        assert producer.flush(30) == 0
+        both = end_offsets(consumer, [*places, (other, 0), (other, 1)])
+        assert both == {**wanted, (other, 0): 0, (other, 1): 1}
         with closing(read_to_end(consumer, topic, {})) as messages:
             assert sum(1 for _ in messages) == 900
     finally:

@@ -13,7 +13,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from spanner_cdc.consumer.decode import BatchDecoder, DecodedEvent, SchemaTopic, WatermarkSeen
+from spanner_cdc.consumer.decode import (
+    BatchDecoder,
+    BrokerPartitions,
+    DecodedEvent,
+    SchemaTopic,
+    WatermarkSeen,
+)
 from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend
 from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut, Release, incomplete_transactions
 from spanner_cdc.schemas.topics import Topics
@@ -27,7 +33,7 @@ TOPIC = "P.Accounts"
 
 @pytest.fixture
 def decoder() -> BatchDecoder:
-    return BatchDecoder(SchemaTopic({}, "P"), Topics("P"), lambda: {TOPIC: 2})
+    return BatchDecoder(SchemaTopic({}, "P"), Topics("P"), BrokerPartitions(lambda: {TOPIC: 2}))
 
 
 @pytest.fixture

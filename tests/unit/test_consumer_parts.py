@@ -11,8 +11,11 @@ import pytest
 
 from spanner_cdc.common.config import ConfigError
 from spanner_cdc.consumer.config import ConsumerConfig
+from spanner_cdc.consumer.decode import BrokerPartitions
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.graceful_stop import BatchGate, StoppingBeforeBatchError, StopRequest, python_error
+from spanner_cdc.schemas.errors import DecodeError
+from spanner_cdc.schemas.watermark import Watermark
 
 pytestmark = pytest.mark.unit
 HOUR = 3_600_000_000
@@ -105,3 +108,34 @@ def test_a_second_signal_stops_inside_the_running_batch() -> None:
     request.signal()
     with gate.batch(3):
         assert gate.close(request.urgent) == 3
+
+
+def test_broker_partition_counts_are_kept_and_read_again_when_a_watermark_needs_it() -> None:
+    """The broker's metadata is read once for many batches; a watermark naming a topic created
+    since is checked against fresh counts; a batch of forged watermarks costs one read."""
+    broker = {"P.a": 2}
+    reads: list[int] = []
+
+    def read() -> dict[str, int]:
+        reads.append(1)
+        return dict(broker)
+
+    partitions = BrokerPartitions(read)
+    now = 2_000_000_000_000_000
+    for _ in range(3):
+        partitions.start_batch()
+        partitions.check(Watermark("s", now, {"P.a": 2}), "P.a", 1, now)
+    assert len(reads) == 1
+    broker["P.b"] = 4
+    partitions.start_batch()
+    partitions.check(Watermark("s", now, {"P.a": 2, "P.b": 4}), "P.b", 3, now)
+    assert len(reads) == 2
+    partitions.start_batch()
+    for _ in range(100):
+        with pytest.raises(DecodeError, match="20000 partitions"):
+            partitions.check(Watermark("s", now, {"P.a": 20_000}), "P.a", 0, now)
+    assert len(reads) == 3
+    expired = BrokerPartitions(read, max_age_seconds=0)
+    expired.check(Watermark("s", now, {"P.a": 2}), "P.a", 0, now)
+    expired.check(Watermark("s", now, {"P.a": 2}), "P.a", 0, now)
+    assert len(reads) == 5

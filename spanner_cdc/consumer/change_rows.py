@@ -150,13 +150,14 @@ class TableChanges:
     @cached_property
     def row_ids(self) -> list[str]:
         """``change$row_id`` per event, computed once per key (a hash per event is measurable)
-        and once per batch (the changelog and the replica both need it)."""
+        and once per batch (the changelog and the replica both need it). Each event's own key
+        columns: a table created again with another key has events of both in one batch."""
         ids: dict[tuple[Any, ...], str] = {}
         out = []
         for event in self.events:
             payload, fields = event.record["payload"], event.version.fields_by_name
-            key = {name: payload[fields[name]] for name in self.key}
-            signature = tuple(map(repr, key.values()))
+            key = {name: payload[fields[name]] for name in event.version.key}
+            signature = (*key, *map(repr, key.values()))
             found = ids.get(signature)
             if found is None:
                 found = ids[signature] = row_id(self.table, key)

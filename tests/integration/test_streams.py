@@ -25,6 +25,7 @@ from google.cloud.spanner_v1 import KeySet
 
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.errors import ConsumerError
+from spanner_cdc.consumer.readers import changelog_rows
 from spanner_cdc.consumer.sinks.replica.backends import Selected, open_backend
 from spanner_cdc.consumer.streams.api import StreamReplica
 from spanner_cdc.consumer.streams.catalog import StreamError
@@ -222,6 +223,53 @@ def test_a_stream_past_the_retention_is_stale(spark: Any, configure: ConfigFacto
         streams.drop("s")
         streams.create("s", on="T")
         assert streams.read("s").rows == [] and not streams.show()[0].stale
+    finally:
+        streams.close()
+
+
+def test_a_table_created_again_with_another_key_starts_over(spark: Any, configure: ConfigFactory) -> None:
+    """Spanner table T dropped and created again with another primary key (id → code): the old
+    generation's last change still lands in the old table, then the table starts over with the
+    new generation's rows only; a late event of the old generation is skipped; a stream created
+    before is invalid, one created after works; CHANGES from before the re-creation is refused."""
+    config, old = configure(), ChangeFactory("T", COLUMNS)
+    new = ChangeFactory("T", (("code", "STRING", True), ("a", "INT64", False)))
+    streams = replica(config)
+    try:
+        apply(
+            spark,
+            config,
+            old,
+            old.record("INSERT", {"id": 1}, {"a": 1}),
+            old.record("INSERT", {"id": 2}, {"a": 2}),
+        )
+        streams.create("before", on="T")
+        cut = streams.status().cut
+        assert cut is not None
+        before_micros = micros_from_datetime(cut)
+        last_old = old.record("UPDATE", {"id": 1}, {"a": 10})
+        first_new = new.record("INSERT", {"code": "x"}, {"a": 5})
+        publish(config.kafka_bootstrap, config.topic_prefix, [*old.events(last_old), *new.events(first_new)])
+        run_consumer(spark, config)
+        late = old.record("INSERT", {"id": 3}, {"a": 3}, commit_micros=int(last_old["commit_timestamp"]) + 1)
+        publish(config.kafka_bootstrap, config.topic_prefix, old.events(late))
+        run_consumer(spark, config)
+
+        with streams.backend.snapshot_transaction():
+            assert streams.backend.execute('SELECT "code", "a" FROM "T"') == [("x", 5)]
+        assert {t.source: t.rows for t in streams.status().tables} == {"T": 1}
+        (state,) = streams.show()
+        assert "dropped and created again" in state.invalid_reason and "(code)" in state.invalid_reason
+        for attempt in (lambda: streams.read("before"), lambda: streams.has_data("before")):
+            with pytest.raises(StreamError, match="drop the stream and create it again"):
+                attempt()
+        with pytest.raises(StreamError, match="start after that time"):
+            streams.changes("T", before_micros)
+        streams.create("after", on="T")
+        apply(spark, config, new, new.record("INSERT", {"code": "y"}, {"a": 6}))
+        assert values(streams.read("after"), "code", "a", "change$action") == [("y", 6, "INSERT")]
+        # the changelog is the arrival log: every event of both generations, the late one included
+        assert changelog_rows(config, "T", '"a"') == [(1,), (2,), (10,), (3,), (5,), (6,)]
     finally:
         streams.close()
 

@@ -18,13 +18,13 @@ from typing import Any
 from spanner_cdc.consumer.errors import ReplicaConflictError
 from spanner_cdc.consumer.sinks.replica.backends import Selected, SqlBackend, quote
 from spanner_cdc.consumer.sinks.replica.cut import recorded_cut
+from spanner_cdc.consumer.sinks.replica.generations import recreated_since
 from spanner_cdc.consumer.sinks.replica.history import HistoryState, read_state
-from spanner_cdc.consumer.sinks.replica.names import ReplicaNames
+from spanner_cdc.consumer.sinks.replica.names import REPLICA_PREFIX, ReplicaNames
 from spanner_cdc.consumer.streams.catalog import Stream, StreamCatalog, StreamError
 from spanner_cdc.consumer.streams.delta import CHANGE_COLUMNS, delta_query
 from spanner_cdc.consumer.streams.modes import DEFAULT_MODE, MODES
 from spanner_cdc.consumer.streams.tables import (
-    REPLICA_PREFIX,
     SourceNames,
     replicated_table,
     replicated_tables,
@@ -114,7 +114,7 @@ class StreamReplica:
                     None
                     if state is None
                     else datetime_from_micros(stream.offset_micros + state.retention_micros),
-                    "",
+                    self._invalid_reason(f"stream {stream.name!r}", stream.table_on, stream.offset_micros),
                 )
                 for stream in self.catalog.all()
             ]
@@ -199,6 +199,7 @@ class StreamReplica:
             cut = recorded_cut(self.backend) or 0
             end = cut if end_micros is None else min(end_micros, cut)
             self._check_history(f"table {table!r}", start_micros)
+            self._check_generation(f"CHANGES of {table!r}", table, start_micros, "start after that time")
             if end < start_micros:
                 raise StreamError("the end is before the start")
             return self._delta(table, mode, start_micros, end)
@@ -223,8 +224,27 @@ class StreamReplica:
 
     def _usable(self, name: str) -> Stream:
         stream = self.catalog.get(name)
+        self._check_generation(
+            f"stream {name!r}", stream.table_on, stream.offset_micros, "drop the stream and create it again"
+        )
         self._check_history(f"stream {name!r}", stream.offset_micros)
         return stream
+
+    def _invalid_reason(self, what: str, table: str, start: int) -> str:
+        """Why ``what``, on ``table`` from cut ``start``, cannot be read; empty when it can."""
+        recreated = recreated_since(self.backend, table, start)
+        if recreated is None:
+            return ""
+        return (
+            f"{what} is invalid: table {table!r} was dropped and created again "
+            f"(primary key ({', '.join(recreated.key)}), was ({', '.join(recreated.previous_key or ())})) "
+            f"at {datetime_from_micros(recreated.started_micros).isoformat()}, after it starts"
+        )
+
+    def _check_generation(self, what: str, table: str, start: int, remedy: str) -> None:
+        reason = self._invalid_reason(what, table, start)
+        if reason:
+            raise StreamError(f"{reason}; {remedy}")
 
     def _check_history(self, what: str, start: int) -> None:
         kept_from = self._kept_from(read_state(self.backend))

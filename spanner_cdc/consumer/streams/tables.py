@@ -11,9 +11,13 @@ from __future__ import annotations
 from dataclasses import astuple, dataclass
 
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table, quote
-from spanner_cdc.consumer.sinks.replica.names import NAMES_TABLE, TOMBSTONE_SUFFIX, ReplicaNames, TableNames
-
-REPLICA_PREFIX = "cdc$"
+from spanner_cdc.consumer.sinks.replica.names import (
+    NAMES_TABLE,
+    REPLICA_PREFIX,
+    TOMBSTONE_SUFFIX,
+    ReplicaNames,
+    TableNames,
+)
 
 
 @dataclass(frozen=True)

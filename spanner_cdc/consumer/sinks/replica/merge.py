@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import astuple, dataclass, field, replace
 
 import pyarrow as pa
 
@@ -40,6 +40,13 @@ from spanner_cdc.consumer.change_rows import (
     TableChanges,
 )
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, quote
+from spanner_cdc.consumer.sinks.replica.generations import (
+    Generation,
+    by_primary_key,
+    create_generations_table,
+    record_generation,
+    table_generations,
+)
 from spanner_cdc.consumer.sinks.replica.history import (
     HISTORY_COLUMNS,
     INSERT_COLUMNS,
@@ -47,7 +54,7 @@ from spanner_cdc.consumer.sinks.replica.history import (
     VALID_FROM,
     RowHistory,
 )
-from spanner_cdc.consumer.sinks.replica.names import NAMES_TABLE, ReplicaNames, TableNames
+from spanner_cdc.consumer.sinks.replica.names import NAMES_TABLE, REPLICA_PREFIX, ReplicaNames, TableNames
 from spanner_cdc.consumer.table_version import PayloadColumn
 
 log = logging.getLogger("spanner_cdc.consumer")
@@ -99,6 +106,8 @@ class ReplicaMerge:
     _known_columns: dict[str, dict[str, bool]] = field(default_factory=dict)
     #: (Spanner table, Spanner column or '', replica name) rows this process knows are in cdc$names.
     _recorded_names: set[tuple[str, str, str]] = field(default_factory=set)
+    #: Spanner table → its current generation (generations.py), as far as this process read it.
+    _generations: dict[str, Generation] = field(default_factory=dict)
 
     @property
     def names(self) -> ReplicaNames:
@@ -114,6 +123,7 @@ class ReplicaMerge:
             "source_column VARCHAR NOT NULL, replica_name VARCHAR NOT NULL, "
             "PRIMARY KEY (source_table, source_column))"
         )
+        create_generations_table(self.backend)
 
     def last_batch(self, query_id: str) -> int | None:
         rows = self.backend.execute(
@@ -145,15 +155,78 @@ class ReplicaMerge:
             # DDL and names of the failed transaction were rolled back too
             self._known_columns.clear()
             self._recorded_names.clear()
+            self._generations.clear()
             raise
 
     def write(self, tables: Sequence[TableChanges], cut: int | None = None) -> None:
         """Merge each table's changes; call inside :meth:`batch`. ``cut`` is the consistent cut
         the batch applies up to (the new row versions begin there); None without whole transactions."""
         for changes in tables:
-            self._apply_table(ReplicaTable.of(changes, self.names), cut)
+            for part in by_primary_key(changes):
+                current = self._current_generation(ReplicaTable.of(part, self.names))
+                if current is not None:
+                    self._apply_table(current, cut)
 
     # --- per table ---------------------------------------------------------------------------
+
+    def _current_generation(self, changes: ReplicaTable) -> ReplicaTable | None:
+        """``changes`` as far as they belong to the table's current generation (generations.py).
+        Events with another primary key start the table over when committed after the current
+        generation began, and are skipped when committed before it; None when none is left."""
+        table, events = changes.changes.table, changes.changes.events
+        current = self._generation(changes)
+        if current is None:
+            self._start_generation(Generation(table, events[0].commit_micros, changes.key, None))
+            return changes
+        catalog_key = self.names.catalog_key
+        if tuple(map(catalog_key, current.key)) == tuple(map(catalog_key, changes.key)):
+            return changes
+        newer = [e for e in events if e.commit_micros >= current.started_micros]
+        if len(newer) < len(events):
+            log.warning(
+                "table %s: %d event(s) with primary key (%s), committed before the table was created "
+                "again with key (%s), skipped",
+                table,
+                len(events) - len(newer),
+                ", ".join(changes.key),
+                ", ".join(current.key),
+            )
+        if not newer:
+            return None
+        for name in astuple(changes.names):
+            self.backend.execute(f"DROP TABLE IF EXISTS {quote(name)}")
+        self._known_columns.clear()
+        self._start_generation(Generation(table, newer[0].commit_micros, changes.key, current.key))
+        log.warning(
+            "table %s was dropped and created again in Spanner (primary key (%s), was (%s)): its "
+            "replica tables start over, and streams created on it before are invalid",
+            table,
+            ", ".join(changes.key),
+            ", ".join(current.key),
+        )
+        return ReplicaTable.of(TableChanges(table, newer), self.names)
+
+    def _generation(self, changes: ReplicaTable) -> Generation | None:
+        """The table's current generation; None when the replica does not have the table. A
+        table of a replica written before 0.3.0 counts as one generation, with its stored key."""
+        table = changes.changes.table
+        known = self._generations.get(table)
+        if known is not None:
+            return known
+        found = table_generations(self.backend, table)
+        if found:
+            known = found[-1]
+        else:
+            stored = self._columns(changes.names.tombstones)
+            if not stored:
+                return None
+            known = Generation(table, 0, tuple(c for c in stored if not c.startswith(REPLICA_PREFIX)), None)
+        self._generations[table] = known
+        return known
+
+    def _start_generation(self, generation: Generation) -> None:
+        record_generation(self.backend, generation)
+        self._generations[generation.table] = generation
 
     def _apply_table(self, changes: ReplicaTable, cut: int | None) -> None:
         history = self.history if cut is not None else None

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 from spanner_cdc.consumer.change_rows import SET_PREFIX
 
+#: The replica's own tables and columns begin with it (``$`` cannot occur in a Spanner name).
+REPLICA_PREFIX = "cdc$"
 TOMBSTONE_SUFFIX = "$deleted"
 #: Earlier row versions and every insert, kept for streams (consumer.sinks.replica.history).
 HISTORY_SUFFIX = "$history"

@@ -1,0 +1,93 @@
+"""A Spanner table dropped and created again under its name: a new generation of the table.
+
+Change records name a table, never an identity, so a table dropped and created again looks
+like the same table — unless its primary key differs, which Spanner cannot change in place:
+then the events themselves show a new table. The replica keeps one row per generation in
+``cdc$generations`` (the table, the commit time of its first event, its key) and, when events
+with another key arrive committed after the current generation began, starts the table over:
+the old generation's rows, tombstones and history are dropped (Spanner dropped them), and
+streams on the table created before become invalid (streams.api). Events with another key
+committed *before* the current generation began belong to a dropped one and are skipped.
+
+A table created again with the same primary key cannot be told apart (no identity, and the
+emulator does not list DDL operations, where a ``DROP TABLE`` with its time could be found):
+its events merge into the existing replica table.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from spanner_cdc.consumer.change_rows import TableChanges
+from spanner_cdc.consumer.decode import DecodedEvent
+from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table, quote
+
+GENERATIONS_TABLE = "cdc$generations"
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One life of a Spanner table in the replica."""
+
+    table: str
+    started_micros: int
+    #: The replica's names of its key columns.
+    key: tuple[str, ...]
+    #: The key of the generation before it; None for the first one the replica saw.
+    previous_key: tuple[str, ...] | None
+
+
+def create_generations_table(backend: SqlBackend) -> None:
+    backend.execute(
+        f"CREATE TABLE IF NOT EXISTS {quote(GENERATIONS_TABLE)} (source_table VARCHAR NOT NULL, "
+        "started_micros BIGINT NOT NULL, key_columns VARCHAR NOT NULL, previous_key_columns VARCHAR, "
+        "PRIMARY KEY (source_table, started_micros))"
+    )
+
+
+def record_generation(backend: SqlBackend, generation: Generation) -> None:
+    previous = None if generation.previous_key is None else json.dumps(generation.previous_key)
+    backend.execute(
+        f"INSERT INTO {quote(GENERATIONS_TABLE)} VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        [generation.table, generation.started_micros, json.dumps(generation.key), previous],
+    )
+
+
+def table_generations(backend: SqlBackend, table: str) -> list[Generation]:
+    """``table``'s generations, oldest first; empty for a replica written before 0.3.0 (or none)."""
+    if find_table(backend, GENERATIONS_TABLE) is None:
+        return []
+    rows = backend.execute(
+        f"SELECT started_micros, key_columns, previous_key_columns FROM {quote(GENERATIONS_TABLE)} "
+        "WHERE source_table = ? ORDER BY started_micros",
+        [table],
+    )
+    return [
+        Generation(
+            table, int(started), tuple(json.loads(key)), None if old is None else tuple(json.loads(old))
+        )
+        for started, key, old in rows
+    ]
+
+
+def recreated_since(backend: SqlBackend, table: str, since_micros: int) -> Generation | None:
+    """The latest re-creation of ``table`` that began after ``since_micros``, if any."""
+    later = [
+        g
+        for g in table_generations(backend, table)
+        if g.previous_key is not None and g.started_micros > since_micros
+    ]
+    return later[-1] if later else None
+
+
+def by_primary_key(changes: TableChanges) -> list[TableChanges]:
+    """``changes`` split where the primary key differs (events of two generations in one batch),
+    each part in ``sort_keys`` order, parts in the order of their first event."""
+    parts: dict[tuple[str, ...], list[DecodedEvent]] = {}
+    for event in changes.events:
+        parts.setdefault(event.version.key, []).append(event)
+    if len(parts) == 1:
+        return [changes]
+    split = [TableChanges(changes.table, events) for events in parts.values()]
+    return sorted(split, key=lambda part: part.events[0].sort_key)

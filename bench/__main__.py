@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import argparse
 import resource
+import shutil
+import tempfile
+from pathlib import Path
 
 from bench import consumer, producer
 from bench.producer import Figure, percentile
+from spanner_cdc.demo import DEFAULT_TRANSFERS_PER_SECOND
+from spanner_cdc.demo.run import run_bank
 from spanner_cdc.stack import EmbeddedStack, stop_on_signals
 
 PRODUCER_TARGET_EVENTS_PER_SECOND = 60_000
 RAW_TARGET_EVENTS_PER_SECOND = 100_000
 CHANGELOG_TARGET_EVENTS_PER_SECOND = 50_000
 REPLICA_TARGET_EVENTS_PER_SECOND = 20_000
-PARTS = ("producer", "consumer")
+#: Commit → replica p99 at the demo's rate (issue 19).
+PIPELINE_TARGET_P99_MS = 2_000
+PARTS = ("producer", "consumer", "pipeline")
 
 
 def print_figures(figures: list[Figure]) -> None:
@@ -31,7 +38,9 @@ def main() -> None:
     parser.add_argument(
         "--rate", type=float, default=100.0, help="transactions/s for the latency measurement (c)"
     )
-    parser.add_argument("--seconds", type=float, default=20.0, help="length of the latency measurement (c)")
+    parser.add_argument(
+        "--seconds", type=float, default=20.0, help="length of the latency measurements ((c) and pipeline)"
+    )
     parser.add_argument("--changes", type=int, default=100_000, help="changes for the consumer measurement")
     parser.add_argument("--only", choices=PARTS, help="run one part only")
     args = parser.parse_args()
@@ -39,10 +48,12 @@ def main() -> None:
     with stop_on_signals():
         stack = EmbeddedStack.start(names=("spanner", "kafka", "postgres"))
         try:
-            if args.only != "consumer":
+            if args.only in (None, "producer"):
                 producer_part(stack, args)
-            if args.only != "producer":
+            if args.only in (None, "consumer"):
                 consumer_part(stack, args)
+            if args.only in (None, "pipeline"):
+                pipeline_part(stack, args)
         finally:
             stack.stop()
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
@@ -77,6 +88,24 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
     print(
         f"  driver peak RSS: {small:.0f} MiB with 10,000-event batches, {large:.0f} MiB with 200,000: "
         f"{large / small:.2f}x (target within 1.2x)"
+    )
+
+
+def pipeline_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
+    """Commit → replica latency of the whole pipeline under the demo's workload; the producer's
+    own commit → ack latency, (c) above, is its baseline (what the consumer adds is the rest)."""
+    print(f"pipeline (issue 19): the demo's workload at {DEFAULT_TRANSFERS_PER_SECOND} transfers/s, DuckDB")
+    workdir = Path(tempfile.mkdtemp(prefix="spanner-cdc-bench-"))
+    try:
+        run = run_bank(stack, workdir, args.seconds, DEFAULT_TRANSFERS_PER_SECOND, "duckdb")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    latencies = run.watch.latencies
+    p50, p99 = percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000
+    print(
+        f"  commit → replica for {args.seconds:.0f} s: p50 {p50:,.0f} ms, p99 {p99:,.0f} ms over "
+        f"{len(latencies)} changes; p99/target {PIPELINE_TARGET_P99_MS:,} ms "
+        f"{p99 / PIPELINE_TARGET_P99_MS:.2f}x"
     )
 
 

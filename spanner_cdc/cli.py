@@ -19,6 +19,7 @@ from typing import Any
 from spanner_cdc.common.config import ConfigError, add_options, integer_in, resolve
 from spanner_cdc.common.logs import configure as configure_logging
 from spanner_cdc.consumer.config import CONSUME_OPTIONS, ConsumerConfig, require_postgres_dsn
+from spanner_cdc.demo import DEFAULT_TRANSFERS_PER_SECOND
 from spanner_cdc.errors import EXIT_FAILURE, EXIT_USAGE, SpannerCdcError
 from spanner_cdc.producer.config import PRODUCE_OPTIONS, ProducerConfig
 from spanner_cdc.stack import SERVICES, EmbeddedStack, ServiceError, stop_on_signals
@@ -143,8 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--rate",
         type=_argument(integer_in(1, 1000)),
-        default=20,
-        help="transfers per second, at most (default 20)",
+        default=DEFAULT_TRANSFERS_PER_SECOND,
+        help=f"transfers per second, at most (default {DEFAULT_TRANSFERS_PER_SECOND})",
     )
     demo.add_argument(
         "--replica", choices=("duckdb", "postgres"), default="duckdb", help="replica sink (default duckdb)"

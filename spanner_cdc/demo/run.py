@@ -134,43 +134,59 @@ class ProducerThread:
             await progress
 
 
+@dataclass(frozen=True)
+class BankRun:
+    """One run of the bank workload through the whole pipeline, for the report (or a benchmark)."""
+
+    database: Any
+    consumer: ConsumerConfig
+    workload: BankWorkload
+    watch: ReplicaWatch
+
+
 def run_demo(seconds: float, rate: float, replica: str) -> int:
     """Returns the exit code: 0 when every check holds."""
-    workdir = Path(tempfile.mkdtemp(prefix="spanner-cdc-demo-"))
     stack = EmbeddedStack.start()
     try:
-        spanner, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
-        database_id = f"bank-{dt.datetime.now(dt.UTC):%H%M%S}"
-        database = create_emulator_database(spanner, EMULATOR_PROJECT, "demo", database_id, DDL)
-        print(f"[1/4] database {database_id}: Accounts, Transfers, change stream {STREAM}")
-        producer = ProducerConfig(
-            project=EMULATOR_PROJECT,
-            instance="demo",
-            database=database_id,
-            change_stream=STREAM,
-            kafka_bootstrap=kafka,
-            emulator_host=spanner,
-            start_timestamp_micros=timestamp_micros(dt.datetime.now(dt.UTC)),
-            heartbeat_ms=1000,
-            watermark_interval=DEMO_WATERMARK_INTERVAL,
-        )
-        consumer = ConsumerConfig(
-            kafka_bootstrap=kafka,
-            topic_prefix=STREAM,
-            output_dir=workdir,
-            checkpoint_dir=workdir / "checkpoint",
-            replica=replica,
-            postgres_dsn=stack.endpoint("postgres") if replica == "postgres" else None,
-            trigger_seconds=DEMO_TRIGGER_SECONDS,
-        )
-        watch = ReplicaWatch()
-        workload = BankWorkload(database)
         started = time.monotonic()
-        run_pipeline(producer, consumer, watch, workload, seconds=seconds, rate=rate)
+        run = run_bank(stack, Path(tempfile.mkdtemp(prefix="spanner-cdc-demo-")), seconds, rate, replica)
         print(f"[4/4] producer and consumer stopped after {time.monotonic() - started:.0f} s")
-        return report(database, consumer, workload, watch)
+        return report(run.database, run.consumer, run.workload, run.watch)
     finally:
         stack.stop()
+
+
+def run_bank(stack: EmbeddedStack, workdir: Path, seconds: float, rate: float, replica: str) -> BankRun:
+    """A bank database on ``stack``'s emulator, and the workload through producer and consumer
+    (writing to ``workdir``) until the replica has every change."""
+    spanner, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
+    database_id = f"bank-{dt.datetime.now(dt.UTC):%H%M%S}"
+    database = create_emulator_database(spanner, EMULATOR_PROJECT, "demo", database_id, DDL)
+    print(f"[1/4] database {database_id}: Accounts, Transfers, change stream {STREAM}")
+    producer = ProducerConfig(
+        project=EMULATOR_PROJECT,
+        instance="demo",
+        database=database_id,
+        change_stream=STREAM,
+        kafka_bootstrap=kafka,
+        emulator_host=spanner,
+        start_timestamp_micros=timestamp_micros(dt.datetime.now(dt.UTC)),
+        heartbeat_ms=1000,
+        watermark_interval=DEMO_WATERMARK_INTERVAL,
+    )
+    consumer = ConsumerConfig(
+        kafka_bootstrap=kafka,
+        topic_prefix=STREAM,
+        output_dir=workdir,
+        checkpoint_dir=workdir / "checkpoint",
+        replica=replica,
+        postgres_dsn=stack.endpoint("postgres") if replica == "postgres" else None,
+        trigger_seconds=DEMO_TRIGGER_SECONDS,
+    )
+    watch = ReplicaWatch()
+    workload = BankWorkload(database)
+    run_pipeline(producer, consumer, watch, workload, seconds=seconds, rate=rate)
+    return BankRun(database, consumer, workload, watch)
 
 
 def run_pipeline(

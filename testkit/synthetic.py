@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spanner_cdc.producer.acks import AckTracker
+from spanner_cdc.producer.framing import Framing
 from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.publisher import EventSender
@@ -90,11 +91,13 @@ def publish(
     events: Iterable[Event],
     raw: Iterable[tuple[str, bytes]] = (),
     watermark: int | bool = True,
+    *,
+    framing: Framing | None = None,
 ) -> None:
-    """Every event through the producer's own sender (schemas first, key and value single-object
-    encoded, acknowledged), then raw messages, then — as the producer would — a watermark on every
-    event-topic partition: by default the newest commit timestamp published, or the given one;
-    ``False`` for none."""
+    """Every event through the producer's own sender (schemas first, key and value encoded behind
+    ``framing``'s headers — single-object by default — acknowledged), then raw messages, then — as
+    the producer would — a watermark on every event-topic partition: by default the newest commit
+    timestamp published, or the given one; ``False`` for none."""
     events = list(events)
 
     async def run() -> None:
@@ -103,7 +106,7 @@ def publish(
         poller = asyncio.create_task(kafka.run_poller(poller_stop))
         await kafka.ensure_topic(kafka.topics.schemas, compacted=True)
         tracker = AckTracker()
-        await EventSender(kafka, ProducerMetrics()).send(events, tracker)
+        await EventSender(kafka, ProducerMetrics(), framing=framing).send(events, tracker)
         pending = []
         for topic, value in raw:
             await kafka.ensure_topic(topic)
@@ -114,7 +117,8 @@ def publish(
             raise RuntimeError(f"Kafka did not acknowledge an event: {tracker.failed}")
         if watermark is not False:
             newest = max((e.value["source_metadata"]["commit_timestamp"] for e in events), default=None)
-            await WatermarkEmitter(kafka, STREAM).publish(newest if watermark is True else watermark)
+            emitter = WatermarkEmitter(kafka, STREAM, framing)
+            await emitter.publish(newest if watermark is True else watermark)
         poller_stop.set()
         await poller
         await kafka.flush(30)

@@ -17,6 +17,7 @@ from spanner_cdc.common.config import (
     positive_float,
     settings_option,
 )
+from spanner_cdc.common.schema_registry import REGISTRY_OPTIONS
 from spanner_cdc.schemas.topics import Topics
 
 SINKS = ("changelog", "replica")
@@ -37,6 +38,7 @@ def _table(text: str) -> str:
 CONSUME_OPTIONS = (
     Option("kafka-bootstrap", "Kafka bootstrap servers", required=True, aliases=("bootstrap-server",)),
     settings_option("kafka-config", "librdkafka"),
+    *REGISTRY_OPTIONS,
     Option("topic-prefix", "the producer's topic prefix (its change stream name unless set)", required=True),
     Option(
         "tables",
@@ -125,6 +127,8 @@ class ConsumerConfig:
     output_dir: Path
     checkpoint_dir: Path
     kafka_config: dict[str, str] = field(default_factory=dict)
+    schema_registry_url: str | None = None
+    schema_registry_config: dict[str, str] = field(default_factory=dict)
     tables: tuple[str, ...] = ()
     sinks: tuple[str, ...] = SINKS
     replica: str = "duckdb"
@@ -197,6 +201,7 @@ class ConsumerConfig:
                 **values,
                 "checkpoint_dir": values["checkpoint_dir"] or output / "checkpoint",
                 "kafka_config": dict(values["kafka_config"]),
+                "schema_registry_config": dict(values["schema_registry_config"]),
                 "tables": tuple(values["tables"]),
                 "sinks": tuple(dict.fromkeys(values["sinks"])),
                 "spark_conf": dict(values["spark_conf"]),

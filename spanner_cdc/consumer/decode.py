@@ -4,6 +4,9 @@ could not be decoded.
 The writer schema of every message is looked up by fingerprint in ``_spanner-cdc.{prefix}.schemas``; the
 producer publishes a schema before the first event that uses it, so an unknown fingerprint
 first re-reads that topic (at most once per micro-batch) and only then counts as undecodable.
+A message in the Schema Registry's wire format names its schema by registry id instead: the
+registry's schema for that id gives the fingerprint, and the schema used is still the one the
+schema topic holds under it (common.schema_registry).
 Nothing is dropped: a message becomes an event, a watermark (schemas.watermark) or a
 quarantine row with topic, partition, offset, raw bytes and reason.
 """
@@ -22,6 +25,12 @@ import pyarrow as pa
 from confluent_kafka import Consumer
 
 from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
+from spanner_cdc.common.schema_registry import (
+    NOT_FOUND,
+    RegistryError,
+    SchemaRegistry,
+    SchemaRegistryRefusedError,
+)
 from spanner_cdc.consumer.event_rules import check_event, check_version, check_watermark
 from spanner_cdc.consumer.table_version import TableVersion
 from spanner_cdc.schemas.errors import ContractError, DecodeError
@@ -29,7 +38,15 @@ from spanner_cdc.schemas.schema_check import SchemaRejectedError, check_writer_s
 from spanner_cdc.schemas.timestamps import now_micros
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import WATERMARK_SCHEMA, WATERMARK_WRITER, Watermark, is_watermark
-from spanner_cdc.schemas.wire import HEADER_LENGTH, MAGIC, SchemaStore, WriterSchema, read_fingerprint
+from spanner_cdc.schemas.wire import (
+    HEADER_LENGTH,
+    REGISTRY_HEADER_LENGTH,
+    SchemaStore,
+    WriterSchema,
+    is_registry_framed,
+    read_fingerprint,
+    read_schema_id,
+)
 
 log = logging.getLogger("spanner_cdc.consumer")
 
@@ -256,8 +273,9 @@ class BatchDecoder:
     """Decodes micro-batches through one gate: every message becomes an event, a watermark or a
     quarantine row with its reason.
 
-    The line between the two kinds of failure is drawn here, once: reading the schema topic or
-    the broker's metadata is infrastructure (its errors propagate, Spark retries the batch);
+    The line between the two kinds of failure is drawn here, once: reading the schema topic, the
+    schema registry or the broker's metadata is infrastructure (its errors propagate, Spark
+    retries the batch);
     everything about one message's bytes and content is that message's fault (quarantined, the
     batch goes on) — whatever exception the content provokes, not only the ones foreseen.
     """
@@ -265,7 +283,11 @@ class BatchDecoder:
     schemas: SchemaTopic
     topics: Topics
     partitions: BrokerPartitions
+    #: With ``--schema-registry-url``: resolves the ids of registry-framed messages.
+    registry: SchemaRegistry | None = None
     _versions: dict[tuple[int, tuple[str, ...]], TableVersion] = field(default_factory=dict)
+    #: Registry id → its schema's fingerprint, or why its messages cannot be read.
+    _registry_ids: dict[int, int | DecodeError] = field(default_factory=dict)
 
     def decode(self, rows: pa.Table) -> DecodedBatch:
         """``rows`` has the Kafka columns key, value, topic, partition and offset."""
@@ -294,6 +316,8 @@ class BatchDecoder:
                     Quarantined(topic, partition, offset, key, value, exc.reason, exc.detail)
                 )
                 continue
+            except RegistryError:
+                raise  # infrastructure, as the schema topic's reads are
             except Exception as exc:  # the content provoked it; see the class docstring
                 detail = f"{type(exc).__name__}: {exc}"
                 batch.quarantined.append(
@@ -306,21 +330,65 @@ class BatchDecoder:
     def _refresh_for(self, values: list[bytes | None]) -> None:
         """Re-read the schema topic once when a fingerprint in the batch is not known yet (the
         producer publishes a schema before its first event, so it is there by now)."""
-        store = self.schemas.store.schemas
+        store, refused = self.schemas.store.schemas, self.schemas.refused
         for value in values:
-            if value and len(value) >= HEADER_LENGTH and value[:2] == MAGIC:
-                fingerprint = read_fingerprint(value)
-                if fingerprint not in store and fingerprint not in self.schemas.refused:
-                    self.schemas.refresh()
-                    return
+            try:
+                fingerprint = self._locate(value)[0] if value else None
+            except DecodeError:
+                continue  # quarantined when the message is read
+            if fingerprint is not None and fingerprint not in store and fingerprint not in refused:
+                self.schemas.refresh()
+                return
 
     def _read(self, value: bytes | None) -> tuple[dict[str, Any], WriterSchema]:
         if not value:
             raise DecodeError("empty", "the message has no value (and no key: not a tombstone)")
-        unreadable = self.schemas.why_unreadable(read_fingerprint(value))
+        fingerprint, body_start = self._locate(value)
+        unreadable = self.schemas.why_unreadable(fingerprint)
         if unreadable is not None:
             raise DecodeError(*unreadable)
-        return self.schemas.store.read(value)
+        return self.schemas.store.read_body(value, fingerprint, body_start)
+
+    def _locate(self, value: bytes) -> tuple[int, int]:
+        """(the writer schema's fingerprint, where the Avro body starts), whichever way the
+        message's header names its schema (schemas.wire)."""
+        if is_registry_framed(value):
+            return self._registered_fingerprint(read_schema_id(value)), REGISTRY_HEADER_LENGTH
+        return read_fingerprint(value), HEADER_LENGTH
+
+    def _registered_fingerprint(self, schema_id: int) -> int:
+        """The fingerprint of the registry's schema ``schema_id``; DecodeError when the message's
+        id cannot be read (no registry configured, an id the registry does not have, a schema
+        that is not the contract's). A registry that does not answer or refuses the consumer's
+        credentials is infrastructure: that error propagates and the batch is tried again."""
+        known = self._registry_ids.get(schema_id)
+        if known is None:
+            known = self._ask_registry(schema_id)
+            if isinstance(known, int) or len(self._registry_ids) < MAX_REFUSED_SCHEMAS:
+                self._registry_ids[schema_id] = known
+        if isinstance(known, DecodeError):
+            raise known
+        return known
+
+    def _ask_registry(self, schema_id: int) -> int | DecodeError:
+        if self.registry is None:
+            return DecodeError(
+                "registry-framed",
+                f"in the Schema Registry wire format (schema id {schema_id}); "
+                "start the consumer with --schema-registry-url",
+            )
+        try:
+            text = self.registry.schema_text(schema_id)
+        except SchemaRegistryRefusedError as exc:
+            if exc.http_status != NOT_FOUND:
+                raise
+            return DecodeError("unknown-schema-id", f"the schema registry has no schema id {schema_id}")
+        try:
+            return WriterSchema.from_schema(check_writer_schema(text)).fingerprint
+        except (SchemaRejectedError, ValueError, TypeError, KeyError) as exc:
+            return DecodeError(
+                "rejected-schema", f"registry schema id {schema_id} is not the contract's: {exc}"
+            )
 
     def _version(self, writer: WriterSchema, record: dict[str, Any]) -> TableVersion:
         primary_keys = tuple(record["source_metadata"]["primary_keys"])

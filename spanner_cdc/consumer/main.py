@@ -11,6 +11,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException
 
+from spanner_cdc.common.schema_registry import SchemaRegistry
 from spanner_cdc.consumer.batch import BatchProcessor
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.decode import BatchDecoder, BrokerPartitions, SchemaTopic, partition_counts
@@ -70,6 +71,16 @@ def check_kafka(config: ConsumerConfig) -> None:
             )
 
 
+def open_registry(config: ConsumerConfig) -> SchemaRegistry | None:
+    """With ``--schema-registry-url``, the registry that resolves registry-framed messages,
+    checked to answer now (a wrong URL or credentials stop the consumer in one line)."""
+    if not config.schema_registry_url:
+        return None
+    registry = SchemaRegistry.connect(config.schema_registry_url, config.schema_registry_config)
+    registry.check_reachable()
+    return registry
+
+
 @dataclass
 class ConsumerJob:
     """Everything one running consumer holds; :meth:`close` releases it."""
@@ -85,6 +96,7 @@ class ConsumerJob:
     ) -> ConsumerJob:
         """Connect everything; ``on_replica_commit`` is called after every committed replica batch."""
         check_kafka(config)
+        registry = open_registry(config)
         backend = (
             open_backend(config.replica, config.duckdb_path, config.postgres_dsn)
             if "replica" in config.sinks
@@ -94,6 +106,7 @@ class ConsumerJob:
             SchemaTopic(config.client_config, config.topic_prefix, config.checkpoint_dir / "schemas"),
             config.topics,
             BrokerPartitions(functools.partial(partition_counts, config.client_config)),
+            registry,
         )
         metrics = ConsumerMetrics(f"{config.topic_prefix}.* into {', '.join(config.sinks)}")
         sinks: list[Sink] = []

@@ -19,6 +19,7 @@ from spanner_cdc.common.config import (
     positive_float,
     settings_option,
 )
+from spanner_cdc.common.schema_registry import REGISTRY_OPTIONS
 from spanner_cdc.producer.change_stream_rules import MAX_HEARTBEAT_MS, MIN_HEARTBEAT_MS, validate_stream_name
 from spanner_cdc.schemas.timestamps import timestamp_micros
 
@@ -118,6 +119,7 @@ PRODUCE_OPTIONS = (
     Option("stream-name", "stream_name in events (default: projects/…/changeStreams/<stream>)"),
     Option("kafka-bootstrap", "Kafka bootstrap servers", required=True, aliases=("bootstrap-server",)),
     settings_option("kafka-config", "librdkafka"),
+    *REGISTRY_OPTIONS,
     Option("topic-partitions", "partitions of each event topic it creates", integer_in(1, 10_000), default=6),
     Option(
         "replication-factor",
@@ -186,6 +188,8 @@ class ProducerConfig:
     topic_prefix: str = ""
     stream_name: str = ""
     kafka_config: dict[str, str] = field(default_factory=dict)
+    schema_registry_url: str | None = None
+    schema_registry_config: dict[str, str] = field(default_factory=dict)
     topic_partitions: int = 6
     replication_factor: int = -1
     max_queries: int = 200
@@ -233,6 +237,7 @@ class ProducerConfig:
                 "include_tables": tuple(values["include_tables"]),
                 "exclude_tables": tuple(values["exclude_tables"]),
                 "kafka_config": dict(values["kafka_config"]),
+                "schema_registry_config": dict(values["schema_registry_config"]),
                 "topic_prefix": values["topic_prefix"] or "",
                 "stream_name": values["stream_name"] or "",
             },

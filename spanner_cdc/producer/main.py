@@ -9,11 +9,13 @@ import time
 
 from spanner_cdc.common.blocking import call_with_deadline
 from spanner_cdc.common.progress import show_progress
+from spanner_cdc.common.schema_registry import SchemaRegistry
 from spanner_cdc.producer.actions import TableFilter
 from spanner_cdc.producer.catalog import TableCatalog
 from spanner_cdc.producer.change_stream_rules import POSTGRESQL
 from spanner_cdc.producer.checkpoints import CheckpointStore
 from spanner_cdc.producer.config import ProducerConfig
+from spanner_cdc.producer.framing import Framing, RegistryFraming, SingleObjectFraming
 from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.partitions import PartitionScheduler, PartitionState
@@ -67,6 +69,7 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
             if (watched is None or table in watched) and table_filter.wanted(table)
         ]
     )
+    framing = await open_framing(config)
     checkpoints = CheckpointStore(kafka)
     restored = await call_with_deadline(checkpoints.read, 60)
     scheduler = (
@@ -85,12 +88,25 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
         source=source,
         dialect=source.dialect,
         publisher=EventPublisher(
-            EventSender(kafka, metrics, config.on_oversize_event, config.delete_tombstones), catalog, builder
+            EventSender(kafka, metrics, config.on_oversize_event, config.delete_tombstones, framing),
+            catalog,
+            builder,
         ),
         checkpoints=checkpoints,
         scheduler=scheduler,
         metrics=metrics,
     )
+
+
+async def open_framing(config: ProducerConfig) -> Framing:
+    """Single-object encoding, or with ``--schema-registry-url`` the registry's wire format
+    (checked to answer now, so a wrong URL or credentials stop the producer in one line)."""
+    if not config.schema_registry_url:
+        return SingleObjectFraming()
+    registry = SchemaRegistry.connect(config.schema_registry_url, config.schema_registry_config)
+    await asyncio.to_thread(registry.check_reachable)
+    log.info("schema registry at %s: messages in its wire format", registry.url)
+    return RegistryFraming(registry)
 
 
 def describe(service: ProducerService, started_at: float) -> str:

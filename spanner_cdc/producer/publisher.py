@@ -6,7 +6,8 @@ The one path from a record to Kafka: the producer's partitions and the benchmark
 
 1. the record's table version comes from the catalog (every column listed; read again when the
    record names a column it does not know — added mid-stream);
-2. each writer schema is on ``_spanner-cdc.{prefix}.schemas``, acknowledged, before its first event;
+2. each writer schema is on ``_spanner-cdc.{prefix}.schemas``, acknowledged, before its first event
+   (and, with a schema registry, registered under the topic's subjects: producer.framing);
 3. each event is produced keyed by its primary key; its acknowledgement is counted by the
    partition run's :class:`AckTracker`, which is what checkpoints are computed from.
 """
@@ -22,8 +23,10 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
+from spanner_cdc.common.schema_registry import key_subject, value_subject
 from spanner_cdc.producer.acks import AckTracker
 from spanner_cdc.producer.catalog import TableCatalog
+from spanner_cdc.producer.framing import Framing, SingleObjectFraming
 from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.schemas.events import Event, EventBuilder
@@ -37,11 +40,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Route:
-    """Where the events of one table version go, and their writer schemas (both published)."""
+    """Where the events of one table version go, their writer schemas (both published), and the
+    headers that name those schemas in front of each value and key (producer.framing)."""
 
     topic: str
     writer: WriterSchema
     key_writer: WriterSchema
+    value_header: bytes
+    key_header: bytes
 
 
 @dataclass(frozen=True)
@@ -75,9 +81,11 @@ class EventSender:
         metrics: ProducerMetrics,
         on_oversize: str = "dead-letter",
         delete_tombstones: bool = False,
+        framing: Framing | None = None,
     ) -> None:
         self.kafka = kafka
         self.metrics = metrics
+        self.framing: Framing = framing or SingleObjectFraming()
         self.on_oversize = on_oversize
         self.delete_tombstones = delete_tombstones
         #: Events Kafka acknowledged since start (the progress line).
@@ -91,8 +99,9 @@ class EventSender:
             table = event.table
             route = self._routes.get((table.table, table.schema_key)) or await self._route(table)
             tracker.sent(event.value["source_metadata"]["commit_timestamp"])
-            value = encode(route.writer, event.value)
-            outgoing = Outgoing(event, route.topic, encode(route.key_writer, event.key), len(value))
+            value = encode(route.writer, event.value, route.value_header)
+            key = encode(route.key_writer, event.key, route.key_header)
+            outgoing = Outgoing(event, route.topic, key, len(value))
             try:
                 self.kafka.produce(route.topic, outgoing.key, value, self._on_delivery(tracker, outgoing))
             except KafkaException as exc:
@@ -139,12 +148,18 @@ class EventSender:
     async def _route(self, table: TableSchema) -> Route:
         """The table version's topic and writer schemas, published (topic, then schemas) once."""
         topic = self.kafka.topics.event(table.table)
-        route = Route(
-            topic, WriterSchema.from_schema(table.event_schema), WriterSchema.from_schema(table.key_schema)
-        )
+        writer = WriterSchema.from_schema(table.event_schema)
+        key_writer = WriterSchema.from_schema(table.key_schema)
         await self.kafka.ensure_topic(topic)
-        for writer in (route.writer, route.key_writer):
-            await self.kafka.ensure_schema(writer)
+        for published in (writer, key_writer):
+            await self.kafka.ensure_schema(published)
+        route = Route(
+            topic,
+            writer,
+            key_writer,
+            await self.framing.header(value_subject(topic), writer),
+            await self.framing.header(key_subject(topic), key_writer),
+        )
         self._routes[(table.table, table.schema_key)] = route
         log.info(
             "table %s: schema %s published (fingerprint %s)",

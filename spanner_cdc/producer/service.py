@@ -77,7 +77,9 @@ class ProducerService:
         )
         #: None with --no-watermark-records: nothing is written to the event topics but events.
         self.watermarks = (
-            WatermarkEmitter(publisher.kafka, config.stream_name) if config.watermark_records else None
+            WatermarkEmitter(publisher.kafka, config.stream_name, publisher.sender.framing)
+            if config.watermark_records
+            else None
         )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stop = asyncio.Event()

@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from spanner_cdc.common.schema_registry import watermark_subject
+from spanner_cdc.producer.framing import Framing, SingleObjectFraming
 from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.schemas.watermark import KIND_HEADER, WATERMARK_KIND, WATERMARK_WRITER, Watermark
 
@@ -33,9 +35,12 @@ class WatermarkEmitter:
     higher offset whichever client writes it.
     """
 
-    def __init__(self, kafka: KafkaClient, stream_name: str) -> None:
+    def __init__(self, kafka: KafkaClient, stream_name: str, framing: Framing | None = None) -> None:
         self.kafka = kafka
         self.stream_name = stream_name
+        self.framing: Framing = framing or SingleObjectFraming()
+        #: Topic → the header in front of its watermark records (producer.framing).
+        self._headers: dict[str, bytes] = {}
         self._client = Producer({**kafka.client_settings, "acks": "all", "linger.ms": "5"})
         #: The last watermark every partition acknowledged; None before the first.
         self.published_micros: int | None = None
@@ -58,12 +63,22 @@ class WatermarkEmitter:
         if not self._schema_published:
             await self.kafka.ensure_schema(WATERMARK_WRITER)
             self._schema_published = True
-        value = Watermark(self.stream_name, safe_micros, topics).encode(int(time.time() * 1000))
-        await asyncio.to_thread(self._write, value, topics)
+        watermark = Watermark(self.stream_name, safe_micros, topics)
+        emitted_at = int(time.time() * 1000)
+        values = {topic: watermark.encode(emitted_at, await self._header(topic)) for topic in topics}
+        await asyncio.to_thread(self._write, values, topics)
         self.published_micros = safe_micros
         return True
 
-    def _write(self, value: bytes, topics: dict[str, int]) -> None:
+    async def _header(self, topic: str) -> bytes:
+        header = self._headers.get(topic)
+        if header is None:
+            header = self._headers[topic] = await self.framing.header(
+                watermark_subject(topic), WATERMARK_WRITER
+            )
+        return header
+
+    def _write(self, values: dict[str, bytes], topics: dict[str, int]) -> None:
         """One copy per partition, waiting for every acknowledgement (on a worker thread)."""
         failures: list[str] = []
 
@@ -75,7 +90,7 @@ class WatermarkEmitter:
             for partition in range(partitions):
                 self._client.produce(
                     topic,
-                    value=value,
+                    value=values[topic],
                     key=None,
                     partition=partition,
                     headers={KIND_HEADER: WATERMARK_KIND},

@@ -41,7 +41,8 @@ class Watermark:
     watermark_micros: int
     topics: Mapping[str, int]
 
-    def encode(self, emitted_at_millis: int) -> bytes:
+    def encode(self, emitted_at_millis: int, header: bytes | None = None) -> bytes:
+        """The record, behind ``header`` (schemas.wire; single-object unless given)."""
         return encode(
             WATERMARK_WRITER,
             {
@@ -50,6 +51,7 @@ class Watermark:
                 "emitted_at": emitted_at_millis,
                 "topics": dict(self.topics),
             },
+            header,
         )
 
     @classmethod

@@ -1,8 +1,13 @@
-"""Avro single-object encoding: ``C3 01`` + CRC-64-AVRO fingerprint (little-endian) + body.
+"""The two ways a message names its writer schema in front of the Avro body.
 
-Readers find the writer schema by fingerprint (published on ``_spanner-cdc.{prefix}.schemas``), so every
-message is self-describing without a schema registry, and any Avro implementation that supports
-the specification's single-object encoding (Java's ``BinaryMessageDecoder`` among them) reads it.
+- Avro single-object encoding (the default): ``C3 01`` + CRC-64-AVRO fingerprint (little-endian).
+  Readers find the writer schema by fingerprint (published on ``_spanner-cdc.{prefix}.schemas``),
+  so every message is self-describing without a schema registry, and any Avro implementation
+  that supports the specification's single-object encoding (Java's ``BinaryMessageDecoder``
+  among them) reads it.
+- Confluent's Schema Registry wire format (``--schema-registry-url``): ``00`` + the schema's
+  registry id (4 bytes, big-endian), what Kafka Connect's AvroConverter, ksqlDB and Flink read.
+  The id means something only to the registry that handed it out (common.schema_registry).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from spanner_cdc.schemas.errors import DecodeError
 
 MAGIC = b"\xc3\x01"
 HEADER_LENGTH = len(MAGIC) + 8
+REGISTRY_MAGIC = b"\x00"
+REGISTRY_HEADER_LENGTH = len(REGISTRY_MAGIC) + 4
 
 
 @dataclass(frozen=True)
@@ -81,11 +88,29 @@ def _without_uuid_logical_types(schema: Any) -> Any:
     }
 
 
-def encode(writer: WriterSchema, record: Mapping[str, Any]) -> bytes:
-    """One record (its values in Avro's primitive forms) → single-object-encoded bytes."""
-    buffer = bytearray(writer.header)
+def encode(writer: WriterSchema, record: Mapping[str, Any], header: bytes | None = None) -> bytes:
+    """One record (its values in Avro's primitive forms) → ``header`` + its Avro body; the
+    header is the single-object one unless another is given (:func:`registry_header`)."""
+    buffer = bytearray(writer.header if header is None else header)
     writer.writer(buffer, record)
     return bytes(buffer)
+
+
+def registry_header(schema_id: int) -> bytes:
+    """The Schema Registry wire format's header for the schema the registry calls ``schema_id``."""
+    return REGISTRY_MAGIC + struct.pack(">I", schema_id)
+
+
+def is_registry_framed(message: bytes) -> bool:
+    return message[:1] == REGISTRY_MAGIC
+
+
+def read_schema_id(message: bytes) -> int:
+    """The registry id of a Schema Registry-framed message, or DecodeError when it is too short."""
+    if len(message) < REGISTRY_HEADER_LENGTH:
+        raise DecodeError("truncated", f"{len(message)} bytes is shorter than the 5-byte registry header")
+    schema_id: int = struct.unpack_from(">I", message, 1)[0]
+    return schema_id
 
 
 def read_fingerprint(message: bytes) -> int:
@@ -114,13 +139,17 @@ class SchemaStore:
         return self.read(message)[0]
 
     def read(self, message: bytes) -> tuple[dict[str, Any], WriterSchema]:
-        """Bytes → record and the writer schema it was written with."""
-        fingerprint = read_fingerprint(message)
+        """Single-object bytes → record and the writer schema it was written with."""
+        return self.read_body(message, read_fingerprint(message), HEADER_LENGTH)
+
+    def read_body(self, message: bytes, fingerprint: int, start: int) -> tuple[dict[str, Any], WriterSchema]:
+        """The Avro body from ``start`` on, written with the schema of ``fingerprint`` (however
+        the header named it) → record and writer schema."""
         writer = self.schemas.get(fingerprint)
         if writer is None:
             raise DecodeError("unknown-fingerprint", f"no writer schema with fingerprint {fingerprint:016x}")
         body = io.BytesIO(message)
-        body.seek(HEADER_LENGTH)
+        body.seek(start)
         try:
             record = cast(dict[str, Any], fastavro.schemaless_reader(body, writer.reading, None))
         except (EOFError, StopIteration) as exc:

@@ -38,6 +38,10 @@ def consume(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         (["--kafka-bootstrap", "h:1", "--topic-prefix", "P", "--tables", "x';drop"], "--tables"),
         (["--kafka-bootstrap", "h:1", "--topic-prefix", "P", "--max-events-per-batch", "0"], "between 1"),
         (["--kafka-bootstrap", "h:1", "--topic-prefix", "P", "--on-bad-message", "drop"], "quarantine, fail"),
+        (
+            ["--kafka-bootstrap", "h:1", "--topic-prefix", "P", "--schema-registry-url", "ftp://r"],
+            "is not an http(s) URL",
+        ),
     ],
 )
 def test_bad_options_fail_fast_with_one_line(tmp_path: Path, args: list[str], message: str) -> None:
@@ -81,3 +85,14 @@ def test_a_replica_password_never_reaches_the_screen(
     assert result.returncode == EXIT_FAILURE, result.stderr
     assert message in result.stderr
     assert "hunter2" not in result.stderr + result.stdout and "ter2" not in result.stderr
+
+
+def test_an_unreachable_schema_registry_is_one_line(tmp_path: Path, stack: EmbeddedStack) -> None:
+    url = f"http://reader:hunter2@127.0.0.1:{free_port()}"
+    args = ["--kafka-bootstrap", stack.endpoint("kafka"), "--topic-prefix", "P"]
+    result = consume(tmp_path, *args, "--schema-registry-url", url)
+    assert result.returncode == EXIT_FAILURE
+    assert "schema registry at http://reader:<hidden>@127.0.0.1" in result.stderr
+    assert "hunter2" not in result.stderr + result.stdout
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -71,6 +71,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int, *
         (("--include-tables", "Accounts'; --"), "Bank", ("--include-tables",)),
         (("--kafka-config", "acks"), "Bank", ("KEY=VALUE",)),
         (("--topic-partitions", "0"), "Bank", ("--topic-partitions",)),
+        (("--schema-registry-url", "registry:8081"), "Bank", ("--schema-registry-url", "not an http(s) URL")),
     ],
 )
 def test_invalid_options_exit_2(stack: EmbeddedStack, bank: Any, extra: tuple[str, ...], stream: str,
@@ -106,6 +107,13 @@ def test_missing_required_option(stack: EmbeddedStack) -> None:
 
 def test_missing_change_stream(stack: EmbeddedStack, bank: Any) -> None:
     assert_one_line_error(run_produce(stack, bank, stream="NoSuchStream"), 1, "'NoSuchStream' does not exist")
+
+
+def test_an_unreachable_schema_registry_is_one_line(stack: EmbeddedStack, bank: Any) -> None:
+    url = f"http://writer:hunter2@127.0.0.1:{free_port()}"
+    result = run_produce(stack, bank, "--schema-registry-url", url)
+    assert_one_line_error(result, 1, "schema registry at http://writer:<hidden>@127.0.0.1", "does not answer")
+    assert "hunter2" not in result.stderr + result.stdout
 
 
 def test_missing_database(stack: EmbeddedStack) -> None:

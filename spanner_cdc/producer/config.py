@@ -115,6 +115,20 @@ PRODUCE_OPTIONS = (
     Option(
         "exclude-tables", "never these tables (comma-separated names or globs)", _table_pattern, repeated=True
     ),
+    Option(
+        "backfill",
+        "publish the rows the watched tables hold at the start as INSERT events (read_method "
+        "spanner-backfill), once per topic prefix and table; a started backfill always finishes",
+        boolean,
+        default=False,
+    ),
+    Option(
+        "backfill-tables",
+        "with --backfill, only these tables (comma-separated names or globs; default: every watched table)",
+        _table_pattern,
+        repeated=True,
+    ),
+    Option("backfill-parallelism", "tables a backfill reads at once", integer_in(1, 256), default=4),
     Option("topic-prefix", "Kafka topic prefix (default: the change stream name)"),
     Option("stream-name", "stream_name in events (default: projects/…/changeStreams/<stream>)"),
     Option("kafka-bootstrap", "Kafka bootstrap servers", required=True, aliases=("bootstrap-server",)),
@@ -185,6 +199,9 @@ class ProducerConfig:
     heartbeat_ms: int = 2000
     include_tables: tuple[str, ...] = ()
     exclude_tables: tuple[str, ...] = ()
+    backfill: bool = False
+    backfill_tables: tuple[str, ...] = ()
+    backfill_parallelism: int = 4
     topic_prefix: str = ""
     stream_name: str = ""
     kafka_config: dict[str, str] = field(default_factory=dict)
@@ -221,6 +238,8 @@ class ProducerConfig:
             raise ConfigError("--end-timestamp is before --start-timestamp")
         if not MIN_HEARTBEAT_MS <= self.heartbeat_ms <= MAX_HEARTBEAT_MS:
             raise ConfigError(f"--heartbeat-ms must be {MIN_HEARTBEAT_MS}-{MAX_HEARTBEAT_MS}")
+        if self.backfill_tables and not self.backfill:
+            raise ConfigError("--backfill-tables chooses the tables of a backfill: give --backfill too")
 
     @property
     def database_path(self) -> str:
@@ -236,6 +255,7 @@ class ProducerConfig:
                 **values,
                 "include_tables": tuple(values["include_tables"]),
                 "exclude_tables": tuple(values["exclude_tables"]),
+                "backfill_tables": tuple(values["backfill_tables"]),
                 "kafka_config": dict(values["kafka_config"]),
                 "schema_registry_config": dict(values["schema_registry_config"]),
                 "topic_prefix": values["topic_prefix"] or "",

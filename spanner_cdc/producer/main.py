@@ -11,6 +11,8 @@ from spanner_cdc.common.blocking import call_with_deadline
 from spanner_cdc.common.progress import show_progress
 from spanner_cdc.common.schema_registry import SchemaRegistry
 from spanner_cdc.producer.actions import TableFilter
+from spanner_cdc.producer.backfill import Backfill, BackfillTable
+from spanner_cdc.producer.backfill_store import BackfillStore, TablePlan
 from spanner_cdc.producer.catalog import TableCatalog
 from spanner_cdc.producer.change_stream_rules import POSTGRESQL
 from spanner_cdc.producer.checkpoints import CheckpointStore
@@ -62,13 +64,12 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
     watched = await call_with_deadline(
         lambda: source.watched_tables(config.change_stream), CONNECT_TIMEOUT_SECONDS
     )
-    await kafka.ensure_topics(
-        [
-            kafka.topics.event(table)
-            for table in sorted(catalog.columns)
-            if (watched is None or table in watched) and table_filter.wanted(table)
-        ]
-    )
+    tables = [
+        table
+        for table in sorted(catalog.columns)
+        if (watched is None or table in watched) and table_filter.wanted(table)
+    ]
+    await kafka.ensure_topics([kafka.topics.event(table) for table in tables])
     framing = await open_framing(config)
     checkpoints = CheckpointStore(kafka)
     restored = await call_with_deadline(checkpoints.read, 60)
@@ -83,19 +84,58 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
         database=config.database,
         default_schema="public" if source.dialect == POSTGRESQL else "",
     )
+    sender = EventSender(kafka, metrics, config.on_oversize_event, config.delete_tombstones, framing)
+    store = BackfillStore(kafka)
+    plans = await call_with_deadline(store.read, 60)
+    backfill_tables = await tables_to_backfill(config, source, catalog, tables, plans)
     return ProducerService(
         config,
         source=source,
         dialect=source.dialect,
-        publisher=EventPublisher(
-            EventSender(kafka, metrics, config.on_oversize_event, config.delete_tombstones, framing),
-            catalog,
-            builder,
-        ),
+        publisher=EventPublisher(sender, catalog, builder),
         checkpoints=checkpoints,
         scheduler=scheduler,
         metrics=metrics,
+        backfill=Backfill(
+            database=source.database,
+            tables=backfill_tables,
+            plans=plans,
+            # A first run reads the snapshot at the stream's start; a later one at now (its
+            # rows then order after every change already published).
+            snapshot_micros=config.start_timestamp_micros if not restored else int(time.time() * 1_000_000),
+            builder=builder,
+            sender=sender,
+            store=store,
+            metrics=metrics,
+            parallelism=config.backfill_parallelism,
+        )
+        if backfill_tables
+        else None,
     )
+
+
+async def tables_to_backfill(
+    config: ProducerConfig,
+    source: SpannerSource,
+    catalog: TableCatalog,
+    tables: list[str],
+    plans: dict[str, TablePlan],
+) -> list[BackfillTable]:
+    """Unfinished backfills always (a started backfill finishes even when ``--backfill`` is
+    dropped), and with ``--backfill`` every chosen table never backfilled under this prefix."""
+    chosen = TableFilter(config.backfill_tables, ())
+    for pattern in chosen.unmatched(tables):
+        log.warning("--backfill-tables %r matches no table the producer publishes", pattern)
+    wanted = [
+        table
+        for table in tables
+        if (table in plans and not plans[table].finished)
+        or (config.backfill and table not in plans and chosen.wanted(table))
+    ]
+    if not wanted:
+        return []
+    keys = await call_with_deadline(source.primary_keys, CONNECT_TIMEOUT_SECONDS)
+    return [BackfillTable.from_catalog(catalog, table, keys.get(table, [])) for table in wanted]
 
 
 async def open_framing(config: ProducerConfig) -> Framing:
@@ -119,10 +159,14 @@ def describe(service: ProducerService, started_at: float) -> str:
     else:
         watermark, lag = clock_text(low), f"{seconds_behind(low):.1f}s"
     acked = service.publisher.sender.acknowledged
+    backfill = service.backfill
+    backfilling = ""
+    if backfill is not None and not backfill.finished:
+        backfilling = f"  backfill {backfill.rows_published} rows"
     return (
         f"events {acked} ({acked / elapsed:,.0f}/s)  lag {lag}  "
         f"partitions running {counts[PartitionState.RUNNING]} waiting {counts[PartitionState.CREATED]} "
-        f"finished {counts[PartitionState.FINISHED]}  low watermark {watermark}"
+        f"finished {counts[PartitionState.FINISHED]}  low watermark {watermark}{backfilling}"
     )
 
 

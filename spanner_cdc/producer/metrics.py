@@ -18,6 +18,12 @@ class ProducerMetrics(ServedMetrics):
             ["table", "change_type"],
             registry=self.registry,
         )
+        self.backfill_rows = Counter(
+            "spanner_cdc_producer_backfill_rows",
+            "Snapshot rows of a backfill acknowledged by Kafka (also counted in events as INSERT)",
+            ["table"],
+            registry=self.registry,
+        )
         self.partitions = Gauge(
             "spanner_cdc_producer_partitions",
             "Change-stream partitions by state",

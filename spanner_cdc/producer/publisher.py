@@ -29,7 +29,7 @@ from spanner_cdc.producer.catalog import TableCatalog
 from spanner_cdc.producer.framing import Framing, SingleObjectFraming
 from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.producer.metrics import ProducerMetrics
-from spanner_cdc.schemas.events import Event, EventBuilder
+from spanner_cdc.schemas.events import READ_METHOD_BACKFILL, Event, EventBuilder
 from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.table import TableSchema
 from spanner_cdc.schemas.timestamps import format_timestamp_micros, seconds_behind
@@ -175,6 +175,7 @@ class EventSender:
         metadata = outgoing.event.value["source_metadata"]
         commit = metadata["commit_timestamp"]
         table, change_type = metadata["table"], metadata["change_type"]
+        changed_live = outgoing.event.value["read_method"] != READ_METHOD_BACKFILL
 
         def delivered(error: KafkaError | None, _message: Message) -> None:
             if error is not None:
@@ -187,7 +188,8 @@ class EventSender:
             tracker.acknowledged(commit)
             self.acknowledged += 1
             self.metrics.events.labels(table, change_type).inc()
-            self.metrics.observe_commit_to_ack(seconds_behind(commit))
+            if changed_live:  # a backfill row's "commit" is its snapshot: no latency to report
+                self.metrics.observe_commit_to_ack(seconds_behind(commit))
 
         return delivered
 

@@ -1,4 +1,5 @@
-"""One change-stream query on a worker thread, its records handed to the event loop.
+"""One blocking Spanner read on a worker thread, its items handed to the event loop: a
+change-stream query's records, or a backfill partition's rows.
 
 The Spanner client is blocking (a gRPC server stream), so each running partition iterates its
 query on a thread of its own and parses rows there; the loop receives parsed records. A bounded
@@ -11,16 +12,16 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from spanner_cdc.producer.errors import QueryStalledError
-from spanner_cdc.schemas.records import ChangeStreamRecord
 
 ROWS_IN_FLIGHT = 256
 _END = object()
+Item = TypeVar("Item")
 
 
-class QueryStream:
+class QueryStream(Generic[Item]):
     """Runs ``rows()`` on a daemon thread; :meth:`next` returns its records in order.
 
     :meth:`stop` asks the thread to quit at its next row: the client offers no way to cancel a
@@ -28,7 +29,7 @@ class QueryStream:
     abandoned thread's rows are never delivered.
     """
 
-    def __init__(self, name: str, rows: Callable[[], Iterator[list[ChangeStreamRecord]]]) -> None:
+    def __init__(self, name: str, rows: Callable[[], Iterator[Item]]) -> None:
         self._rows = rows
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -42,8 +43,8 @@ class QueryStream:
     def stop(self) -> None:
         self._stopped.set()
 
-    async def next(self, timeout: float) -> list[ChangeStreamRecord] | None:
-        """The next row's records; None when the query ended normally; raises its error."""
+    async def next(self, timeout: float) -> Item | None:
+        """The next item; None when the read ended normally; raises its error."""
         try:
             item = await asyncio.wait_for(self._queue.get(), timeout)
         except TimeoutError:
@@ -53,13 +54,13 @@ class QueryStream:
             return None
         if isinstance(item, BaseException):
             raise item
-        records: list[ChangeStreamRecord] = item
-        return records
+        result: Item = item
+        return result
 
     def _run(self) -> None:
         try:
-            for records in self._rows():
-                if not self._hand_over(records):
+            for item in self._rows():
+                if not self._hand_over(item):
                     return
         except Exception as exc:  # delivered to the loop, which classifies it
             self._hand_over(exc)

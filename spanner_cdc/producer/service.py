@@ -19,6 +19,7 @@ from spanner_cdc.producer.actions import (
     RecordActions,
     TableFilter,
 )
+from spanner_cdc.producer.backfill import Backfill
 from spanner_cdc.producer.checkpoints import CheckpointStore
 from spanner_cdc.producer.config import ProducerConfig
 from spanner_cdc.producer.errors import ProducerError
@@ -47,8 +48,11 @@ class ProducerService:
         checkpoints: CheckpointStore,
         scheduler: PartitionScheduler,
         metrics: ProducerMetrics,
+        backfill: Backfill | None = None,
     ) -> None:
         self.config = config
+        #: The snapshot rows to publish alongside the changes (producer.backfill), or None.
+        self.backfill = backfill
         self.publisher = publisher
         self.checkpoints = checkpoints
         self.scheduler = scheduler
@@ -101,6 +105,8 @@ class ProducerService:
         poller_stop = asyncio.Event()
         poller = asyncio.create_task(kafka.run_poller(poller_stop))
         background = [asyncio.create_task(self._checkpoint_periodically())]
+        if self.backfill is not None:
+            background.append(asyncio.create_task(self._backfill(self.backfill)))
         if self.watermarks is not None:
             interval = self.config.watermark_interval
             background.append(
@@ -110,8 +116,6 @@ class ProducerService:
             for partition in self.scheduler.resumable():
                 self._launch(partition)
             self._launch_runnable()
-            if self.scheduler.all_finished():
-                self._stop.set()
             await self._stop.wait()
         finally:
             for task in background:
@@ -145,9 +149,22 @@ class ProducerService:
     def _launch_runnable(self) -> None:
         for partition in self.scheduler.runnable():
             self._launch(partition)
-        if self.scheduler.all_finished() and self.config.end_timestamp_micros is not None:
-            log.info("every partition finished at the end timestamp")
+        self._stop_when_done()
+
+    def _stop_when_done(self) -> None:
+        """With an end timestamp: stop once every partition finished and the backfill too."""
+        if self.scheduler.all_finished() and (self.backfill is None or self.backfill.finished):
+            if self.config.end_timestamp_micros is not None:
+                log.info("every partition finished at the end timestamp")
             self._stop.set()
+
+    async def _backfill(self, backfill: Backfill) -> None:
+        try:
+            await backfill.run()
+        except SpannerCdcError as exc:
+            self._fail(exc)
+            return
+        self._stop_when_done()
 
     def _launch(self, partition: Partition) -> None:
         if partition.token in self._tasks:
@@ -174,12 +191,14 @@ class ProducerService:
         """Highest T with every change committed at or before T read, published and acknowledged
         (``producer.low_watermark``), taken under the release lock so no release is half done."""
         async with self.release.locked():
-            return safe_watermark(
+            safe = safe_watermark(
                 self.scheduler.low_watermark_micros(),
                 self.config.end_timestamp_micros,
                 self.release.buffer.next_commit(),
                 (run.tracker for run in self.runner.runs.values()),
             )
+        hold = None if self.backfill is None else self.backfill.hold
+        return safe if hold is None or safe is None else min(safe, hold)
 
     async def _publish_last_watermark(self) -> None:
         """At shutdown, after the flush: how far consumers may trust what this run wrote."""

@@ -197,6 +197,27 @@ class SpannerSource:
             commit_columns.setdefault(self._qualified(schema, table), set()).add(column)
         return columns, {table: frozenset(names) for table, names in commit_columns.items()}
 
+    def primary_keys(self) -> dict[str, list[str]]:
+        """Each table's primary-key columns, in key order (blocking)."""
+        if self.dialect == POSTGRESQL:
+            sql = (
+                "SELECT table_schema, table_name, column_name FROM information_schema.index_columns "
+                "WHERE index_type = 'PRIMARY_KEY' "
+                "AND table_schema NOT IN ('information_schema', 'spanner_sys', 'pg_catalog') "
+                "ORDER BY table_schema, table_name, ordinal_position"
+            )
+        else:
+            sql = (
+                "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME FROM INFORMATION_SCHEMA.INDEX_COLUMNS "
+                "WHERE INDEX_TYPE = 'PRIMARY_KEY' "
+                "AND TABLE_SCHEMA NOT IN ('INFORMATION_SCHEMA', 'SPANNER_SYS') "
+                "ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION"
+            )
+        keys: dict[str, list[str]] = {}
+        for schema, table, column in self._query(sql):
+            keys.setdefault(self._qualified(schema, table), []).append(column)
+        return keys
+
     @staticmethod
     def _qualified(schema: str, table: str) -> str:
         """Table names as change records spell them: ``schema.table`` for named schemas only."""

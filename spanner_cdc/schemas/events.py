@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spanner_cdc.schemas.identity import change_uuid, sort_keys
+from spanner_cdc.schemas.identity import backfill_uuid, change_uuid, sort_keys
 from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.table import TableSchema, TableVersions
 from spanner_cdc.schemas.timestamps import format_timestamp_micros
@@ -119,6 +119,57 @@ class EventBuilder:
             }
             events.append(Event(table, keys, value))
         return events
+
+    def build_snapshot_row(
+        self, table: TableSchema, row: Mapping[str, Any], snapshot_micros: int, read_timestamp_millis: int
+    ) -> Event:
+        """A backfill row: the row as it was at ``snapshot_micros``, as an INSERT.
+
+        Its sort keys are ``[snapshot, "", "", 0]``: before every change committed after the
+        snapshot (a later commit timestamp), and before a change committed at the snapshot
+        itself (same timestamp, a non-empty transaction id), which the change stream also
+        delivers, so a sink that keeps the newest event per key never lets a backfill row
+        overwrite a change. The transaction and partition facts it cannot know are null.
+        """
+        raw_keys = {column.name: row[column.name] for column in table.key_columns}
+        keys = table.convert_row(raw_keys)
+        values = table.convert_row(row)
+        schema_name, _, _ = table.table.rpartition(".")
+        metadata = {
+            "database": self.database,
+            "schema": schema_name or self.default_schema,
+            "table": table.table,
+            "change_type": "INSERT",
+            "is_deleted": False,
+            "primary_keys": [c.name for c in table.key_columns],
+            "tx_id": None,
+            "commit_timestamp": snapshot_micros,
+            "record_sequence": None,
+            "mod_index": 0,
+            "partition_token": None,
+            "value_capture_type": None,
+            "number_of_records_in_transaction": None,
+            "number_of_partitions_in_transaction": None,
+            "is_last_record_in_transaction_in_partition": None,
+            "transaction_tag": None,
+            "is_system_transaction": None,
+            "number_of_mods_in_record": None,
+            "changed_columns": sorted(name for name in values if name not in keys),
+            "old_values": None,
+        }
+        value = {
+            "uuid": backfill_uuid(self.stream_name, snapshot_micros, table.table, raw_keys),
+            "read_timestamp": read_timestamp_millis,
+            "source_timestamp": snapshot_micros // 1000,
+            "object": table.table,
+            "read_method": READ_METHOD_BACKFILL,
+            "stream_name": self.stream_name,
+            "schema_key": table.schema_key,
+            "sort_keys": sort_keys(snapshot_micros, "", "", 0),
+            "source_metadata": metadata,
+            "payload": values,
+        }
+        return Event(table, keys, value)
 
 
 def _resolve_pending_commit_timestamps(

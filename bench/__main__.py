@@ -20,7 +20,7 @@ CHANGELOG_TARGET_EVENTS_PER_SECOND = 50_000
 REPLICA_TARGET_EVENTS_PER_SECOND = 20_000
 #: Commit → replica p99 at the demo's rate (issue 19).
 PIPELINE_TARGET_P99_MS = 2_000
-PARTS = ("producer", "consumer", "pipeline")
+PARTS = ("producer", "backfill", "consumer", "pipeline")
 
 
 def print_figures(figures: list[Figure]) -> None:
@@ -41,6 +41,9 @@ def main() -> None:
     parser.add_argument(
         "--seconds", type=float, default=20.0, help="length of the latency measurements ((c) and pipeline)"
     )
+    parser.add_argument(
+        "--backfill-rows", type=int, default=50_000, help="rows of the backfill measurement (d)"
+    )
     parser.add_argument("--changes", type=int, default=100_000, help="changes for the consumer measurement")
     parser.add_argument("--only", choices=PARTS, help="run one part only")
     args = parser.parse_args()
@@ -50,6 +53,8 @@ def main() -> None:
         try:
             if args.only in (None, "producer"):
                 producer_part(stack, args)
+            if args.only in (None, "backfill"):
+                backfill_part(stack, args)
             if args.only in (None, "consumer"):
                 consumer_part(stack, args)
             if args.only in (None, "pipeline"):
@@ -57,6 +62,13 @@ def main() -> None:
         finally:
             stack.stop()
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+def backfill_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
+    print("backfill (issue 18)")
+    alone, backfill = producer.backfill_figures(stack, args.backfill_rows)
+    print_figures([alone, backfill])
+    print(f"  backfill/reading alone {backfill.per_second / alone.per_second:.2f}x")
 
 
 def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:

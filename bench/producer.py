@@ -5,6 +5,8 @@
     confluent-kafka producing the same bytes alone;
 (b) emulator → Kafka: rows committed first, then read and published to the end timestamp;
 (c) commit → ack latency percentiles under a steady write rate;
+(d) backfill: a table's rows at a snapshot → Kafka, beside the Spanner client reading the same
+    rows at the same snapshot alone;
 peak RSS is printed by the runner.
 """
 
@@ -23,6 +25,7 @@ from typing import Any
 import fastavro
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from google.cloud.spanner_v1 import KeySet
 
 from spanner_cdc.producer.acks import AckTracker
 from spanner_cdc.producer.catalog import CatalogColumn, TableCatalog
@@ -33,6 +36,7 @@ from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.publisher import EventPublisher, EventSender
 from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.records import DataChangeRecord
+from spanner_cdc.schemas.timestamps import datetime_from_micros
 from spanner_cdc.schemas.wire import WriterSchema
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.services import EMULATOR_PROJECT
@@ -174,6 +178,48 @@ def emulator_figures(
         "(b) emulator → Kafka, backlog of committed rows", rows, lambda: asyncio.run(service.run())
     )
     return backlog, asyncio.run(steady_latency(database, spanner, kafka, rate, seconds))
+
+
+def backfill_figures(stack: EmbeddedStack, rows: int) -> tuple[Figure, Figure]:
+    """(d) ``rows`` rows of one table: read alone at a snapshot, then backfilled to Kafka."""
+    spanner, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
+    database = create_database(
+        spanner,
+        [
+            "CREATE TABLE Accounts (Id STRING(36) NOT NULL, Balance INT64, Note STRING(MAX)) "
+            "PRIMARY KEY (Id)",
+            "CREATE CHANGE STREAM Bank FOR Accounts OPTIONS (value_capture_type='NEW_ROW_AND_OLD_VALUES')",
+        ],
+    )
+    for first in range(0, rows, 5000):
+        with database.batch() as batch:
+            batch.insert(
+                "Accounts",
+                columns=["Id", "Balance", "Note"],
+                values=[[f"a{i:08d}", i, f"note {i}"] for i in range(first, min(rows, first + 5000))],
+            )
+    snapshot = int(time.time() * 1_000_000)
+    time.sleep(0.5)
+
+    def read_alone() -> None:
+        with database.snapshot(read_timestamp=datetime_from_micros(snapshot)) as reading:
+            everything = KeySet(all_=True)  # type: ignore[no-untyped-call]
+            read = len(list(reading.read("Accounts", ["Id", "Balance", "Note"], everything)))
+        assert read == rows, f"read {read} of {rows} rows"
+
+    alone = timed("Spanner client reading the rows alone", rows, read_alone)
+    config = bench_config(
+        spanner,
+        kafka,
+        database.database_id,
+        start_timestamp_micros=snapshot,
+        end_timestamp_micros=snapshot + 1,
+        backfill=True,
+    )
+    service = asyncio.run(build_service(config))
+    backfill = timed("(d) backfill: rows at a snapshot → Kafka", rows, lambda: asyncio.run(service.run()))
+    assert service.backfill is not None and service.backfill.rows_published == rows
+    return alone, backfill
 
 
 def bench_config(spanner: str, kafka: str, database: str, **overrides: Any) -> ProducerConfig:

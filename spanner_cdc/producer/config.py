@@ -116,6 +116,14 @@ PRODUCE_OPTIONS = (
         "exclude-tables", "never these tables (comma-separated names or globs)", _table_pattern, repeated=True
     ),
     Option(
+        "payload",
+        "captured (what the change record holds: under some value capture types an UPDATE has only "
+        "the changed columns, a DELETE only the key) or whole-row (the rest read from Spanner at the "
+        "commit: one read per such record)",
+        choice("captured", "whole-row"),
+        default="captured",
+    ),
+    Option(
         "backfill",
         "publish the rows the watched tables hold at the start as INSERT events (read_method "
         "spanner-backfill), once per topic prefix and table; a started backfill always finishes",
@@ -199,6 +207,7 @@ class ProducerConfig:
     heartbeat_ms: int = 2000
     include_tables: tuple[str, ...] = ()
     exclude_tables: tuple[str, ...] = ()
+    payload: str = "captured"
     backfill: bool = False
     backfill_tables: tuple[str, ...] = ()
     backfill_parallelism: int = 4

@@ -26,6 +26,7 @@ from spanner_cdc.producer.service import ProducerService
 from spanner_cdc.producer.spanner_source import CONNECT_TIMEOUT_SECONDS, SpannerSource
 from spanner_cdc.producer.status import publish_status_periodically
 from spanner_cdc.producer.topic_move import move_control_topics
+from spanner_cdc.producer.whole_rows import RowFiller, partial_payloads
 from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.timestamps import clock_text, seconds_behind
 
@@ -92,7 +93,7 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
         config,
         source=source,
         dialect=source.dialect,
-        publisher=EventPublisher(sender, catalog, builder),
+        publisher=EventPublisher(sender, catalog, builder, await row_filler(config, source)),
         checkpoints=checkpoints,
         scheduler=scheduler,
         metrics=metrics,
@@ -112,6 +113,20 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
         if backfill_tables
         else None,
     )
+
+
+async def row_filler(config: ProducerConfig, source: SpannerSource) -> RowFiller | None:
+    """With ``--payload whole-row``, what completes partial records; otherwise None, and a
+    warning when the stream's capture type makes events lack whole rows."""
+    if config.payload == "whole-row":
+        return RowFiller(source.database, source.primary_keys)
+    capture = await call_with_deadline(
+        lambda: source.stream_option(config.change_stream, "value_capture_type"), CONNECT_TIMEOUT_SECONDS
+    )
+    lacking = partial_payloads(capture)
+    if lacking:
+        log.warning("change stream %s: %s; --payload whole-row reads the rest", config.change_stream, lacking)
+    return None
 
 
 async def tables_to_backfill(

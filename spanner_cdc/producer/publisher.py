@@ -29,6 +29,7 @@ from spanner_cdc.producer.catalog import TableCatalog
 from spanner_cdc.producer.framing import Framing, SingleObjectFraming
 from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.producer.metrics import ProducerMetrics
+from spanner_cdc.producer.whole_rows import RowFiller
 from spanner_cdc.schemas.events import READ_METHOD_BACKFILL, Event, EventBuilder
 from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.table import TableSchema
@@ -209,17 +210,27 @@ def _acknowledging(tracker: AckTracker, commit: int) -> Callable[[KafkaError | N
 class EventPublisher:
     """Data change records → events (table versions from the catalog) → :class:`EventSender`."""
 
-    def __init__(self, sender: EventSender, catalog: TableCatalog, builder: EventBuilder) -> None:
+    def __init__(
+        self,
+        sender: EventSender,
+        catalog: TableCatalog,
+        builder: EventBuilder,
+        rows: RowFiller | None = None,
+    ) -> None:
         self.sender = sender
         self.kafka = sender.kafka
         self.catalog = catalog
         self.builder = builder
+        #: With ``--payload whole-row``: completes records that lack whole rows.
+        self.rows = rows
 
     async def publish(
         self, record: DataChangeRecord, partition_token: str | None, tracker: AckTracker
     ) -> None:
         """Produce the record's events; ``tracker`` counts them until Kafka acknowledges each."""
         table = await self._table_schema(record)
+        if self.rows is not None:
+            record = await self.rows.complete(record, table)
         events = self.builder.build(record, partition_token, int(time.time() * 1000), table)
         await self.sender.send(events, tracker)
 

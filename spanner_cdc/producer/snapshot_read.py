@@ -1,4 +1,5 @@
-"""A table's rows as they were at one timestamp, in primary-key order, from any key on.
+"""Rows as they were at one timestamp: a table's, in primary-key order from any key on (a
+backfill), or a few rows by key (``--payload whole-row``).
 
 Each read is a single-use read-only transaction at the exact snapshot timestamp, so reading can
 stop anywhere (a crash, a stop) and go on later after the last row whose event Kafka
@@ -58,3 +59,15 @@ def table_rows(
         results = iter(snapshot.read(table=table, columns=list(columns), keyset=keys, lazy_decode=True))
         while chunk := [[json_value(value) for value in row] for row in islice(results, ROWS_PER_CHUNK)]:
             yield chunk
+
+
+def rows_by_key(
+    database: Any, at_micros: int, table: str, columns: Sequence[str], keys: Sequence[Sequence[Any]]
+) -> list[list[Any]]:
+    """The rows of ``table`` with ``keys`` (JSON-form values, key order) as they were at
+    ``at_micros``, JSON-form values in ``columns`` order; rows that did not exist are absent
+    (blocking)."""
+    wanted: Any = KeySet(keys=[list(key) for key in keys])  # type: ignore[no-untyped-call]
+    with database.snapshot(read_timestamp=datetime_from_micros(at_micros)) as snapshot:
+        rows = snapshot.read(table=table, columns=list(columns), keyset=wanted, lazy_decode=True)
+        return [[json_value(value) for value in row] for row in rows]

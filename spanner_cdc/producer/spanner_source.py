@@ -116,25 +116,27 @@ class SpannerSource:
             params = {"s": stream}
         if not await call_with_deadline(lambda: self._query(sql, params), CONNECT_TIMEOUT_SECONDS):
             raise SpannerSetupError(f"change stream {stream!r} does not exist in {self.database_path}")
-        mode = await call_with_deadline(lambda: self._partition_mode(stream), CONNECT_TIMEOUT_SECONDS)
+        mode = await call_with_deadline(
+            lambda: self.stream_option(stream, "partition_mode"), CONNECT_TIMEOUT_SECONDS
+        )
         refuse_partition_mode(stream, mode)
 
-    def _partition_mode(self, stream: str) -> str | None:
-        """The stream's ``partition_mode`` option; None when it was not set (blocking)."""
+    def stream_option(self, stream: str, option: str) -> str | None:
+        """One option of ``stream`` (unquoted); None when it was not set (blocking)."""
         if self.dialect == POSTGRESQL:
             sql = (
                 "SELECT option_value FROM information_schema.change_stream_options "
-                "WHERE change_stream_name = $1 AND option_name = 'partition_mode'"
+                "WHERE change_stream_name = $1 AND option_name = $2"
             )
-            params = {"p1": stream}
+            params = {"p1": stream, "p2": option}
         else:
             sql = (
                 "SELECT OPTION_VALUE FROM INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS "
-                "WHERE CHANGE_STREAM_NAME = @s AND OPTION_NAME = 'partition_mode'"
+                "WHERE CHANGE_STREAM_NAME = @s AND OPTION_NAME = @o"
             )
-            params = {"s": stream}
+            params = {"s": stream, "o": option}
         rows = self._query(sql, params)
-        return str(rows[0][0]) if rows else None
+        return str(rows[0][0]).strip("'\"") if rows else None
 
     def watched_tables(self, stream: str) -> frozenset[str] | None:
         """The tables ``stream`` watches, as change records name them; None when it watches

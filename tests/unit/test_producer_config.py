@@ -16,6 +16,7 @@ from spanner_cdc.producer.change_stream_rules import refuse_partition_mode, vali
 from spanner_cdc.producer.config import PRODUCE_OPTIONS
 from spanner_cdc.producer.errors import SpannerSetupError
 from spanner_cdc.producer.query import ChangeStreamQuery
+from spanner_cdc.producer.whole_rows import partial_payloads
 from spanner_cdc.schemas.errors import UnsupportedTypeError
 from spanner_cdc.schemas.spanner_types import SpannerType
 
@@ -198,3 +199,18 @@ def test_streams_with_mutable_key_ranges_are_refused_at_start(mode: str | None, 
             refuse_partition_mode("S", mode)
     else:
         refuse_partition_mode("S", mode)
+
+
+@pytest.mark.parametrize(
+    ("capture", "lacking"),
+    [
+        ("NEW_ROW_AND_OLD_VALUES", None),
+        ("NEW_ROW", "with value_capture_type NEW_ROW a DELETE carries only the key"),
+        (None, "with value_capture_type OLD_AND_NEW_VALUES an UPDATE carries only the changed columns"),
+        ("NEW_VALUES", "with value_capture_type NEW_VALUES an UPDATE carries only the changed columns "
+         "and a DELETE carries only the key"),
+    ],
+)  # fmt: skip
+def test_what_a_capture_type_leaves_out_of_the_payload(capture: str | None, lacking: str | None) -> None:
+    """None is Spanner's default, OLD_AND_NEW_VALUES."""
+    assert partial_payloads(capture) == lacking

@@ -95,7 +95,7 @@ class EmulatorSkipError(AssertionError):
 
 
 #: The marker for them: one re-run, only when the failure was diagnosed as the emulator's skip.
-RERUN_ON_EMULATOR_SKIP = pytest.mark.flaky(reruns=1, only_rerun=[EmulatorSkipError.__name__])
+RERUN_ON_EMULATOR_SKIP = pytest.mark.flaky(reruns=2, only_rerun=[EmulatorSkipError.__name__])
 
 
 #: The producer's debug line for each data change record Spanner returned (`log_returned`).

@@ -67,24 +67,25 @@ class BackfillTable:
 
     @classmethod
     def from_catalog(cls, catalog: TableCatalog, table: str, keys: Sequence[str]) -> BackfillTable:
-        """Every catalog column of ``table``, as the table version its change events also get."""
+        """Every catalog column of ``table``, as the table version its change events also get:
+        the key columns as a change record lists them, the rest completed by the catalog."""
         columns = catalog.columns[table]
+        key_types = []
         for column in columns:
+            if column.name not in keys:
+                continue
             if column.type is None:
                 raise UnsupportedTypeError(table, column.name, column.type_text)
-        column_types = [
-            {
-                "name": column.name,
-                "type": column.type.to_json(),
-                "is_primary_key": column.name in keys,
-                "ordinal_position": column.ordinal_position,
-            }
-            for column in columns
-            if column.type is not None
-        ]
-        return cls(
-            table, [column.name for column in columns], list(keys), catalog.table_schema(table, column_types)
-        )
+            key_types.append(
+                {
+                    "name": column.name,
+                    "type": column.type.to_json(),
+                    "is_primary_key": True,
+                    "ordinal_position": column.ordinal_position,
+                }
+            )
+        version = catalog.table_schema(table, key_types)
+        return cls(table, [column.name for column in columns], list(keys), version)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from spanner_cdc.consumer.config import CONSUME_OPTIONS, ConsumerConfig, require
 from spanner_cdc.demo import DEFAULT_TRANSFERS_PER_SECOND
 from spanner_cdc.errors import EXIT_FAILURE, EXIT_USAGE, SpannerCdcError
 from spanner_cdc.producer.config import PRODUCE_OPTIONS, ProducerConfig
+from spanner_cdc.producer.poll_config import POLL_LIMITS, POLL_OPTIONS, PollConfig
 from spanner_cdc.stack import SERVICES, EmbeddedStack, ServiceError, stop_on_signals
 
 #: The consumer's own declarations of where the replica is (stream, changes, replica status).
@@ -109,6 +110,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_options(produce, PRODUCE_OPTIONS)
 
+    poll = commands.add_parser(
+        "poll",
+        help="publish the changes of a table without a change stream, by its commit-timestamp column",
+        description="Every --interval seconds, reads the rows whose commit-timestamp column is at or after "
+        "the last one published (at an exact read timestamp, the boundary read again and its keys "
+        "deduplicated, since commit timestamps are not unique) and publishes each whole row as a "
+        "Datastream-shaped event (read_method spanner-commit-timestamp-poll) to {prefix}.{table}, with "
+        f"watermark records and a position only for what Kafka acknowledged. {POLL_LIMITS} Every option "
+        "can also be set as an environment variable or in a TOML file.",
+    )
+    add_options(poll, POLL_OPTIONS)
+
     consume = commands.add_parser(
         "consume",
         help="read the producer's topics with Spark and write the changelog and replica",
@@ -161,6 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _run_stack(args)
             if args.command == "produce":
                 return _run_produce(args)
+            if args.command == "poll":
+                return _run_poll(args)
             if args.command == "consume":
                 return _run_consume(args)
             if args.command == "demo-database":
@@ -330,6 +345,15 @@ def _run_produce(args: argparse.Namespace) -> int:
     config = ProducerConfig.from_options(resolve(args, PRODUCE_OPTIONS, "produce"))
     configure_logging(config.log_format, config.log_level)
     asyncio.run(produce(config))
+    return 0
+
+
+def _run_poll(args: argparse.Namespace) -> int:
+    from spanner_cdc.producer.poll_main import poll
+
+    config = PollConfig.from_options(resolve(args, POLL_OPTIONS, "poll"))
+    configure_logging(config.log_format, config.log_level)
+    asyncio.run(poll(config))
     return 0
 
 

@@ -23,20 +23,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from google.api_core import exceptions as google_exceptions
 
-from spanner_cdc.producer.acks import AckTracker
-from spanner_cdc.producer.backfill_store import BackfillStore, TablePlan
+from spanner_cdc.producer.backfill_store import TablePlan
 from spanner_cdc.producer.catalog import TableCatalog
+from spanner_cdc.producer.chunk_publish import Chunk, ChunkEvents, publish_chunks
+from spanner_cdc.producer.control_records import ControlRecords
 from spanner_cdc.producer.errors import ProducerError
 from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.publisher import EventSender
-from spanner_cdc.producer.reader import QueryStream
 from spanner_cdc.producer.snapshot_read import table_rows
 from spanner_cdc.schemas.errors import UnsupportedTypeError
 from spanner_cdc.schemas.events import EventBuilder
@@ -99,7 +98,7 @@ class Backfill:
     snapshot_micros: int
     builder: EventBuilder
     sender: EventSender
-    store: BackfillStore
+    store: ControlRecords[TablePlan]
     metrics: ProducerMetrics
     #: Tables read at once.
     parallelism: int = 4
@@ -174,45 +173,31 @@ class Backfill:
         """Rows after the plan's key → Kafka; the plan's key advanced as Kafka acknowledges
         them, written about once a second and at the end."""
         start = plan.after_key
-        stream: QueryStream[list[list[Any]]] = QueryStream(
+
+        async def events_of(chunk: Chunk) -> ChunkEvents:
+            key, rows = self._key(table, plan, chunk[-1]), len(chunk)
+
+            def passed() -> None:
+                plan.after_key = key
+                self.rows_published += rows
+                self.metrics.backfill_rows.labels(table.name).inc(rows)
+
+            return self._events(table, plan, chunk), passed
+
+        failure = await publish_chunks(
             f"backfill-{table.name}",
             lambda: table_rows(self.database, plan.snapshot_micros, table.name, plan.columns, start),
+            sender=self.sender,
+            events_of=events_of,
+            save=lambda: self.store.write(plan),
+            read_timeout=READ_TIMEOUT_SECONDS,
         )
-        unacknowledged: deque[tuple[list[Any], int, AckTracker]] = deque()
-        written_at = time.monotonic()
-        stream.start()
-        try:
-            while (chunk := await stream.next(READ_TIMEOUT_SECONDS)) is not None:
-                tracker = AckTracker()
-                await self.sender.send(self._events(table, plan, chunk), tracker)
-                unacknowledged.append((self._key(table, plan, chunk[-1]), len(chunk), tracker))
-                if self._advance(table, plan, unacknowledged) and time.monotonic() - written_at > 1:
-                    await self.store.write(plan)
-                    written_at = time.monotonic()
-        finally:
-            stream.stop()
-        for _, _, tracker in unacknowledged:
-            await tracker.drained()
-        self._advance(table, plan, unacknowledged)
-        if unacknowledged:
+        if failure is not None:
             raise BackfillError(
-                f"backfill of {table.name}: Kafka did not take its rows "
-                f"({unacknowledged[0][2].fatal or unacknowledged[0][2].failed}); a restart goes on "
+                f"backfill of {table.name}: Kafka did not take its rows ({failure}); a restart goes on "
                 "from the last checkpoint"
             )
         await self.store.write(plan)
-
-    def _advance(
-        self, table: BackfillTable, plan: TablePlan, unacknowledged: deque[tuple[list[Any], int, AckTracker]]
-    ) -> bool:
-        """Move the plan's key past the leading chunks Kafka fully acknowledged; True if it moved."""
-        moved = False
-        while unacknowledged and _settled(unacknowledged[0][2]):
-            plan.after_key, rows, _ = unacknowledged.popleft()
-            self.rows_published += rows
-            self.metrics.backfill_rows.labels(table.name).inc(rows)
-            moved = True
-        return moved
 
     @staticmethod
     def _key(table: BackfillTable, plan: TablePlan, row: Sequence[Any]) -> list[Any]:
@@ -227,11 +212,6 @@ class Backfill:
             )
             for row in chunk
         ]
-
-
-def _settled(tracker: AckTracker) -> bool:
-    """Every event Kafka acknowledged (none failed)."""
-    return tracker.pending == 0 and not tracker.failed and not tracker.fatal
 
 
 async def _all_or_none(work: Sequence[Coroutine[Any, Any, None]]) -> None:

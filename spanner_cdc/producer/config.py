@@ -37,7 +37,7 @@ def _resource_id(text: str) -> str:
     return text
 
 
-def _timestamp(text: str) -> int:
+def timestamp_or_now(text: str) -> int:
     return timestamp_micros(text if text.upper() != "NOW" else dt.datetime.now(dt.UTC))
 
 
@@ -64,7 +64,7 @@ def _role_name(text: str) -> str:
     return text
 
 
-def _table_pattern(text: str) -> str:
+def table_pattern(text: str) -> str:
     if not text or any(c in text for c in "'\"`;\n"):
         raise ValueError("a table name or glob pattern (quotes and semicolons are not allowed)")
     return text
@@ -97,11 +97,13 @@ PRODUCE_OPTIONS = (
     Option(
         "start-timestamp",
         "RFC 3339 commit timestamp to start from, or 'now'; ignored once checkpoints exist",
-        _timestamp,
+        timestamp_or_now,
         default="now",
     ),
     Option(
-        "end-timestamp", "RFC 3339 timestamp to stop at; exit 0 once every partition finished", _timestamp
+        "end-timestamp",
+        "RFC 3339 timestamp to stop at; exit 0 once every partition finished",
+        timestamp_or_now,
     ),
     Option(
         "heartbeat-ms",
@@ -110,10 +112,10 @@ PRODUCE_OPTIONS = (
         default=2000,
     ),
     Option(
-        "include-tables", "only these tables (comma-separated names or globs)", _table_pattern, repeated=True
+        "include-tables", "only these tables (comma-separated names or globs)", table_pattern, repeated=True
     ),
     Option(
-        "exclude-tables", "never these tables (comma-separated names or globs)", _table_pattern, repeated=True
+        "exclude-tables", "never these tables (comma-separated names or globs)", table_pattern, repeated=True
     ),
     Option(
         "payload",
@@ -133,7 +135,7 @@ PRODUCE_OPTIONS = (
     Option(
         "backfill-tables",
         "with --backfill, only these tables (comma-separated names or globs; default: every watched table)",
-        _table_pattern,
+        table_pattern,
         repeated=True,
     ),
     Option("backfill-parallelism", "tables a backfill reads at once", integer_in(1, 256), default=4),
@@ -190,27 +192,22 @@ PRODUCE_OPTIONS = (
 )
 
 
-@dataclass(frozen=True)
-class ProducerConfig:
+@dataclass(frozen=True, kw_only=True)
+class PublishSettings:
+    """What ``produce`` and ``poll`` share: where the database is, where events go, how the
+    service runs. The options behind them are declared once, in PRODUCE_OPTIONS; ``poll`` takes
+    them by name (``producer.poll_config``)."""
+
     project: str
     instance: str
     database: str
-    change_stream: str
     kafka_bootstrap: str
-    start_timestamp_micros: int
-    end_timestamp_micros: int | None = None
     emulator_host: str | None = None
     credentials_file: Path | None = None
     spanner_endpoint: str | None = None
     database_role: str | None = None
     rpc_priority: str | None = None
-    heartbeat_ms: int = 2000
-    include_tables: tuple[str, ...] = ()
-    exclude_tables: tuple[str, ...] = ()
-    payload: str = "captured"
-    backfill: bool = False
-    backfill_tables: tuple[str, ...] = ()
-    backfill_parallelism: int = 4
+    #: Empty: each command's default.
     topic_prefix: str = ""
     stream_name: str = ""
     kafka_config: dict[str, str] = field(default_factory=dict)
@@ -218,19 +215,48 @@ class ProducerConfig:
     schema_registry_config: dict[str, str] = field(default_factory=dict)
     topic_partitions: int = 6
     replication_factor: int = -1
-    max_queries: int = 200
-    query_start_rate: float = 50.0
-    stall_heartbeats: int = 10
-    checkpoint_interval: float = 1.0
     watermark_interval: float = 1.0
     watermark_records: bool = True
-    delete_tombstones: bool = False
     on_oversize_event: str = "dead-letter"
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     log_format: str = "text"
     log_level: str = "info"
     progress: bool = True
+
+    @property
+    def database_path(self) -> str:
+        return f"projects/{self.project}/instances/{self.instance}/databases/{self.database}"
+
+    @staticmethod
+    def resolved(values: dict[str, Any]) -> dict[str, Any]:
+        """:func:`spanner_cdc.common.config.resolve` output with the shared fields' types."""
+        return {
+            **values,
+            "kafka_config": dict(values["kafka_config"]),
+            "schema_registry_config": dict(values["schema_registry_config"]),
+            "topic_prefix": values["topic_prefix"] or "",
+            "stream_name": values["stream_name"] or "",
+        }
+
+
+@dataclass(frozen=True)
+class ProducerConfig(PublishSettings):
+    change_stream: str
+    start_timestamp_micros: int
+    end_timestamp_micros: int | None = None
+    heartbeat_ms: int = 2000
+    include_tables: tuple[str, ...] = ()
+    exclude_tables: tuple[str, ...] = ()
+    payload: str = "captured"
+    backfill: bool = False
+    backfill_tables: tuple[str, ...] = ()
+    backfill_parallelism: int = 4
+    max_queries: int = 200
+    query_start_rate: float = 50.0
+    stall_heartbeats: int = 10
+    checkpoint_interval: float = 1.0
+    delete_tombstones: bool = False
 
     def __post_init__(self) -> None:
         validate_stream_name(self.change_stream)
@@ -250,10 +276,6 @@ class ProducerConfig:
         if self.backfill_tables and not self.backfill:
             raise ConfigError("--backfill-tables chooses the tables of a backfill: give --backfill too")
 
-    @property
-    def database_path(self) -> str:
-        return f"projects/{self.project}/instances/{self.instance}/databases/{self.database}"
-
     @classmethod
     def from_options(cls, values: dict[str, Any]) -> ProducerConfig:
         """From :func:`spanner_cdc.config.resolve` output for PRODUCE_OPTIONS."""
@@ -261,14 +283,10 @@ class ProducerConfig:
         end = values.pop("end_timestamp")
         return cls(
             **{
-                **values,
+                **cls.resolved(values),
                 "include_tables": tuple(values["include_tables"]),
                 "exclude_tables": tuple(values["exclude_tables"]),
                 "backfill_tables": tuple(values["backfill_tables"]),
-                "kafka_config": dict(values["kafka_config"]),
-                "schema_registry_config": dict(values["schema_registry_config"]),
-                "topic_prefix": values["topic_prefix"] or "",
-                "stream_name": values["stream_name"] or "",
             },
             start_timestamp_micros=start,
             end_timestamp_micros=end,

@@ -10,13 +10,14 @@ import time
 from spanner_cdc.common.blocking import call_with_deadline
 from spanner_cdc.common.progress import show_progress
 from spanner_cdc.common.schema_registry import SchemaRegistry
+from spanner_cdc.errors import UsageError
 from spanner_cdc.producer.actions import TableFilter
 from spanner_cdc.producer.backfill import Backfill, BackfillTable
-from spanner_cdc.producer.backfill_store import BackfillStore, TablePlan
+from spanner_cdc.producer.backfill_store import TablePlan, backfill_store
 from spanner_cdc.producer.catalog import TableCatalog
 from spanner_cdc.producer.change_stream_rules import POSTGRESQL
 from spanner_cdc.producer.checkpoints import CheckpointStore
-from spanner_cdc.producer.config import ProducerConfig
+from spanner_cdc.producer.config import ProducerConfig, PublishSettings
 from spanner_cdc.producer.framing import Framing, RegistryFraming, SingleObjectFraming
 from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.producer.metrics import ProducerMetrics
@@ -47,14 +48,8 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
     await source.check_change_stream(config.change_stream)
     catalog = TableCatalog(source.dialect, source.load_catalog)
     await call_with_deadline(catalog.refresh, CONNECT_TIMEOUT_SECONDS)
-    kafka = KafkaClient(
-        config.kafka_bootstrap,
-        config.topic_prefix,
-        config.kafka_config,
-        config.topic_partitions,
-        config.replication_factor,
-    )
-    await kafka.check_reachable()
+    kafka = await open_kafka(config)
+    await refuse_polled_prefix(kafka)
     await kafka.ensure_topic(kafka.topics.schemas, compacted=True)
     await kafka.ensure_topic(kafka.topics.checkpoints, compacted=True)
     await kafka.ensure_topic(kafka.topics.dead_letters)
@@ -71,7 +66,7 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
         if (watched is None or table in watched) and table_filter.wanted(table)
     ]
     await kafka.ensure_topics([kafka.topics.event(table) for table in tables])
-    framing = await open_framing(config)
+    framing = await open_framing(config.schema_registry_url, config.schema_registry_config)
     checkpoints = CheckpointStore(kafka)
     restored = await call_with_deadline(checkpoints.read, 60)
     scheduler = (
@@ -86,7 +81,7 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
         default_schema="public" if source.dialect == POSTGRESQL else "",
     )
     sender = EventSender(kafka, metrics, config.on_oversize_event, config.delete_tombstones, framing)
-    store = BackfillStore(kafka)
+    store = backfill_store(kafka)
     plans = await call_with_deadline(store.read, 60)
     backfill_tables = await tables_to_backfill(config, source, catalog, tables, plans)
     return ProducerService(
@@ -113,6 +108,30 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
         if backfill_tables
         else None,
     )
+
+
+async def open_kafka(settings: PublishSettings) -> KafkaClient:
+    """The Kafka side, checked to answer now."""
+    kafka = KafkaClient(
+        settings.kafka_bootstrap,
+        settings.topic_prefix,
+        settings.kafka_config,
+        settings.topic_partitions,
+        settings.replication_factor,
+    )
+    await kafka.check_reachable()
+    return kafka
+
+
+async def refuse_polled_prefix(kafka: KafkaClient) -> None:
+    """A prefix ``spanner-cdc poll`` writes to is not the producer's: each writes watermark
+    records that promise every event topic of its prefix (producer.poll_main)."""
+    metadata = await call_with_deadline(lambda: kafka.admin.list_topics(timeout=10), 15)
+    if kafka.topics.polls in metadata.topics:
+        raise UsageError(
+            f"--topic-prefix {kafka.topics.prefix} belongs to spanner-cdc poll: give the producer a "
+            "topic prefix of its own"
+        )
 
 
 async def row_filler(config: ProducerConfig, source: SpannerSource) -> RowFiller | None:
@@ -153,12 +172,12 @@ async def tables_to_backfill(
     return [BackfillTable.from_catalog(catalog, table, keys.get(table, [])) for table in wanted]
 
 
-async def open_framing(config: ProducerConfig) -> Framing:
+async def open_framing(registry_url: str | None, registry_settings: dict[str, str]) -> Framing:
     """Single-object encoding, or with ``--schema-registry-url`` the registry's wire format
     (checked to answer now, so a wrong URL or credentials stop the producer in one line)."""
-    if not config.schema_registry_url:
+    if not registry_url:
         return SingleObjectFraming()
-    registry = SchemaRegistry.connect(config.schema_registry_url, config.schema_registry_config)
+    registry = SchemaRegistry.connect(registry_url, registry_settings)
     await asyncio.to_thread(registry.check_reachable)
     log.info("schema registry at %s: messages in its wire format", registry.url)
     return RegistryFraming(registry)

@@ -1,5 +1,6 @@
 """Rows as they were at one timestamp: a table's, in primary-key order from any key on (a
-backfill), or a few rows by key (``--payload whole-row``).
+backfill), those whose commit-timestamp column is at or after a time (``spanner-cdc poll``), or
+a few rows by key (``--payload whole-row``, and whether polled rows existed before).
 
 Each read is a single-use read-only transaction at the exact snapshot timestamp, so reading can
 stop anywhere (a crash, a stop) and go on later after the last row whose event Kafka
@@ -22,8 +23,10 @@ from collections.abc import Iterator, Sequence
 from itertools import islice
 from typing import Any
 
+from google.cloud import spanner
 from google.cloud.spanner_v1 import KeyRange, KeySet
 
+from spanner_cdc.producer.change_stream_rules import POSTGRESQL
 from spanner_cdc.schemas.timestamps import datetime_from_micros
 
 #: Rows handed over per chunk (one worker-thread hand-off, one Kafka poll, one checkpoint step).
@@ -59,6 +62,55 @@ def table_rows(
         results = iter(snapshot.read(table=table, columns=list(columns), keyset=keys, lazy_decode=True))
         while chunk := [[json_value(value) for value in row] for row in islice(results, ROWS_PER_CHUNK)]:
             yield chunk
+
+
+def rows_stamped_since(
+    database: Any,
+    *,
+    dialect: str,
+    snapshot_micros: int,
+    table: str,
+    columns: Sequence[str],
+    stamp_column: str,
+    key: Sequence[str],
+    since_micros: int,
+) -> Iterator[list[list[Any]]]:
+    """The rows of ``table`` at ``snapshot_micros`` whose ``stamp_column`` is at or after
+    ``since_micros``, ordered by that column and then the key, in chunks of JSON-form values in
+    ``columns`` order (blocking: iterate on a worker thread).
+
+    The condition compares the commit-timestamp column with a constant (a parameter), the form
+    Spanner answers from recent data only (seed 001); ``>=``, not ``>``, because commit timestamps
+    are not unique: a transaction committed at the boundary may not have been read last time.
+    """
+    quote = _quote_postgresql if dialect == POSTGRESQL else _quote_googlesql
+    parameter = "$1" if dialect == POSTGRESQL else "@since"
+    order = ", ".join(quote(name) for name in [stamp_column, *key])
+    sql = (
+        f"SELECT {', '.join(quote(name) for name in columns)} FROM {quote(table)} "
+        f"WHERE {quote(stamp_column)} >= {parameter} ORDER BY {order}"
+    )
+    name = "p1" if dialect == POSTGRESQL else "since"
+    with database.snapshot(read_timestamp=datetime_from_micros(snapshot_micros)) as snapshot:
+        results = iter(
+            snapshot.execute_sql(
+                sql,
+                params={name: datetime_from_micros(since_micros)},
+                param_types={name: spanner.param_types.TIMESTAMP},
+                lazy_decode=True,
+            )
+        )
+        while chunk := [[json_value(value) for value in row] for row in islice(results, ROWS_PER_CHUNK)]:
+            yield chunk
+
+
+def _quote_googlesql(name: str) -> str:
+    """A table or column name as a GoogleSQL identifier (a named schema's parts each quoted)."""
+    return ".".join("`" + part.replace("\\", "\\\\").replace("`", "\\`") + "`" for part in name.split("."))
+
+
+def _quote_postgresql(name: str) -> str:
+    return ".".join('"' + part.replace('"', '""') + '"' for part in name.split("."))
 
 
 def rows_by_key(

@@ -19,7 +19,7 @@ from spanner_cdc.common.spanner_client import emulator_host as emulator_host_fro
 from spanner_cdc.errors import UsageError
 from spanner_cdc.producer.catalog import NOT_CAPTURED, CatalogColumn, CatalogContents
 from spanner_cdc.producer.change_stream_rules import GOOGLE_STANDARD_SQL, POSTGRESQL, refuse_partition_mode
-from spanner_cdc.producer.config import ProducerConfig
+from spanner_cdc.producer.config import PublishSettings
 from spanner_cdc.producer.errors import SpannerSetupError
 from spanner_cdc.producer.query import ChangeStreamQuery
 from spanner_cdc.producer.rows import records_from_googlesql_row
@@ -49,7 +49,7 @@ class SpannerSource:
     request_options: RequestOptions | None = None
 
     @classmethod
-    async def open(cls, config: ProducerConfig) -> SpannerSource:
+    async def open(cls, config: PublishSettings) -> SpannerSource:
         project, instance, database = config.project, config.instance, config.database
         host = emulator_host_from_env(config.emulator_host)
         if host and (config.credentials_file or config.spanner_endpoint):

@@ -11,13 +11,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spanner_cdc.schemas.identity import backfill_uuid, change_uuid, sort_keys
+from spanner_cdc.schemas.identity import backfill_uuid, change_uuid, polled_uuid, sort_keys
 from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.table import TableSchema, TableVersions
 from spanner_cdc.schemas.timestamps import format_timestamp_micros
 
 READ_METHOD_CHANGE_STREAMS = "spanner-cdc-change-streams"
 READ_METHOD_BACKFILL = "spanner-backfill"
+#: Rows found by ``spanner-cdc poll`` (a commit-timestamp column compared with the last poll).
+READ_METHOD_POLL = "spanner-commit-timestamp-poll"
 #: What the emulator reports for a PENDING_COMMIT_TIMESTAMP() column (docs/design.md §2).
 EMULATOR_PENDING_COMMIT_TIMESTAMP = "9999-12-31T23:59:59Z"
 
@@ -132,18 +134,63 @@ class EventBuilder:
         overwrite a change. The transaction and partition facts it cannot know are null.
         """
         raw_keys = {column.name: row[column.name] for column in table.key_columns}
-        keys = table.convert_row(raw_keys)
+        return self._row_event(
+            table,
+            row=row,
+            commit_micros=snapshot_micros,
+            read_timestamp_millis=read_timestamp_millis,
+            read_method=READ_METHOD_BACKFILL,
+            change_type="INSERT",
+            event_uuid=backfill_uuid(self.stream_name, snapshot_micros, table.table, raw_keys),
+        )
+
+    def build_polled_row(
+        self,
+        table: TableSchema,
+        row: Mapping[str, Any],
+        stamp_micros: int,
+        read_timestamp_millis: int,
+        existed_before: bool,
+    ) -> Event:
+        """A row version found by commit-timestamp polling: the whole row as read, stamped by its
+        commit-timestamp column (``stamp_micros``: its commit time and sort keys
+        ``[stamp, "", "", 0]``). An UPDATE when the row ``existed_before`` (at the previous poll),
+        else an INSERT. The transaction and partition facts a poll cannot know are null."""
+        raw_keys = {column.name: row[column.name] for column in table.key_columns}
+        return self._row_event(
+            table,
+            row=row,
+            commit_micros=stamp_micros,
+            read_timestamp_millis=read_timestamp_millis,
+            read_method=READ_METHOD_POLL,
+            change_type="UPDATE" if existed_before else "INSERT",
+            event_uuid=polled_uuid(self.stream_name, stamp_micros, table.table, raw_keys),
+        )
+
+    def _row_event(
+        self,
+        table: TableSchema,
+        *,
+        row: Mapping[str, Any],
+        commit_micros: int,
+        read_timestamp_millis: int,
+        read_method: str,
+        change_type: str,
+        event_uuid: str,
+    ) -> Event:
+        """A whole row read from a table (not from a change record) as an event at ``commit_micros``."""
+        keys = table.convert_row({column.name: row[column.name] for column in table.key_columns})
         values = table.convert_row(row)
         schema_name, _, _ = table.table.rpartition(".")
         metadata = {
             "database": self.database,
             "schema": schema_name or self.default_schema,
             "table": table.table,
-            "change_type": "INSERT",
+            "change_type": change_type,
             "is_deleted": False,
             "primary_keys": [c.name for c in table.key_columns],
             "tx_id": None,
-            "commit_timestamp": snapshot_micros,
+            "commit_timestamp": commit_micros,
             "record_sequence": None,
             "mod_index": 0,
             "partition_token": None,
@@ -158,14 +205,14 @@ class EventBuilder:
             "old_values": None,
         }
         value = {
-            "uuid": backfill_uuid(self.stream_name, snapshot_micros, table.table, raw_keys),
+            "uuid": event_uuid,
             "read_timestamp": read_timestamp_millis,
-            "source_timestamp": snapshot_micros // 1000,
+            "source_timestamp": commit_micros // 1000,
             "object": table.table,
-            "read_method": READ_METHOD_BACKFILL,
+            "read_method": read_method,
             "stream_name": self.stream_name,
             "schema_key": table.schema_key,
-            "sort_keys": sort_keys(snapshot_micros, "", "", 0),
+            "sort_keys": sort_keys(commit_micros, "", "", 0),
             "source_metadata": metadata,
             "payload": values,
         }

@@ -32,6 +32,15 @@ def backfill_uuid(
     return str(uuid.uuid5(EVENT_NAMESPACE, name))
 
 
+def polled_uuid(stream_name: str, stamp_micros: int, table: str, key: Mapping[str, Any]) -> str:
+    """uuid of a row version found by commit-timestamp polling: the row's key and the value of
+    its commit-timestamp column (at most one version of a key has a given commit timestamp), so
+    a version polled again after a restart gets the same uuid. Marked apart from backfill uuids,
+    whose parts have the same shape."""
+    name = _SEPARATOR.join(["poll", stream_name, str(stamp_micros), table, _canonical_key(key)])
+    return str(uuid.uuid5(EVENT_NAMESPACE, name))
+
+
 def row_id(table: str, key: Mapping[str, Any]) -> str:
     """Stable id of one row of one table (the changelog's ``change$row_id``): same key, same id."""
     return str(uuid.uuid5(EVENT_NAMESPACE, _SEPARATOR.join(["row", table, _canonical_key(key)])))

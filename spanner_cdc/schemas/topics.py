@@ -3,8 +3,8 @@ r"""Kafka topic names of one change stream: the events of each table and the con
 Events of table ``T`` go to ``{prefix}.T``, so ``{prefix}\..*`` selects events and nothing else
 (what a Kafka Connect sink or a ksqlDB stream is given). The control topics live outside that
 namespace, under ``_spanner-cdc.{prefix}.``: writer schemas (``.schemas``), the producer's
-checkpoints (``.checkpoints``) and backfills (``.backfills``), and events Kafka refused for
-their size (``.dead_letters``).
+checkpoints (``.checkpoints``) and backfills (``.backfills``), the poller's positions
+(``.polls``), and events Kafka refused for their size (``.dead_letters``).
 Version 0.1 kept them as ``{prefix}._schemas`` and so on; :attr:`Topics.moved` names
 those that a producer moves (``producer/topic_move.py``).
 """
@@ -44,6 +44,11 @@ class Topics:
     def backfills(self) -> str:
         """The producer's backfill plans and progress (``producer/backfill_store.py``)."""
         return f"{CONTROL_NAMESPACE}.{self.prefix}.backfills"
+
+    @property
+    def polls(self) -> str:
+        """Where ``spanner-cdc poll`` stands per table (``producer/poll_store.py``)."""
+        return f"{CONTROL_NAMESPACE}.{self.prefix}.polls"
 
     @property
     def dead_letters(self) -> str:

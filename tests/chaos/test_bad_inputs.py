@@ -22,6 +22,8 @@ REFUSED_CANDIDATES = ("not-a-value", "-1", "0", "a'; DROP TABLE x; --", "has spa
 REQUIRED = {
     "produce": ["--project", "p", "--instance", "i", "--database", "d", "--change-stream", "S",
                 "--kafka-bootstrap", "127.0.0.1:1"],
+    "poll": ["--project", "p", "--instance", "i", "--database", "d", "--table", "T",
+             "--commit-timestamp-column", "C", "--kafka-bootstrap", "127.0.0.1:1"],
     "consume": ["--kafka-bootstrap", "127.0.0.1:1", "--topic-prefix", "P"],
 }  # fmt: skip
 

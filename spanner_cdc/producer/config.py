@@ -21,7 +21,7 @@ from spanner_cdc.common.config import (
 )
 from spanner_cdc.common.schema_registry import REGISTRY_OPTIONS
 from spanner_cdc.producer.change_stream_rules import MAX_HEARTBEAT_MS, MIN_HEARTBEAT_MS, validate_stream_name
-from spanner_cdc.schemas.timestamps import timestamp_micros
+from spanner_cdc.schemas.timestamps import parse_timestamp_micros, timestamp_micros
 
 #: How far in the future a start timestamp may be before it is an error (clock skew).
 FUTURE_START_TOLERANCE_MICROS = 5_000_000
@@ -138,6 +138,12 @@ PRODUCE_OPTIONS = (
         table_pattern,
         repeated=True,
     ),
+    Option(
+        "backfill-snapshot",
+        "with --backfill, the RFC 3339 time to read tables at, and backfill again a table whose last "
+        "backfill under this prefix read another time (default: once per table, at the start)",
+        parse_timestamp_micros,
+    ),
     Option("backfill-parallelism", "tables a backfill reads at once", integer_in(1, 256), default=4),
     Option("topic-prefix", "Kafka topic prefix (default: the change stream name)"),
     Option("stream-name", "stream_name in events (default: projects/…/changeStreams/<stream>)"),
@@ -251,6 +257,8 @@ class ProducerConfig(PublishSettings):
     payload: str = "captured"
     backfill: bool = False
     backfill_tables: tuple[str, ...] = ()
+    #: None: each table once, at the run's snapshot; else every chosen table read at it (again).
+    backfill_snapshot_micros: int | None = None
     backfill_parallelism: int = 4
     max_queries: int = 200
     query_start_rate: float = 50.0
@@ -275,12 +283,20 @@ class ProducerConfig(PublishSettings):
             raise ConfigError(f"--heartbeat-ms must be {MIN_HEARTBEAT_MS}-{MAX_HEARTBEAT_MS}")
         if self.backfill_tables and not self.backfill:
             raise ConfigError("--backfill-tables chooses the tables of a backfill: give --backfill too")
+        if self.backfill_snapshot_micros is not None:
+            if not self.backfill:
+                raise ConfigError("--backfill-snapshot is the time of a backfill: give --backfill too")
+            if self.backfill_snapshot_micros > now + FUTURE_START_TOLERANCE_MICROS:
+                raise ConfigError(
+                    "--backfill-snapshot is in the future; a snapshot can only be read up to now"
+                )
 
     @classmethod
     def from_options(cls, values: dict[str, Any]) -> ProducerConfig:
         """From :func:`spanner_cdc.config.resolve` output for PRODUCE_OPTIONS."""
         start = values.pop("start_timestamp")
         end = values.pop("end_timestamp")
+        snapshot = values.pop("backfill_snapshot")
         return cls(
             **{
                 **cls.resolved(values),
@@ -290,4 +306,5 @@ class ProducerConfig(PublishSettings):
             },
             start_timestamp_micros=start,
             end_timestamp_micros=end,
+            backfill_snapshot_micros=snapshot,
         )

@@ -83,7 +83,7 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
     sender = EventSender(kafka, metrics, config.on_oversize_event, config.delete_tombstones, framing)
     store = backfill_store(kafka)
     plans = await call_with_deadline(store.read, 60)
-    backfill_tables = await tables_to_backfill(config, source, catalog, tables, plans)
+    backfill_tables, plans = await tables_to_backfill(config, source, catalog, tables, plans)
     return ProducerService(
         config,
         source=source,
@@ -96,9 +96,7 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
             database=source.database,
             tables=backfill_tables,
             plans=plans,
-            # A first run reads the snapshot at the stream's start; a later one at now (its
-            # rows then order after every change already published).
-            snapshot_micros=config.start_timestamp_micros if not restored else int(time.time() * 1_000_000),
+            snapshot_micros=backfill_snapshot(config, bool(restored)),
             builder=builder,
             sender=sender,
             store=store,
@@ -108,6 +106,15 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
         if backfill_tables
         else None,
     )
+
+
+def backfill_snapshot(config: ProducerConfig, restored: bool) -> int:
+    """When tables backfilled afresh are read: ``--backfill-snapshot``; else on a first run the
+    stream's start, on a later one now (the rows then order after every change already
+    published)."""
+    if config.backfill_snapshot_micros is not None:
+        return config.backfill_snapshot_micros
+    return config.start_timestamp_micros if not restored else int(time.time() * 1_000_000)
 
 
 async def open_kafka(settings: PublishSettings) -> KafkaClient:
@@ -154,22 +161,32 @@ async def tables_to_backfill(
     catalog: TableCatalog,
     tables: list[str],
     plans: dict[str, TablePlan],
-) -> list[BackfillTable]:
-    """Unfinished backfills always (a started backfill finishes even when ``--backfill`` is
-    dropped), and with ``--backfill`` every chosen table never backfilled under this prefix."""
+) -> tuple[list[BackfillTable], dict[str, TablePlan]]:
+    """The tables to backfill and the plans they go on with (a table without one is read
+    afresh): unfinished backfills always (a started backfill finishes even when ``--backfill``
+    is dropped); with ``--backfill`` every chosen table never backfilled under this prefix; with
+    ``--backfill-snapshot`` also every chosen table last backfilled at another time — so a
+    restart with the same options backfills nothing twice."""
     chosen = TableFilter(config.backfill_tables, ())
     for pattern in chosen.unmatched(tables):
         log.warning("--backfill-tables %r matches no table the producer publishes", pattern)
+    snapshot = config.backfill_snapshot_micros
+    again = {
+        table
+        for table, plan in plans.items()
+        if snapshot is not None and plan.snapshot_micros != snapshot and chosen.wanted(table)
+    }
+    resumed = {table: plan for table, plan in plans.items() if table not in again}
     wanted = [
         table
         for table in tables
-        if (table in plans and not plans[table].finished)
-        or (config.backfill and table not in plans and chosen.wanted(table))
+        if (table in resumed and not resumed[table].finished)
+        or (config.backfill and table not in resumed and chosen.wanted(table))
     ]
     if not wanted:
-        return []
+        return [], resumed
     keys = await call_with_deadline(source.primary_keys, CONNECT_TIMEOUT_SECONDS)
-    return [BackfillTable.from_catalog(catalog, table, keys.get(table, [])) for table in wanted]
+    return [BackfillTable.from_catalog(catalog, table, keys.get(table, [])) for table in wanted], resumed
 
 
 async def open_framing(registry_url: str | None, registry_settings: dict[str, str]) -> Framing:

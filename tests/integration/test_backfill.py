@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import dataclasses
 import datetime as dt
 import decimal
 import json
@@ -111,6 +112,42 @@ def test_a_backfill_row_is_the_insert_event_the_change_stream_gives_for_the_same
         assert metadata["change_type"] == "INSERT" and metadata["tx_id"] is None
         assert metadata["number_of_records_in_transaction"] is None
         assert metadata["changed_columns"] == insert["source_metadata"]["changed_columns"]
+
+
+def test_a_table_is_backfilled_again_once_at_a_new_snapshot(stack: EmbeddedStack) -> None:
+    """--backfill-snapshot S --backfill-tables Orders on a prefix where both tables were
+    backfilled: Orders is read again at S (new uuids), Accounts is not; a restart with the same
+    options publishes nothing again."""
+    database = create_database(stack.endpoint("spanner"), BANK_DDL)
+    with database.batch() as batch:
+        batch.insert("Accounts", columns=["Id", "Balance"], values=[[f"a{n}", n] for n in range(30)])
+        batch.insert(
+            "Orders",
+            columns=["Region", "OrderId", "Amount", "Note"],
+            values=[["eu", n, 1.0, ""] for n in range(10)],
+        )
+    first = produce_since(stack, database, "Bank", now_micros(), backfill=True)
+    kafka, prefix = stack.endpoint("kafka"), first.topic_prefix
+    snapshot = now_micros()
+    again = dataclasses.replace(
+        first, backfill_tables=("Orders",), backfill_snapshot_micros=snapshot, end_timestamp_micros=None
+    )
+    produce_to_now(again)
+    produce_to_now(again)  # the same options once more: nothing to do
+
+    def backfilled(table: str) -> collections.Counter[int]:
+        """Backfill rows per snapshot."""
+        return collections.Counter(
+            e.value["sort_keys"][0]
+            for e in read_events(kafka, prefix, table)
+            if e.value["read_method"] == READ_METHOD_BACKFILL
+        )
+
+    assert backfilled("Accounts") == {first.start_timestamp_micros: 30}
+    assert backfilled("Orders") == {first.start_timestamp_micros: 10, snapshot: 10}
+    recorded = plans(kafka, prefix)
+    assert recorded["Orders"]["snapshot_micros"] == snapshot and recorded["Orders"]["finished"]
+    assert recorded["Accounts"]["snapshot_micros"] == first.start_timestamp_micros
 
 
 def _nan_equal(left: dict[str, Any], right: dict[str, Any]) -> bool:

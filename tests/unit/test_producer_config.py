@@ -13,7 +13,7 @@ from spanner_cdc.common.logs import configure as configure_logging
 from spanner_cdc.producer.actions import TableFilter
 from spanner_cdc.producer.catalog import TableCatalog, parse_catalog_type
 from spanner_cdc.producer.change_stream_rules import refuse_partition_mode, validate_stream_name
-from spanner_cdc.producer.config import PRODUCE_OPTIONS
+from spanner_cdc.producer.config import PRODUCE_OPTIONS, ProducerConfig
 from spanner_cdc.producer.errors import SpannerSetupError
 from spanner_cdc.producer.query import ChangeStreamQuery
 from spanner_cdc.producer.whole_rows import partial_payloads
@@ -214,3 +214,18 @@ def test_streams_with_mutable_key_ranges_are_refused_at_start(mode: str | None, 
 def test_what_a_capture_type_leaves_out_of_the_payload(capture: str | None, lacking: str | None) -> None:
     """None is Spanner's default, OLD_AND_NEW_VALUES."""
     assert partial_payloads(capture) == lacking
+
+
+def test_a_backfill_snapshot_needs_backfill_and_a_past_time() -> None:
+    def config(*extra: str) -> ProducerConfig:
+        return ProducerConfig.from_options(parse([*REQUIRED, *extra]))
+
+    made = config("--backfill", "--backfill-snapshot", "2026-01-02T03:04:05.000006Z")
+    assert made.backfill_snapshot_micros == 1_767_323_045_000_006
+    assert config().backfill_snapshot_micros is None
+    with pytest.raises(ConfigError, match="give --backfill too"):
+        config("--backfill-snapshot", "2026-01-02T03:04:05Z")
+    with pytest.raises(ConfigError, match="in the future"):
+        config("--backfill", "--backfill-snapshot", "2999-01-01T00:00:00Z")
+    with pytest.raises(ConfigError, match="--backfill-snapshot"):
+        config("--backfill", "--backfill-snapshot", "now")

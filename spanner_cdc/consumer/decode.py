@@ -6,13 +6,17 @@ producer publishes a schema before the first event that uses it, so an unknown f
 first re-reads that topic (at most once per micro-batch) and only then counts as undecodable.
 A message in the Schema Registry's wire format names its schema by registry id instead: the
 registry's schema for that id gives the fingerprint, and the schema used is still the one the
-schema topic holds under it (common.schema_registry).
+schema topic holds under it (common.schema_registry). A JSON event (``--format json``, a value
+that starts with ``{``) names its table version by ``object`` and ``schema_key``, whose columns
+the producer publishes on the schema topic too (schemas.json_events); it is turned into the Avro
+record it stands for and read through the same path, so both formats meet the same checks.
 Nothing is dropped: a message becomes an event, a watermark (schemas.watermark) or a
 quarantine row with topic, partition, offset, raw bytes and reason.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -23,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import Consumer
+from fastavro.validation import validate
 
 from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
 from spanner_cdc.common.schema_registry import (
@@ -34,7 +39,14 @@ from spanner_cdc.common.schema_registry import (
 from spanner_cdc.consumer.event_rules import check_event, check_version, check_watermark
 from spanner_cdc.consumer.table_version import TableVersion
 from spanner_cdc.schemas.errors import ContractError, DecodeError
+from spanner_cdc.schemas.json_events import (
+    VERSION_KEY_PREFIX,
+    avro_event,
+    avro_watermark,
+    version_from_record,
+)
 from spanner_cdc.schemas.schema_check import SchemaRejectedError, check_writer_schema, reading_form
+from spanner_cdc.schemas.table import TableSchema
 from spanner_cdc.schemas.timestamps import now_micros
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import WATERMARK_SCHEMA, WATERMARK_WRITER, Watermark, is_watermark
@@ -43,7 +55,9 @@ from spanner_cdc.schemas.wire import (
     REGISTRY_HEADER_LENGTH,
     SchemaStore,
     WriterSchema,
+    encode,
     is_registry_framed,
+    read_body,
     read_fingerprint,
     read_schema_id,
 )
@@ -103,6 +117,8 @@ class Quarantined:
 #: Refused fingerprints remembered with the reason why; the events of further refused ones are
 #: quarantined as ``unknown-fingerprint`` — a flood of garbage on the schema topic must not fill memory.
 MAX_REFUSED_SCHEMAS = 1_000
+#: Table versions for JSON events kept at most (each is checked, but a flood must not fill memory).
+MAX_JSON_VERSIONS = 100_000
 #: Refused schema records logged one by one per consumer run; a flood must not fill the screen.
 MAX_SCHEMA_WARNINGS = 20
 
@@ -127,6 +143,8 @@ class SchemaTopic:
         #: Fingerprint → why events written with it cannot be read (reason, detail).
         self.refused: dict[int, tuple[str, str]] = {}
         self._reading_forms = {WATERMARK_WRITER.fingerprint: reading_form(WATERMARK_SCHEMA)}
+        #: (table, schema_key) → the table version JSON events of it are read with.
+        self.versions: dict[tuple[str, str], TableSchema] = {}
         self._client_config = client_config
         self._positions: dict[int, int] = {}
         self._remember_in = remember_in
@@ -156,6 +174,9 @@ class SchemaTopic:
         """One record of the schema topic: the key is the fingerprint in hex, the value the schema."""
         if not value:
             return  # a tombstone: compaction's way of deleting; nothing to read
+        if key is not None and key.startswith(VERSION_KEY_PREFIX.encode()):
+            self._accept_version(key, value)
+            return
         try:
             fingerprint = int((key or b"").decode("ascii"), 16)
         except (UnicodeDecodeError, ValueError):
@@ -181,6 +202,18 @@ class SchemaTopic:
             return
         self.store.schemas.setdefault(fingerprint, writer)
         self._remember(fingerprint, value)
+
+    def _accept_version(self, key: bytes, value: bytes) -> None:
+        """A table version for JSON events, used only if its columns hash to the key's schema_key."""
+        if len(self.versions) >= MAX_JSON_VERSIONS:
+            self._warn("%s: more than %d table versions; the rest are ignored", self.topic, MAX_JSON_VERSIONS)
+            return
+        try:
+            version = version_from_record(key.decode(), value)
+        except (UnicodeDecodeError, ContractError, ValueError, TypeError, KeyError) as exc:
+            self._warn("%s: a table-version record was ignored: %s", self.topic, str(exc)[:200])
+            return
+        self.versions.setdefault((version.table, version.schema_key), version)
 
     def _reject(self, fingerprint: int, detail: str) -> None:
         if fingerprint in self.refused or len(self.refused) >= MAX_REFUSED_SCHEMAS:
@@ -288,11 +321,16 @@ class BatchDecoder:
     _versions: dict[tuple[int, tuple[str, ...]], TableVersion] = field(default_factory=dict)
     #: Registry id → its schema's fingerprint, or why its messages cannot be read.
     _registry_ids: dict[int, int | DecodeError] = field(default_factory=dict)
+    #: (table, schema_key) → the writer schema a JSON event of that version stands for.
+    _json_writers: dict[tuple[str, str], WriterSchema] = field(default_factory=dict)
+    #: Whether this batch re-read the schema topic for a JSON event's unknown table version.
+    _json_refreshed: bool = False
 
     def decode(self, rows: pa.Table) -> DecodedBatch:
         """``rows`` has the Kafka columns key, value, topic, partition and offset."""
         batch = DecodedBatch([], [], [])
         tombstones = 0
+        self._json_refreshed = False
         values = rows.column("value").to_pylist()
         self._refresh_for(values)
         now = now_micros()
@@ -303,7 +341,7 @@ class BatchDecoder:
                 tombstones += 1
                 continue
             try:
-                record, writer = self._read(value)
+                record, writer = self._read(value, key)
                 if is_watermark(writer):
                     watermark = Watermark.from_record(record)
                     self.partitions.check(watermark, topic, partition, now)
@@ -340,14 +378,62 @@ class BatchDecoder:
                 self.schemas.refresh()
                 return
 
-    def _read(self, value: bytes | None) -> tuple[dict[str, Any], WriterSchema]:
+    def _read(self, value: bytes | None, key: bytes | None) -> tuple[dict[str, Any], WriterSchema]:
         if not value:
             raise DecodeError("empty", "the message has no value (and no key: not a tombstone)")
+        if value[:1] == b"{":
+            return self._read_json(value, key)
         fingerprint, body_start = self._locate(value)
         unreadable = self.schemas.why_unreadable(fingerprint)
         if unreadable is not None:
             raise DecodeError(*unreadable)
         return self.schemas.store.read_body(value, fingerprint, body_start)
+
+    def _read_json(self, value: bytes, key: bytes | None) -> tuple[dict[str, Any], WriterSchema]:
+        """A JSON event (a keyed message) or watermark record (no key) → the Avro record it
+        stands for, validated against its writer schema, encoded and read back: the record is
+        then exactly what the Avro event would have decoded to."""
+        try:
+            document = json.loads(value)
+        except (ValueError, RecursionError) as exc:
+            raise DecodeError("undecodable-json", f"{type(exc).__name__}: {str(exc)[:200]}") from None
+        if not isinstance(document, dict):
+            raise DecodeError("undecodable-json", "not a JSON object")
+        try:
+            if key is None:
+                writer, ready = WATERMARK_WRITER, avro_watermark(document)
+            else:
+                table = self._json_version(document)
+                writer, ready = self._json_writer(table), avro_event(document, table)
+            validate(ready, writer.parsed, raise_errors=True)
+        except DecodeError:
+            raise
+        except (ValueError, TypeError, KeyError, ContractError) as exc:
+            raise DecodeError("undecodable-json", f"{type(exc).__name__}: {str(exc)[:200]}") from None
+        return read_body(writer, encode(writer, ready), HEADER_LENGTH), writer
+
+    def _json_version(self, document: Mapping[str, Any]) -> TableSchema:
+        """The table version a JSON event names; the schema topic re-read once per batch when
+        it is not known yet (the producer publishes it before the table's first event)."""
+        named = (str(document.get("object")), str(document.get("schema_key")))
+        version = self.schemas.versions.get(named)
+        if version is None and not self._json_refreshed:
+            self._json_refreshed = True
+            self.schemas.refresh()
+            version = self.schemas.versions.get(named)
+        if version is None:
+            raise DecodeError(
+                "unknown-table-version",
+                f"no table version {named[1][:64]!r} of {named[0][:120]!r} on the schema topic",
+            )
+        return version
+
+    def _json_writer(self, table: TableSchema) -> WriterSchema:
+        named = (table.table, table.schema_key)
+        writer = self._json_writers.get(named)
+        if writer is None:
+            writer = self._json_writers[named] = WriterSchema.from_schema(table.event_schema)
+        return writer
 
     def _locate(self, value: bytes) -> tuple[int, int]:
         """(the writer schema's fingerprint, where the Avro body starts), whichever way the

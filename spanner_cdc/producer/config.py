@@ -146,6 +146,13 @@ PRODUCE_OPTIONS = (
     ),
     Option("backfill-parallelism", "tables a backfill reads at once", integer_in(1, 256), default=4),
     Option("topic-prefix", "Kafka topic prefix (default: the change stream name)"),
+    Option(
+        "format",
+        "avro (single-object encoding, or the registry's wire format) or json (the same envelope as "
+        "JSON documents, column values by name in Spanner's JSON form); one format per topic prefix",
+        choice("avro", "json"),
+        default="avro",
+    ),
     Option("stream-name", "stream_name in events (default: projects/…/changeStreams/<stream>)"),
     Option("kafka-bootstrap", "Kafka bootstrap servers", required=True, aliases=("bootstrap-server",)),
     settings_option("kafka-config", "librdkafka"),
@@ -224,6 +231,8 @@ class PublishSettings:
     watermark_interval: float = 1.0
     watermark_records: bool = True
     on_oversize_event: str = "dead-letter"
+    #: avro or json (schemas.json_events).
+    format: str = "avro"
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     log_format: str = "text"
@@ -233,6 +242,17 @@ class PublishSettings:
     @property
     def database_path(self) -> str:
         return f"projects/{self.project}/instances/{self.instance}/databases/{self.database}"
+
+    @property
+    def json_events(self) -> bool:
+        return self.format == "json"
+
+    def check_publishing(self) -> None:
+        """What both commands refuse about where and how events go."""
+        if self.json_events and self.schema_registry_url:
+            raise ConfigError(
+                "--format json and --schema-registry-url: the registry's wire format frames Avro; choose one"
+            )
 
     @staticmethod
     def resolved(values: dict[str, Any]) -> dict[str, Any]:
@@ -267,6 +287,7 @@ class ProducerConfig(PublishSettings):
     delete_tombstones: bool = False
 
     def __post_init__(self) -> None:
+        self.check_publishing()
         validate_stream_name(self.change_stream)
         if not self.topic_prefix:
             object.__setattr__(self, "topic_prefix", self.change_stream)

@@ -80,7 +80,14 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
         database=config.database,
         default_schema="public" if source.dialect == POSTGRESQL else "",
     )
-    sender = EventSender(kafka, metrics, config.on_oversize_event, config.delete_tombstones, framing)
+    sender = EventSender(
+        kafka,
+        metrics,
+        config.on_oversize_event,
+        config.delete_tombstones,
+        framing,
+        json_events=config.json_events,
+    )
     store = backfill_store(kafka)
     plans = await call_with_deadline(store.read, 60)
     backfill_tables, plans = await tables_to_backfill(config, source, catalog, tables, plans)

@@ -67,6 +67,7 @@ POLL_OPTIONS = (
     Option("stream-name", "stream_name in events (default: projects/…/tables/<table>)"),
     *_shared(
         "kafka-bootstrap",
+        "format",
         "kafka-config",
         "schema-registry-url",
         "schema-registry-config",
@@ -93,6 +94,7 @@ class PollConfig(PublishSettings):
     interval: float = 1.0
 
     def __post_init__(self) -> None:
+        self.check_publishing()
         if any(c in self.table for c in "*?["):
             raise ConfigError("--table names one table, not a pattern")
         if not self.topic_prefix:

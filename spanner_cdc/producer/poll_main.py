@@ -74,6 +74,7 @@ async def build_poller(config: PollConfig, metrics: ProducerMetrics) -> Poller:
             metrics,
             config.on_oversize_event,
             framing=await open_framing(config.schema_registry_url, config.schema_registry_config),
+            json_events=config.json_events,
         ),
         store=store,
         interval=config.interval,
@@ -136,7 +137,7 @@ async def poll(config: PollConfig) -> None:
     ]
     watermarks = None
     if config.watermark_records:
-        watermarks = WatermarkEmitter(kafka, config.stream_name, poller.sender.framing)
+        watermarks = WatermarkEmitter(kafka, config.stream_name, poller.sender.framing, config.json_events)
         background.append(
             asyncio.create_task(
                 publish_periodically(watermarks, _complete(poller), config.watermark_interval)

@@ -31,6 +31,7 @@ from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.whole_rows import RowFiller
 from spanner_cdc.schemas.events import READ_METHOD_BACKFILL, Event, EventBuilder
+from spanner_cdc.schemas.json_events import event_document, key_document, version_record
 from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.table import TableSchema
 from spanner_cdc.schemas.timestamps import format_timestamp_micros, seconds_behind
@@ -83,8 +84,12 @@ class EventSender:
         on_oversize: str = "dead-letter",
         delete_tombstones: bool = False,
         framing: Framing | None = None,
+        *,
+        json_events: bool = False,
     ) -> None:
         self.kafka = kafka
+        #: JSON documents instead of Avro (schemas.json_events); ``framing`` then unused.
+        self.json_events = json_events
         self.metrics = metrics
         self.framing: Framing = framing or SingleObjectFraming()
         self.on_oversize = on_oversize
@@ -100,8 +105,11 @@ class EventSender:
             table = event.table
             route = self._routes.get((table.table, table.schema_key)) or await self._route(table)
             tracker.sent(event.value["source_metadata"]["commit_timestamp"])
-            value = encode(route.writer, event.value, route.value_header)
-            key = encode(route.key_writer, event.key, route.key_header)
+            if self.json_events:
+                value, key = event_document(event), key_document(event)
+            else:
+                value = encode(route.writer, event.value, route.value_header)
+                key = encode(route.key_writer, event.key, route.key_header)
             outgoing = Outgoing(event, route.topic, key, len(value))
             try:
                 self.kafka.produce(route.topic, outgoing.key, value, self._on_delivery(tracker, outgoing))
@@ -154,6 +162,8 @@ class EventSender:
         await self.kafka.ensure_topic(topic)
         for published in (writer, key_writer):
             await self.kafka.ensure_schema(published)
+        if self.json_events:  # what JSON readers type the table's values by
+            await self.kafka.produce_acknowledged(self.kafka.topics.schemas, *version_record(table))
         route = Route(
             topic,
             writer,

@@ -81,7 +81,9 @@ class ProducerService:
         )
         #: None with --no-watermark-records: nothing is written to the event topics but events.
         self.watermarks = (
-            WatermarkEmitter(publisher.kafka, config.stream_name, publisher.sender.framing)
+            WatermarkEmitter(
+                publisher.kafka, config.stream_name, publisher.sender.framing, publisher.sender.json_events
+            )
             if config.watermark_records
             else None
         )

@@ -17,6 +17,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from spanner_cdc.common.schema_registry import watermark_subject
 from spanner_cdc.producer.framing import Framing, SingleObjectFraming
 from spanner_cdc.producer.kafka import KafkaClient
+from spanner_cdc.schemas.json_events import watermark_document
 from spanner_cdc.schemas.watermark import KIND_HEADER, WATERMARK_KIND, WATERMARK_WRITER, Watermark
 
 log = logging.getLogger(__name__)
@@ -35,10 +36,18 @@ class WatermarkEmitter:
     higher offset whichever client writes it.
     """
 
-    def __init__(self, kafka: KafkaClient, stream_name: str, framing: Framing | None = None) -> None:
+    def __init__(
+        self,
+        kafka: KafkaClient,
+        stream_name: str,
+        framing: Framing | None = None,
+        json_events: bool = False,
+    ) -> None:
         self.kafka = kafka
         self.stream_name = stream_name
         self.framing: Framing = framing or SingleObjectFraming()
+        #: JSON documents, as the events on the same topics (schemas.json_events).
+        self.json_events = json_events
         #: Topic → the header in front of its watermark records (producer.framing).
         self._headers: dict[str, bytes] = {}
         self._client = Producer({**kafka.client_settings, "acks": "all", "linger.ms": "5"})
@@ -65,7 +74,10 @@ class WatermarkEmitter:
             self._schema_published = True
         watermark = Watermark(self.stream_name, safe_micros, topics)
         emitted_at = int(time.time() * 1000)
-        values = {topic: watermark.encode(emitted_at, await self._header(topic)) for topic in topics}
+        if self.json_events:
+            values = dict.fromkeys(topics, watermark_document(watermark, emitted_at))
+        else:
+            values = {topic: watermark.encode(emitted_at, await self._header(topic)) for topic in topics}
         await asyncio.to_thread(self._write, values, topics)
         self.published_micros = safe_micros
         return True

@@ -1,4 +1,4 @@
-"""Spanner column types → Avro types, and change-record JSON values → Avro values.
+"""Spanner column types → Avro types, change-record JSON values → Avro values, and back.
 
 Change records carry values as JSON (INT64 as a decimal string, BYTES as base64, TIMESTAMP as
 RFC 3339 text, FLOAT64 as a number or "NaN"/"Infinity"/"-Infinity"). Converters return the Avro
@@ -20,7 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from spanner_cdc.schemas.errors import UnsupportedTypeError, ValueConversionError
-from spanner_cdc.schemas.timestamps import days_since_epoch, parse_timestamp_micros
+from spanner_cdc.schemas.timestamps import (
+    date_from_days,
+    days_since_epoch,
+    format_timestamp_micros,
+    parse_timestamp_micros,
+)
 
 AvroType = str | dict[str, Any] | list[Any]
 Converter = Callable[[Any], Any]
@@ -105,6 +110,16 @@ def converter(spanner_type: SpannerType, table: str, column: str) -> Converter:
             raise ValueConversionError(table, column, value, str(exc) or type(exc).__name__) from exc
 
     return convert
+
+
+def json_formatter(spanner_type: SpannerType) -> Converter:
+    """The inverse of :func:`converter`: one Avro value → the change-record JSON form of it (None
+    stays None), as JSON events carry column values (``schemas.json_events``)."""
+    if spanner_type.element is not None and spanner_type.code == "ARRAY":
+        element = json_formatter(spanner_type.element)
+        return lambda value: None if value is None else [element(item) for item in value]
+    format_value = _FORMATTERS.get(_type_name(spanner_type), _same)
+    return lambda value: None if value is None else format_value(value)
 
 
 def _type_name(spanner_type: SpannerType) -> str:
@@ -244,4 +259,39 @@ _PARSERS: dict[str, Converter] = {
     "PROTO": _parse_bytes,
     "ENUM": _parse_int64,
     "UUID": _parse_uuid,
+}
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _format_float(value: float) -> float | str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
+def _format_numeric(value: bytes) -> str:
+    unscaled = int.from_bytes(value, "big", signed=True)
+    number = decimal.Decimal(unscaled).scaleb(-NUMERIC_SCALE, _NUMERIC_CONTEXT).normalize(_NUMERIC_CONTEXT)
+    return format(number, "f")
+
+
+def _format_bytes(value: bytes) -> str:
+    return base64.b64encode(value).decode("ascii")
+
+
+_FORMATTERS: dict[str, Converter] = {
+    "INT64": str,
+    "ENUM": str,
+    "FLOAT64": _format_float,
+    "FLOAT32": _format_float,
+    "NUMERIC": _format_numeric,
+    "BYTES": _format_bytes,
+    "PROTO": _format_bytes,
+    "DATE": lambda days: date_from_days(days).isoformat(),
+    "TIMESTAMP": format_timestamp_micros,
 }

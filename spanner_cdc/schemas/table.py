@@ -19,7 +19,7 @@ from importlib import resources
 from typing import Any
 
 from spanner_cdc.schemas.errors import ContractError
-from spanner_cdc.schemas.spanner_types import Converter, SpannerType, avro_type, converter
+from spanner_cdc.schemas.spanner_types import Converter, SpannerType, avro_type, converter, json_formatter
 
 _AVRO_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _INVALID_NAME_CHARS = re.compile(r"[^A-Za-z0-9_]")
@@ -70,6 +70,7 @@ class TableSchema:
             c.name: converter(c.type, table, c.name) for c in self.columns
         }
         self._avro_types = {c.name: avro_type(c.type, table, c.name) for c in self.columns}
+        self._formatters = {c.avro_name: (c.name, json_formatter(c.type)) for c in self.columns}
 
     @classmethod
     def from_column_types(
@@ -106,8 +107,7 @@ class TableSchema:
     @cached_property
     def schema_key(self) -> str:
         """Hash of names, types, key flags and positions: equal exactly when the shape is."""
-        shape = [[c.name, c.type.to_json(), c.is_primary_key, c.ordinal_position] for c in self.columns]
-        canonical = json.dumps(shape, separators=(",", ":"), sort_keys=True)
+        canonical = json.dumps(self.column_shape, separators=(",", ":"), sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
     @cached_property
@@ -163,6 +163,20 @@ class TableSchema:
                 raise ContractError(f"table {self.table!r}: value for unknown column {name!r}")
             out[self._avro_names[name]] = convert(value)
         return out
+
+    def json_row(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Avro values (by field name) → change-record JSON values (by column name): the
+        inverse of :meth:`convert_row`, for JSON events."""
+        out = {}
+        for field_name, value in values.items():
+            name, format_value = self._formatters[field_name]
+            out[name] = format_value(value)
+        return out
+
+    @cached_property
+    def column_shape(self) -> list[list[Any]]:
+        """Names, types, key flags and positions: what ``schema_key`` hashes."""
+        return [[c.name, c.type.to_json(), c.is_primary_key, c.ordinal_position] for c in self.columns]
 
     @cached_property
     def _avro_names(self) -> dict[str, str]:

@@ -45,7 +45,9 @@ def parse_timestamp_micros(text: str) -> int:
 
 def format_timestamp_micros(micros: int) -> str:
     """Microseconds since the epoch → RFC 3339 text with six fractional digits (inverse above)."""
-    return datetime_from_micros(micros).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # Not strftime's %Y: it does not pad years before 1000 on every platform.
+    moment = datetime_from_micros(micros)
+    return f"{moment.year:04d}-{moment:%m-%dT%H:%M:%S.%f}Z"
 
 
 def micros_from_datetime(value: dt.datetime) -> int:

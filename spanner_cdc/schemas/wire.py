@@ -148,14 +148,20 @@ class SchemaStore:
         writer = self.schemas.get(fingerprint)
         if writer is None:
             raise DecodeError("unknown-fingerprint", f"no writer schema with fingerprint {fingerprint:016x}")
-        body = io.BytesIO(message)
-        body.seek(start)
-        try:
-            record = cast(dict[str, Any], fastavro.schemaless_reader(body, writer.reading, None))
-        except (EOFError, StopIteration) as exc:
-            raise DecodeError("truncated", "body ends before the record does") from exc
-        except (ValueError, UnicodeDecodeError, IndexError, struct.error, OverflowError) as exc:
-            raise DecodeError("corrupt", f"{type(exc).__name__}: {exc}") from exc
-        if body.tell() != len(message):
-            raise DecodeError("corrupt", f"{len(message) - body.tell()} bytes left after the record")
-        return record, writer
+        return read_body(writer, message, start), writer
+
+
+def read_body(writer: WriterSchema, message: bytes, start: int) -> dict[str, Any]:
+    """The Avro body of ``message`` from ``start`` on, written with ``writer`` → the record, or
+    DecodeError naming why not (never a partial record)."""
+    body = io.BytesIO(message)
+    body.seek(start)
+    try:
+        record = cast(dict[str, Any], fastavro.schemaless_reader(body, writer.reading, None))
+    except (EOFError, StopIteration) as exc:
+        raise DecodeError("truncated", "body ends before the record does") from exc
+    except (ValueError, UnicodeDecodeError, IndexError, struct.error, OverflowError) as exc:
+        raise DecodeError("corrupt", f"{type(exc).__name__}: {exc}") from exc
+    if body.tell() != len(message):
+        raise DecodeError("corrupt", f"{len(message) - body.tell()} bytes left after the record")
+    return record

@@ -126,6 +126,8 @@ async def poll(config: PollConfig) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
+    # Read when scraped: a poll that hangs shows as a lag that grows.
+    metrics.low_watermark_lag.set_function(lambda: seconds_behind(poller.complete_micros or 0))
     metrics.serve(config.metrics_port, config.metrics_host)
     progress_stop, poller_stop = asyncio.Event(), asyncio.Event()
     started_at = time.monotonic()

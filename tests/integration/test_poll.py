@@ -24,11 +24,13 @@ from spanner_cdc.schemas.identity import polled_uuid
 from spanner_cdc.schemas.timestamps import datetime_from_micros, micros_from_datetime, now_micros
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
+from spanner_cdc.stack.process import free_port
 from spanner_cdc.stack.services import EMULATOR_PROJECT
 from testkit.consumer_run import consumer_config, run_consumer, unique_prefix
 from testkit.spanner_db import INSTANCE, create_database
 from tests.support.churn import produce_command
 from tests.support.kafka_read import Received, read_all, read_topic
+from tests.support.scrape import scrape, total
 
 pytestmark = pytest.mark.integration
 
@@ -104,7 +106,9 @@ def test_poll_publishes_each_version_once_a_shared_commit_timestamp_included(
     shared = stamps(database)[1]
     prefix = unique_prefix("poll")
     log = (tmp_path / "poll.log").open("w")
-    poller = subprocess.Popen(poll_command(spanner_host, kafka, database, prefix), stderr=log)
+    port = free_port()
+    command = poll_command(spanner_host, kafka, database, prefix, "--metrics-port", str(port))
+    poller = subprocess.Popen(command, stderr=log)
     try:
         wait_for(lambda: len(versions(kafka, prefix)) == 3, 60, "the first three rows")
         wait_for(lambda: position(kafka, prefix).get("boundary_micros") == shared, 30, "the boundary")
@@ -115,6 +119,9 @@ def test_poll_publishes_each_version_once_a_shared_commit_timestamp_included(
         write_docs(database, [(1, "one again")])
         updated = stamps(database)[1]
         wait_for(lambda: newest_watermark(kafka, prefix) >= updated, 30, "a watermark past the update")
+        metrics = scrape(port, "spanner_cdc_producer_events_total")
+        assert total(metrics, "spanner_cdc_producer_events_total") == 5
+        assert 0 <= total(metrics, "spanner_cdc_producer_low_watermark_lag_seconds") < 30
     finally:
         poller.send_signal(signal.SIGTERM)
         stopped = poller.wait(60)

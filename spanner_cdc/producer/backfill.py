@@ -105,6 +105,9 @@ class Backfill:
     #: Rows Kafka acknowledged in this run (the progress line).
     rows_published: int = 0
     _unfinished: dict[str, int] = field(default_factory=dict)
+    #: Per table: rows acknowledged in this run, and whether it is being read now (the status page).
+    _rows: dict[str, int] = field(default_factory=dict)
+    _reading: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         for table in self.tables:
@@ -121,6 +124,21 @@ class Backfill:
         """The highest watermark the producer may publish while tables are still being read
         (just below the oldest unfinished snapshot); None once every table is done."""
         return min(self._unfinished.values()) - 1 if self._unfinished else None
+
+    def progress(self) -> list[list[str]]:
+        """Per table this run backfills: its snapshot, rows acknowledged in this run, and whether
+        it is waiting for its turn, being read or finished (the status page's table)."""
+        rows = []
+        for table in self.tables:
+            snapshot = self._unfinished.get(table.name)
+            plan = self.plans.get(table.name)
+            if snapshot is None:
+                state = "finished"
+                snapshot = plan.snapshot_micros if plan is not None else self.snapshot_micros
+            else:
+                state = "reading" if table.name in self._reading else "waiting"
+            rows.append([table.name, clock_text(snapshot), f"{self._rows.get(table.name, 0):,}", state])
+        return rows
 
     async def run(self) -> None:
         """Every unfinished table, ``parallelism`` tables at a time."""
@@ -148,6 +166,7 @@ class Backfill:
 
     async def _table(self, table: BackfillTable, plan: TablePlan, slots: asyncio.Semaphore) -> None:
         async with slots:
+            self._reading.add(table.name)
             for attempt in range(1, MAX_READ_ATTEMPTS + 1):
                 try:
                     await self._read(table, plan)
@@ -167,6 +186,7 @@ class Backfill:
             plan.finished = True
             await self.store.write(plan)
             del self._unfinished[table.name]
+            self._reading.discard(table.name)
             log.info("backfill of %s finished (snapshot %s)", table.name, clock_text(plan.snapshot_micros))
 
     async def _read(self, table: BackfillTable, plan: TablePlan) -> None:
@@ -180,6 +200,7 @@ class Backfill:
             def passed() -> None:
                 plan.after_key = key
                 self.rows_published += rows
+                self._rows[table.name] = self._rows.get(table.name, 0) + rows
                 self.metrics.backfill_rows.labels(table.name).inc(rows)
 
             return self._events(table, plan, chunk), passed

@@ -1,5 +1,5 @@
 """The producer's status page (``common/status_page.py``): partitions by state with their
-lineage, the low watermark and its lag, events per second.
+lineage, the low watermark and its lag, events per second, and a backfill's tables.
 
 Built on the event loop, where the partition table changes, and handed to the page's thread as
 plain data once a second.
@@ -50,6 +50,22 @@ def producer_status(service: ProducerService, per_second: float) -> StatusDocume
     unfinished = [p for p in partitions if p.state != PartitionState.FINISHED]
     finished = [p for p in partitions if p.state == PartitionState.FINISHED]
     recent = sorted(finished, key=lambda p: p.start_micros)[-FINISHED_SHOWN:]
+    tables = [
+        {
+            "title": f"Partitions: {len(unfinished)} unfinished, the last {len(recent)} of "
+            f"{len(finished)} finished",
+            "columns": ["token", "state", "parents", "start", "checkpoint", "watermark", "retries"],
+            "rows": [partition_row(p) for p in sorted(unfinished, key=lambda p: p.start_micros) + recent],
+        }
+    ]
+    if service.backfill is not None:
+        tables.append(
+            {
+                "title": "Backfill (watermarks are held below the oldest unfinished snapshot)",
+                "columns": ["table", "snapshot", "rows this run", "state"],
+                "rows": service.backfill.progress(),
+            }
+        )
     return {
         "service": "producer",
         "updated": format_timestamp_micros(int(time.time() * 1_000_000)),
@@ -61,14 +77,7 @@ def producer_status(service: ProducerService, per_second: float) -> StatusDocume
             ["low watermark lag", "-" if low is None else f"{seconds_behind(low):.1f} s"],
             ["partitions", ", ".join(f"{state.value.lower()} {counts[state]}" for state in PartitionState)],
         ],
-        "tables": [
-            {
-                "title": f"Partitions: {len(unfinished)} unfinished, the last {len(recent)} of "
-                f"{len(finished)} finished",
-                "columns": ["token", "state", "parents", "start", "checkpoint", "watermark", "retries"],
-                "rows": [partition_row(p) for p in sorted(unfinished, key=lambda p: p.start_micros) + recent],
-            }
-        ],
+        "tables": tables,
     }
 
 

@@ -27,10 +27,12 @@ from spanner_cdc.schemas.identity import backfill_uuid
 from spanner_cdc.schemas.timestamps import datetime_from_micros
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
+from spanner_cdc.stack.process import free_port
 from testkit.consumer_run import consumer_config, run_consumer, unique_prefix
 from testkit.spanner_db import create_database
 from tests.support.churn import now_micros, produce_command, produce_since, produce_to_now, producer_config
 from tests.support.kafka_read import Received, read_all, read_events, read_topic
+from tests.support.scrape import fetch
 from tests.support.workload import AccountWriter
 
 pytestmark = pytest.mark.integration
@@ -271,6 +273,15 @@ def assert_no_watermark_passes_the_snapshot_before_its_rows(
     assert not late, f"{len(late)} backfill rows first published after a watermark past the snapshot"
 
 
+def backfill_on_status_page(port: int) -> set[str]:
+    """The tables the producer's status page lists as finished in its backfill table."""
+    document = json.loads(fetch(port, "/status.json") or "{}")
+    for table in document.get("tables", []):
+        if table["title"].startswith("Backfill"):
+            return {row[0] for row in table["rows"] if row[3] == "finished"}
+    return set()
+
+
 def wait_for(condition: Any, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -306,9 +317,11 @@ def test_a_backfill_killed_midway_resumes_and_the_replica_equals_spanner(
             killed.wait()
         assert finished_tables(kafka, prefix) != {"Accounts", "Orders"}, "the backfill ended before the kill"
         before_kill = len(backfilled_accounts(kafka, prefix))
-        resumed = subprocess.Popen(command, stderr=log)
+        port = free_port()
+        resumed = subprocess.Popen([*command, "--metrics-port", str(port)], stderr=log)
         try:
             wait_for(lambda: finished_tables(kafka, prefix) == {"Accounts", "Orders"}, 180, "the backfill")
+            wait_for(lambda: backfill_on_status_page(port) == {"Accounts", "Orders"}, 30, "the status page")
         finally:
             resumed.send_signal(signal.SIGTERM)
             stopped = resumed.wait(60)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +47,24 @@ MAX_FAILED_POLLS = 5
 IDLE_SAVE_SECONDS = 30.0
 
 
+async def run_unless_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
+    """Run ``work`` until it ends (True; its error raised) or ``stop`` is set first (it is
+    cancelled and awaited; False)."""
+    task = asyncio.create_task(work)
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    with suppress(asyncio.CancelledError):
+        await task
+    return False
+
+
 class PollError(ProducerError):
     """A poll cannot be published (Spanner keeps refusing the read, or Kafka the rows)."""
 
@@ -68,11 +86,15 @@ class Poller:
     _warned_unknown_before: bool = False
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Poll every ``interval`` seconds until ``stop``."""
+        """Poll every ``interval`` seconds until ``stop``. A stop during a poll (a first one can
+        be long) ends it at once: the position then stands after the rows acknowledged so far
+        and is written, and the caller flushes what is in flight."""
         failures = 0
         while not stop.is_set():
             try:
-                await self.poll()
+                if not await run_unless_stopped(self.poll(), stop):
+                    await self.store.write(self.position)
+                    return
                 failures = 0
             except google_exceptions.GoogleAPICallError as exc:
                 failures += 1

@@ -118,7 +118,7 @@ def describe(poller: Poller, started_at: float) -> str:
 
 
 async def poll(config: PollConfig) -> None:
-    """The whole command; SIGINT/SIGTERM stop it after the running poll."""
+    """The whole command; SIGINT/SIGTERM end it, a running poll included (producer.poll)."""
     metrics = ProducerMetrics()
     poller = await build_poller(config, metrics)
     kafka = poller.sender.kafka

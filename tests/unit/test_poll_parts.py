@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import asdict
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 from spanner_cdc.common.config import ConfigError
+from spanner_cdc.producer.poll import run_unless_stopped
 from spanner_cdc.producer.poll_config import PollConfig
 from spanner_cdc.producer.poll_store import PollPosition
 
@@ -62,3 +64,32 @@ def test_the_poll_configuration_defaults_and_refusals() -> None:
     assert made.start_timestamp_micros == 0
     with pytest.raises(ConfigError, match="one table"):
         config(table="Doc*")
+
+
+def test_a_stop_ends_a_running_poll_at_once_and_a_finished_poll_keeps_its_outcome() -> None:
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        cancelled = asyncio.Event()
+
+        async def endless() -> None:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+
+        async def failing() -> None:
+            raise RuntimeError("the read failed")
+
+        async def quick() -> None:
+            return None
+
+        asyncio.get_running_loop().call_later(0.05, stop.set)
+        assert await run_unless_stopped(endless(), stop) is False
+        assert cancelled.is_set()
+        stop.clear()
+        assert await run_unless_stopped(quick(), stop) is True
+        with pytest.raises(RuntimeError, match="the read failed"):
+            await run_unless_stopped(failing(), stop)
+
+    asyncio.run(scenario())

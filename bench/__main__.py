@@ -20,7 +20,7 @@ CHANGELOG_TARGET_EVENTS_PER_SECOND = 50_000
 REPLICA_TARGET_EVENTS_PER_SECOND = 20_000
 #: Commit → replica p99 at the demo's rate (issue 19).
 PIPELINE_TARGET_P99_MS = 2_000
-PARTS = ("producer", "backfill", "consumer", "pipeline")
+PARTS = ("producer", "backfill", "poll", "consumer", "pipeline")
 
 
 def print_figures(figures: list[Figure]) -> None:
@@ -42,7 +42,7 @@ def main() -> None:
         "--seconds", type=float, default=20.0, help="length of the latency measurements ((c) and pipeline)"
     )
     parser.add_argument(
-        "--backfill-rows", type=int, default=50_000, help="rows of the backfill measurement (d)"
+        "--backfill-rows", type=int, default=50_000, help="rows of the backfill (d) and poll (e) measurements"
     )
     parser.add_argument("--changes", type=int, default=100_000, help="changes for the consumer measurement")
     parser.add_argument("--only", choices=PARTS, help="run one part only")
@@ -55,6 +55,8 @@ def main() -> None:
                 producer_part(stack, args)
             if args.only in (None, "backfill"):
                 backfill_part(stack, args)
+            if args.only in (None, "poll"):
+                poll_part(stack, args)
             if args.only in (None, "consumer"):
                 consumer_part(stack, args)
             if args.only in (None, "pipeline"):
@@ -69,6 +71,13 @@ def backfill_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
     alone, backfill = producer.backfill_figures(stack, args.backfill_rows)
     print_figures([alone, backfill])
     print(f"  backfill/reading alone {backfill.per_second / alone.per_second:.2f}x")
+
+
+def poll_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
+    print("commit-timestamp polling (issue 18)")
+    alone, polled = producer.poll_figures(stack, args.backfill_rows)
+    print_figures([alone, polled])
+    print(f"  poll/query alone {polled.per_second / alone.per_second:.2f}x")
 
 
 def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:

@@ -25,15 +25,20 @@ from typing import Any
 import fastavro
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from google.cloud import spanner as spanner_lib
 from google.cloud.spanner_v1 import KeySet
 
 from spanner_cdc.producer.acks import AckTracker
 from spanner_cdc.producer.catalog import CatalogColumn, TableCatalog
+from spanner_cdc.producer.change_stream_rules import GOOGLE_STANDARD_SQL
 from spanner_cdc.producer.config import ProducerConfig
 from spanner_cdc.producer.kafka import GUARANTEED_SETTINGS, TUNED_DEFAULTS, KafkaClient
 from spanner_cdc.producer.main import build_service
 from spanner_cdc.producer.metrics import ProducerMetrics
+from spanner_cdc.producer.poll_config import PollConfig
+from spanner_cdc.producer.poll_main import build_poller
 from spanner_cdc.producer.publisher import EventPublisher, EventSender
+from spanner_cdc.producer.snapshot_read import rows_stamped_since
 from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.timestamps import datetime_from_micros
@@ -180,14 +185,14 @@ def emulator_figures(
     return backlog, asyncio.run(steady_latency(database, spanner, kafka, rate, seconds))
 
 
-def backfill_figures(stack: EmbeddedStack, rows: int) -> tuple[Figure, Figure]:
-    """(d) ``rows`` rows of one table: read alone at a snapshot, then backfilled to Kafka."""
-    spanner, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
+def filled_accounts(spanner: str, rows: int) -> Any:
+    """A database whose Accounts table holds ``rows`` rows, written in commits of 5,000 (each
+    row's ``Stamp`` its commit timestamp), with a change stream over it."""
     database = create_database(
         spanner,
         [
-            "CREATE TABLE Accounts (Id STRING(36) NOT NULL, Balance INT64, Note STRING(MAX)) "
-            "PRIMARY KEY (Id)",
+            "CREATE TABLE Accounts (Id STRING(36) NOT NULL, Balance INT64, Note STRING(MAX), "
+            "Stamp TIMESTAMP OPTIONS (allow_commit_timestamp=true)) PRIMARY KEY (Id)",
             "CREATE CHANGE STREAM Bank FOR Accounts OPTIONS (value_capture_type='NEW_ROW_AND_OLD_VALUES')",
         ],
     )
@@ -195,16 +200,26 @@ def backfill_figures(stack: EmbeddedStack, rows: int) -> tuple[Figure, Figure]:
         with database.batch() as batch:
             batch.insert(
                 "Accounts",
-                columns=["Id", "Balance", "Note"],
-                values=[[f"a{i:08d}", i, f"note {i}"] for i in range(first, min(rows, first + 5000))],
+                columns=["Id", "Balance", "Note", "Stamp"],
+                values=[
+                    [f"a{i:08d}", i, f"note {i}", spanner_lib.COMMIT_TIMESTAMP]
+                    for i in range(first, min(rows, first + 5000))
+                ],
             )
+    return database
+
+
+def backfill_figures(stack: EmbeddedStack, rows: int) -> tuple[Figure, Figure]:
+    """(d) ``rows`` rows of one table: read alone at a snapshot, then backfilled to Kafka."""
+    spanner, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
+    database = filled_accounts(spanner, rows)
     snapshot = int(time.time() * 1_000_000)
     time.sleep(0.5)
 
     def read_alone() -> None:
         with database.snapshot(read_timestamp=datetime_from_micros(snapshot)) as reading:
             everything = KeySet(all_=True)  # type: ignore[no-untyped-call]
-            read = len(list(reading.read("Accounts", ["Id", "Balance", "Note"], everything)))
+            read = len(list(reading.read("Accounts", ["Id", "Balance", "Note", "Stamp"], everything)))
         assert read == rows, f"read {read} of {rows} rows"
 
     alone = timed("Spanner client reading the rows alone", rows, read_alone)
@@ -220,6 +235,57 @@ def backfill_figures(stack: EmbeddedStack, rows: int) -> tuple[Figure, Figure]:
     backfill = timed("(d) backfill: rows at a snapshot → Kafka", rows, lambda: asyncio.run(service.run()))
     assert service.backfill is not None and service.backfill.rows_published == rows
     return alone, backfill
+
+
+def poll_figures(stack: EmbeddedStack, rows: int) -> tuple[Figure, Figure]:
+    """(e) ``rows`` rows of one table without a change stream's help: the poll's query run alone,
+    then one ``spanner-cdc poll`` poll of all of them to Kafka."""
+    spanner, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
+    database = filled_accounts(spanner, rows)
+    now = int(time.time() * 1_000_000)
+    columns = ["Id", "Balance", "Note", "Stamp"]
+
+    def query_alone() -> None:
+        chunks = rows_stamped_since(
+            database,
+            dialect=GOOGLE_STANDARD_SQL,
+            snapshot_micros=now,
+            table="Accounts",
+            columns=columns,
+            stamp_column="Stamp",
+            key=["Id"],
+            since_micros=0,
+        )
+        read = sum(len(chunk) for chunk in chunks)
+        assert read == rows, f"read {read} of {rows} rows"
+
+    alone = timed("Spanner client running the poll's query alone", rows, query_alone)
+    config = PollConfig(
+        project=EMULATOR_PROJECT,
+        instance=INSTANCE,
+        database=database.database_id,
+        table="Accounts",
+        commit_timestamp_column="Stamp",
+        kafka_bootstrap=kafka,
+        emulator_host=spanner,
+        topic_prefix=f"bench-poll-{uuid.uuid4().hex[:6]}",
+        progress=False,
+    )
+
+    async def one_poll() -> float:
+        poller = await build_poller(config, ProducerMetrics())
+        stop = asyncio.Event()
+        serving = asyncio.create_task(poller.sender.kafka.run_poller(stop))
+        started = time.perf_counter()
+        await poller.poll()
+        seconds = time.perf_counter() - started
+        stop.set()
+        await serving
+        assert poller.rows_published == rows, f"published {poller.rows_published} of {rows} rows"
+        return seconds
+
+    polled = Figure("(e) poll: rows stamped since the start → Kafka", rows, asyncio.run(one_poll()))
+    return alone, polled
 
 
 def bench_config(spanner: str, kafka: str, database: str, **overrides: Any) -> ProducerConfig:

@@ -217,6 +217,40 @@ def test_a_poller_killed_midway_resumes_and_the_replica_equals_spanner(
     assert sorted(replica_rows(config, "Docs", '"Id", "Body"')) == table
 
 
+def test_poll_reads_a_postgresql_dialect_table(stack: EmbeddedStack) -> None:
+    """The same query in the PostgreSQL dialect ($1, double-quoted names, a
+    spanner.commit_timestamp column): two rows, then an update of one — three versions."""
+    spanner_host, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
+    ddl = ["CREATE TABLE docs (id bigint NOT NULL PRIMARY KEY, body varchar, stamp spanner.commit_timestamp)"]
+    database = create_database(spanner_host, ddl, dialect="POSTGRESQL")
+
+    def write(rows: list[tuple[int, str]]) -> None:
+        with database.batch() as batch:
+            batch.insert_or_update(
+                "docs",
+                columns=["id", "body", "stamp"],
+                values=[[k, b, spanner.COMMIT_TIMESTAMP] for k, b in rows],
+            )
+
+    write([(1, "one"), (2, "two")])
+    prefix = unique_prefix("poll-pg")
+    command = poll_command(spanner_host, kafka, database, prefix)
+    command[command.index("Docs")], command[command.index("Stamp")] = "docs", "stamp"
+    poller = subprocess.Popen(command, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: len(read_topic(kafka, prefix, "docs")[0]) == 2, 60, "the two rows")
+        write([(1, "one again")])
+        wait_for(lambda: len(read_topic(kafka, prefix, "docs")[0]) == 3, 30, "the update")
+    finally:
+        poller.send_signal(signal.SIGTERM)
+        assert poller.wait(60) == 0
+    found = sorted(
+        (e.key["id"], e.value["payload"]["body"], e.value["source_metadata"]["change_type"])
+        for e in read_topic(kafka, prefix, "docs")[0]
+    )
+    assert found == [(1, "one", "INSERT"), (1, "one again", "UPDATE"), (2, "two", "INSERT")]
+
+
 def test_poll_refuses_a_column_without_commit_timestamps_and_a_shared_prefix(stack: EmbeddedStack) -> None:
     """One line each, exit 2: a column without allow_commit_timestamp; a prefix a change-stream
     producer writes to; and the producer refuses a prefix the poller writes to."""

@@ -66,7 +66,6 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
         if (watched is None or table in watched) and table_filter.wanted(table)
     ]
     await kafka.ensure_topics([kafka.topics.event(table) for table in tables])
-    framing = await open_framing(config.schema_registry_url, config.schema_registry_config)
     checkpoints = CheckpointStore(kafka)
     restored = await call_with_deadline(checkpoints.read, 60)
     scheduler = (
@@ -75,19 +74,8 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
         else PartitionScheduler.starting_at(config.start_timestamp_micros)
     )
     metrics = metrics or ProducerMetrics()
-    builder = EventBuilder(
-        stream_name=config.stream_name,
-        database=config.database,
-        default_schema="public" if source.dialect == POSTGRESQL else "",
-    )
-    sender = EventSender(
-        kafka,
-        metrics,
-        config.on_oversize_event,
-        config.delete_tombstones,
-        framing,
-        json_events=config.json_events,
-    )
+    builder = event_builder(config, source.dialect)
+    sender = await event_sender(config, kafka, metrics, config.delete_tombstones)
     store = backfill_store(kafka)
     plans = await call_with_deadline(store.read, 60)
     backfill_tables, plans = await tables_to_backfill(config, source, catalog, tables, plans)
@@ -194,6 +182,29 @@ async def tables_to_backfill(
         return [], resumed
     keys = await call_with_deadline(source.primary_keys, CONNECT_TIMEOUT_SECONDS)
     return [BackfillTable.from_catalog(catalog, table, keys.get(table, [])) for table in wanted], resumed
+
+
+def event_builder(settings: PublishSettings, dialect: str) -> EventBuilder:
+    """Events of the configured stream name and database, in the database's dialect."""
+    return EventBuilder(
+        stream_name=settings.stream_name,
+        database=settings.database,
+        default_schema="public" if dialect == POSTGRESQL else "",
+    )
+
+
+async def event_sender(
+    settings: PublishSettings, kafka: KafkaClient, metrics: ProducerMetrics, delete_tombstones: bool = False
+) -> EventSender:
+    """Events to Kafka in the configured format and framing."""
+    return EventSender(
+        kafka,
+        metrics,
+        settings.on_oversize_event,
+        delete_tombstones,
+        await open_framing(settings.schema_registry_url, settings.schema_registry_config),
+        json_events=settings.json_events,
+    )
 
 
 async def open_framing(registry_url: str | None, registry_settings: dict[str, str]) -> Framing:

@@ -15,17 +15,14 @@ from spanner_cdc.common.progress import show_progress
 from spanner_cdc.errors import UsageError
 from spanner_cdc.producer.backfill import BackfillTable
 from spanner_cdc.producer.catalog import TableCatalog
-from spanner_cdc.producer.change_stream_rules import POSTGRESQL
 from spanner_cdc.producer.kafka import KafkaClient
-from spanner_cdc.producer.main import open_framing, open_kafka
+from spanner_cdc.producer.main import event_builder, event_sender, open_kafka
 from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.poll import Poller
 from spanner_cdc.producer.poll_config import PollConfig
 from spanner_cdc.producer.poll_store import PollPosition, poll_store
-from spanner_cdc.producer.publisher import EventSender
 from spanner_cdc.producer.spanner_source import CONNECT_TIMEOUT_SECONDS, SpannerSource
 from spanner_cdc.producer.watermarks import WatermarkEmitter, publish_periodically
-from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.timestamps import clock_text, seconds_behind
 
 log = logging.getLogger(__name__)
@@ -64,18 +61,8 @@ async def build_poller(config: PollConfig, metrics: ProducerMetrics) -> Poller:
         table=BackfillTable.from_catalog(catalog, table, keys.get(table, [])),
         column=column,
         position=position,
-        builder=EventBuilder(
-            stream_name=config.stream_name,
-            database=config.database,
-            default_schema="public" if source.dialect == POSTGRESQL else "",
-        ),
-        sender=EventSender(
-            kafka,
-            metrics,
-            config.on_oversize_event,
-            framing=await open_framing(config.schema_registry_url, config.schema_registry_config),
-            json_events=config.json_events,
-        ),
+        builder=event_builder(config, source.dialect),
+        sender=await event_sender(config, kafka, metrics),
         store=store,
         interval=config.interval,
     )

@@ -134,12 +134,13 @@ def producer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
     print("producer (issue 3)")
     figures = producer.pipeline_figures(stack.endpoint("kafka"), args.events)
     print_figures(figures)
-    fastavro_alone, kafka_alone, pipeline = figures
+    fastavro_alone, kafka_alone, pipeline, as_json = figures
     print(
         f"  pipeline/fastavro alone {pipeline.per_second / fastavro_alone.per_second:.2f}x, "
         f"pipeline/confluent-kafka alone {pipeline.per_second / kafka_alone.per_second:.2f}x, "
         f"pipeline/target {PRODUCER_TARGET_EVENTS_PER_SECOND:,} ev/s "
-        f"{pipeline.per_second / PRODUCER_TARGET_EVENTS_PER_SECOND:.0%}"
+        f"{pipeline.per_second / PRODUCER_TARGET_EVENTS_PER_SECOND:.0%}; "
+        f"JSON/Avro pipeline {as_json.per_second / pipeline.per_second:.2f}x"
     )
     backlog, latencies = producer.emulator_figures(stack, args.rows, args.rate, args.seconds)
     print_figures([backlog])

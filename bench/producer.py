@@ -113,15 +113,15 @@ def pipeline_figures(bootstrap: str, count: int) -> list[Figure]:
                     producer.poll(0.05)
         producer.flush(120)
 
-    publisher = offline_publisher(bootstrap)
-
-    def through_producer() -> None:
-        asyncio.run(publish_all(publisher, records))
+    def through_producer(json_events: bool) -> Callable[[], None]:
+        publisher = offline_publisher(bootstrap, json_events)
+        return lambda: asyncio.run(publish_all(publisher, records))
 
     return [
         timed("(a) baseline: fastavro encode alone", count, fastavro_alone),
         timed("(a) baseline: confluent-kafka produce alone", count, kafka_alone),
-        timed("(a) producer: record → event → Avro → Kafka ack", count, through_producer),
+        timed("(a) producer: record → event → Avro → Kafka ack", count, through_producer(False)),
+        timed("(a) producer --format json: record → event → JSON", count, through_producer(True)),
     ]
 
 
@@ -131,14 +131,15 @@ def fastavro_bytes(writer: WriterSchema, value: dict[str, Any]) -> bytes:
     return buffer.getvalue()
 
 
-def offline_publisher(bootstrap: str) -> EventPublisher:
+def offline_publisher(bootstrap: str, json_events: bool = False) -> EventPublisher:
     """The producer's publisher with a catalog of the recorded table: no Spanner needed."""
     shape = (("AccountId", 1, "STRING(MAX)"), ("LastUpdate", 2, "TIMESTAMP"), ("Balance", 3, "INT64"))
     columns = [CatalogColumn.parse(n, p, t, "GOOGLE_STANDARD_SQL", "AccountBalance") for n, p, t in shape]
     catalog = TableCatalog("GOOGLE_STANDARD_SQL", lambda: ({"AccountBalance": columns}, {}))
     catalog.refresh()
     kafka = KafkaClient(bootstrap, f"bench-{uuid.uuid4().hex[:6]}", {}, 6, 1)
-    return EventPublisher(EventSender(kafka, ProducerMetrics()), catalog, EventBuilder(STREAM_NAME, "bank"))
+    sender = EventSender(kafka, ProducerMetrics(), json_events=json_events)
+    return EventPublisher(sender, catalog, EventBuilder(STREAM_NAME, "bank"))
 
 
 async def publish_all(publisher: EventPublisher, records: list[DataChangeRecord]) -> None:

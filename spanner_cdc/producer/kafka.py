@@ -71,9 +71,11 @@ class KafkaClient:
 
     # --- topics and schemas ---------------------------------------------------------------
 
-    async def check_reachable(self, timeout: float = 10.0) -> None:
+    async def check_reachable(self, timeout: float = 10.0) -> set[str]:
+        """The topics on the broker now (the answer that shows it is reachable)."""
         try:
-            await call_with_deadline(lambda: self.admin.list_topics(timeout=timeout), timeout + 5)
+            metadata = await call_with_deadline(lambda: self.admin.list_topics(timeout=timeout), timeout + 5)
+            return set(metadata.topics)
         except KafkaException as exc:
             raise KafkaSetupError(
                 f"Kafka at {self.client_settings['bootstrap.servers']} does not answer: {exc.args[0].str()}"

@@ -48,8 +48,8 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
     await source.check_change_stream(config.change_stream)
     catalog = TableCatalog(source.dialect, source.load_catalog)
     await call_with_deadline(catalog.refresh, CONNECT_TIMEOUT_SECONDS)
-    kafka = await open_kafka(config)
-    await refuse_polled_prefix(kafka)
+    kafka, existing = await open_kafka(config)
+    refuse_polled_prefix(kafka, existing)
     await kafka.ensure_topic(kafka.topics.schemas, compacted=True)
     await kafka.ensure_topic(kafka.topics.checkpoints, compacted=True)
     await kafka.ensure_topic(kafka.topics.dead_letters)
@@ -112,8 +112,8 @@ def backfill_snapshot(config: ProducerConfig, restored: bool) -> int:
     return config.start_timestamp_micros if not restored else int(time.time() * 1_000_000)
 
 
-async def open_kafka(settings: PublishSettings) -> KafkaClient:
-    """The Kafka side, checked to answer now."""
+async def open_kafka(settings: PublishSettings) -> tuple[KafkaClient, set[str]]:
+    """The Kafka side, checked to answer now, and the topics the broker has."""
     kafka = KafkaClient(
         settings.kafka_bootstrap,
         settings.topic_prefix,
@@ -121,15 +121,13 @@ async def open_kafka(settings: PublishSettings) -> KafkaClient:
         settings.topic_partitions,
         settings.replication_factor,
     )
-    await kafka.check_reachable()
-    return kafka
+    return kafka, await kafka.check_reachable()
 
 
-async def refuse_polled_prefix(kafka: KafkaClient) -> None:
+def refuse_polled_prefix(kafka: KafkaClient, existing: set[str]) -> None:
     """A prefix ``spanner-cdc poll`` writes to is not the producer's: each writes watermark
     records that promise every event topic of its prefix (producer.poll_main)."""
-    metadata = await call_with_deadline(lambda: kafka.admin.list_topics(timeout=10), 15)
-    if kafka.topics.polls in metadata.topics:
+    if kafka.topics.polls in existing:
         raise UsageError(
             f"--topic-prefix {kafka.topics.prefix} belongs to spanner-cdc poll: give the producer a "
             "topic prefix of its own"

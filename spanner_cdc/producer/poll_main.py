@@ -42,10 +42,10 @@ async def build_poller(config: PollConfig, metrics: ProducerMetrics) -> Poller:
             f"--commit-timestamp-column {column}: not a column of {table} with allow_commit_timestamp=true "
             "(only such a column holds commit timestamps a poll can rely on)"
         )
-    kafka = await open_kafka(config)
+    kafka, existing = await open_kafka(config)
     store = poll_store(kafka)
     positions = await call_with_deadline(store.read, 60)
-    await _own_prefix(kafka, config, positions)
+    _own_prefix(kafka, config, positions, existing)
     await kafka.ensure_topic(kafka.topics.schemas, compacted=True)
     await kafka.ensure_topic(kafka.topics.dead_letters)
     await kafka.ensure_topic(kafka.topics.event(table))
@@ -68,7 +68,9 @@ async def build_poller(config: PollConfig, metrics: ProducerMetrics) -> Poller:
     )
 
 
-async def _own_prefix(kafka: KafkaClient, config: PollConfig, positions: dict[str, PollPosition]) -> None:
+def _own_prefix(
+    kafka: KafkaClient, config: PollConfig, positions: dict[str, PollPosition], existing: set[str]
+) -> None:
     """One writer of watermark records per topic prefix: a record promises every event topic of
     the prefix, so a prefix shared with a change-stream producer or another poll would make
     one writer's promise cover the other's rows."""
@@ -84,8 +86,7 @@ async def _own_prefix(kafka: KafkaClient, config: PollConfig, positions: dict[st
             f"--topic-prefix {config.topic_prefix} polls {config.table} by {position.column}, not "
             f"{config.commit_timestamp_column}: give another topic prefix to poll by another column"
         )
-    metadata = await call_with_deadline(lambda: kafka.admin.list_topics(timeout=10), 15)
-    if kafka.topics.checkpoints in metadata.topics:
+    if kafka.topics.checkpoints in existing:
         raise UsageError(
             f"--topic-prefix {config.topic_prefix} belongs to a change-stream producer: give the poll "
             "a topic prefix of its own"

@@ -137,6 +137,7 @@ class EventBuilder:
         return self._row_event(
             table,
             row=row,
+            raw_keys=raw_keys,
             commit_micros=snapshot_micros,
             read_timestamp_millis=read_timestamp_millis,
             read_method=READ_METHOD_BACKFILL,
@@ -160,6 +161,7 @@ class EventBuilder:
         return self._row_event(
             table,
             row=row,
+            raw_keys=raw_keys,
             commit_micros=stamp_micros,
             read_timestamp_millis=read_timestamp_millis,
             read_method=READ_METHOD_POLL,
@@ -172,14 +174,16 @@ class EventBuilder:
         table: TableSchema,
         *,
         row: Mapping[str, Any],
+        raw_keys: Mapping[str, Any],
         commit_micros: int,
         read_timestamp_millis: int,
         read_method: str,
         change_type: str,
         event_uuid: str,
     ) -> Event:
-        """A whole row read from a table (not from a change record) as an event at ``commit_micros``."""
-        keys = table.convert_row({column.name: row[column.name] for column in table.key_columns})
+        """A whole row read from a table (not from a change record) as an event at ``commit_micros``;
+        ``raw_keys`` are its key columns' values as read (what its uuid was derived from)."""
+        keys = table.convert_row(raw_keys)
         values = table.convert_row(row)
         schema_name, _, _ = table.table.rpartition(".")
         metadata = {

@@ -41,7 +41,11 @@ from spanner_cdc.producer.publisher import EventPublisher, EventSender
 from spanner_cdc.producer.snapshot_read import rows_stamped_since
 from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.records import DataChangeRecord
-from spanner_cdc.schemas.timestamps import datetime_from_micros
+from spanner_cdc.schemas.timestamps import (
+    datetime_from_micros,
+    format_timestamp_micros,
+    parse_timestamp_micros,
+)
 from spanner_cdc.schemas.wire import WriterSchema
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.services import EMULATOR_PROJECT
@@ -62,22 +66,30 @@ class Figure:
 
 
 def synthetic_records(count: int) -> list[dict[str, Any]]:
-    """``count`` one-mod UPDATE records shaped like seed 000's transfer, distinct keys and values."""
+    """``count`` one-mod UPDATE records shaped like seed 000's transfer, each its own transaction:
+    distinct keys, values, transaction ids and commit timestamps (37 µs apart, as at a busy
+    database), ``LastUpdate`` set to the commit time and its old value a day before."""
     template = account_transfer_records()[0]
-    return [
-        {
-            **template,
-            "record_sequence": f"{index:08d}",
-            "mods": [
-                {
-                    "keys": {"AccountId": f"acct-{index:07d}"},
-                    "new_values": {"LastUpdate": "2022-09-27T12:30:00.123456Z", "Balance": str(index)},
-                    "old_values": {"LastUpdate": "2022-09-26T11:28:00.189413Z", "Balance": str(index + 1)},
-                }
-            ],
-        }
-        for index in range(count)
-    ]
+    first_commit = parse_timestamp_micros(template["commit_timestamp"])
+    records = []
+    for index in range(count):
+        commit = format_timestamp_micros(first_commit + 37 * index)
+        day_before = format_timestamp_micros(first_commit + 37 * index - 86_400_000_000)
+        records.append(
+            {
+                **template,
+                "commit_timestamp": commit,
+                "server_transaction_id": f"tx-{index:09d}",
+                "mods": [
+                    {
+                        "keys": {"AccountId": f"acct-{index:07d}"},
+                        "new_values": {"LastUpdate": commit, "Balance": str(index)},
+                        "old_values": {"LastUpdate": day_before, "Balance": str(index + 1)},
+                    }
+                ],
+            }
+        )
+    return records
 
 
 def timed(name: str, events: int, work: Callable[[], None]) -> Figure:

@@ -1,9 +1,11 @@
-"""Avro binary encoding compiled once per writer schema: a tree of small writer functions.
+"""Avro binary encoding compiled once per writer schema into generated Python functions.
 
 fastavro's ``schemaless_writer`` interprets the schema for every record it writes, resolving each
 union by trying its branches; for the event envelope (about thirty fields, most in unions) that
-took longer than building the event. Compiling the schema once into one writer per node cuts
-the cost per event from about 27 to about 16 µs (docs/producer.md, Performance: figures, profile).
+took longer than building the event. Compiling the schema once — first into a tree of small
+writer functions, now into one straight-line function per record, with the large longs every
+event repeats (its times) encoded once — cuts the cost per event from about 27 µs to under half
+of it (docs/producer.md, Performance: figures, profile).
 
 Values must already be in Avro's primitive forms — what ``schemas.spanner_types``' converters
 and the event builder produce: ints for timestamps and dates, bytes for decimals, text for JSON —
@@ -32,7 +34,14 @@ _pack_float = struct.Struct("<f").pack
 
 def compile_writer(parsed_schema: Any) -> Writer:
     """The writer for a schema as ``fastavro.parse_schema`` returns it (names fully qualified)."""
-    return _Compiler().compile(parsed_schema)
+    return _SourceCompiler().compile(parsed_schema)
+
+
+#: Encodings of large longs seen lately. The same few recur in every event — the read time, the
+#: commit time (twice, in micros) and its milliseconds — and each takes a nine-step loop in
+#: Python; looking one up is a twentieth of that. Emptied when full, so it stays small.
+_RECENT_LONGS: dict[int, bytes] = {}
+_RECENT_LONGS_KEPT = 4096
 
 
 def write_long(out: bytearray, value: int) -> None:
@@ -40,13 +49,25 @@ def write_long(out: bytearray, value: int) -> None:
     if 0 <= value < 64:  # one byte: lengths, counts, indexes, small numbers
         out.append(value << 1)
         return
+    encoded = _RECENT_LONGS.get(value) if type(value) is int else None
+    if encoded is None:
+        encoded = _zigzag_bytes(value)
+        if len(_RECENT_LONGS) >= _RECENT_LONGS_KEPT:
+            _RECENT_LONGS.clear()
+        _RECENT_LONGS[value] = encoded
+    out += encoded
+
+
+def _zigzag_bytes(value: int) -> bytes:
     if not _LONG_MIN <= value <= _LONG_MAX:
         raise ValueError(f"{value} is out of the range of an Avro long")
     number = (value << 1) ^ (value >> 63)
+    out = bytearray()
     while number > 0x7F:
         out.append((number & 0x7F) | 0x80)
         number >>= 7
     out.append(number)
+    return bytes(out)
 
 
 def write_int(out: bytearray, value: int) -> None:
@@ -125,106 +146,116 @@ _BRANCH_VALUES: dict[str, Callable[[Any], bool]] = {
 }
 
 
-class _Compiler:
-    """Compiles one schema; named records are looked up late, so a reference may precede the
-    end of its definition (a record that contains itself)."""
+class _SourceCompiler:
+    """Generates the Python source of one function per record of a schema and executes it.
+
+    Straight-line code per record — each field's value looked up once, a nullable field one
+    ``is None`` test, strings and small longs encoded in place — costs a fraction of calling one
+    small function per field (docs/producer.md, Performance). Names from the schema appear in
+    the source only as ``repr`` literals, defaults and union tests only as constants passed in,
+    so a schema cannot inject code. Named records are looked up when called, so a reference may
+    precede the end of its definition (a record that contains itself).
+    """
 
     def __init__(self) -> None:
-        self.named: dict[str, Writer] = {}
+        self.functions: list[list[str]] = []
+        self.records: dict[str, str] = {}
+        self.constants: list[Any] = []
+        self.temporaries = 0
 
     def compile(self, schema: Any) -> Writer:
-        if isinstance(schema, str):
-            return self._reference(schema)
+        body = self._emit(schema, "value", 1)
+        self.functions.append(["def write_top(out, value):", *body])
+        source = "\n\n".join("\n".join(lines) for lines in self.functions)
+        namespace: dict[str, Any] = {
+            "C": tuple(self.constants),
+            "write_long": write_long,
+            "write_int": write_int,
+            "write_null": write_null,
+            "pack_double": _pack_double,
+            "pack_float": _pack_float,
+            "no_branch": _no_branch,
+        }
+        exec(compile(source, "<compiled Avro writer>", "exec"), namespace)
+        writer: Writer = namespace["write_top"]
+        return writer
+
+    def _temporary(self, stem: str) -> str:
+        self.temporaries += 1
+        return f"{stem}{self.temporaries}"
+
+    def _constant(self, value: Any) -> str:
+        self.constants.append(value)
+        return f"C[{len(self.constants) - 1}]"
+
+    def _emit(self, schema: Any, var: str, depth: int) -> list[str]:
+        """Lines (indented ``depth`` levels) that append the encoding of ``var`` to ``out``."""
+        pad = "    " * depth
         if isinstance(schema, list):
-            return self._union(schema)
+            return self._union(schema, var, depth)
+        if isinstance(schema, str):
+            if schema in _PRIMITIVES:
+                return self._primitive(schema, var, depth)
+            if schema not in self.records:
+                raise ContractError(f"the schema references {schema!r} before defining it")
+            return [f"{pad}{self.records[schema]}(out, {var})"]
         kind = schema["type"]
         if kind == "record":
-            return self._record(schema)
-        if kind == "array":
-            return self._array(schema)
-        if kind == "map":
-            return self._map(schema)
+            return [f"{pad}{self._record(schema)}(out, {var})"]
+        if kind in ("array", "map"):
+            return self._repeated(schema, var, depth)
         if isinstance(kind, str) and kind in _PRIMITIVES:  # a primitive, perhaps with a logicalType
-            return _PRIMITIVES[kind]
+            return self._primitive(kind, var, depth)
         raise ContractError(f"the Avro writer does not support type {kind!r}")
 
-    def _reference(self, name: str) -> Writer:
-        if name in _PRIMITIVES:
-            return _PRIMITIVES[name]
-        if name not in self.named:
-            raise ContractError(f"the schema references {name!r} before defining it")
-        named = self.named
-
-        def write_named(out: bytearray, value: Any) -> None:
-            named[name](out, value)
-
-        return write_named
-
-    def _record(self, schema: Mapping[str, Any]) -> Writer:
-        fields: list[tuple[str, bool, Any, Writer]] = []
-
-        def write_record(out: bytearray, value: Mapping[str, Any]) -> None:
-            for name, has_default, default, write in fields:
-                write(out, value.get(name, default) if has_default else value[name])
-
-        self.named[schema["name"]] = write_record
+    def _record(self, schema: Mapping[str, Any]) -> str:
+        name = f"write_record{len(self.records)}"
+        self.records[schema["name"]] = name
+        lines = [f"def {name}(out, value):"]
         for field in schema["fields"]:
-            fields.append(
-                (field["name"], "default" in field, field.get("default"), self.compile(field["type"]))
-            )
-        return write_record
+            var = self._temporary("v")
+            if "default" in field:
+                lines.append(f"    {var} = value.get({field['name']!r}, {self._constant(field['default'])})")
+            else:
+                lines.append(f"    {var} = value[{field['name']!r}]")
+            lines += self._emit(field["type"], var, 1)
+        if len(lines) == 1:
+            lines.append("    return")
+        self.functions.append(lines)
+        return name
 
-    def _array(self, schema: Mapping[str, Any]) -> Writer:
-        write_item = self.compile(schema["items"])
-
-        def write_array(out: bytearray, value: list[Any]) -> None:
-            if value:
-                write_long(out, len(value))
-                for item in value:
-                    write_item(out, item)
-            out.append(0)
-
-        return write_array
-
-    def _map(self, schema: Mapping[str, Any]) -> Writer:
-        write_value = self.compile(schema["values"])
-
-        def write_map(out: bytearray, value: Mapping[str, Any]) -> None:
-            if value:
-                write_long(out, len(value))
-                for key, item in value.items():
-                    write_string(out, key)
-                    write_value(out, item)
-            out.append(0)
-
-        return write_map
-
-    def _union(self, branches: list[Any]) -> Writer:
-        if len(branches) == 2 and branches[0] == "null":  # the nullable field: one test, no search
-            write_value = self.compile(branches[1])
-
-            def write_nullable(out: bytearray, value: Any) -> None:
-                if value is None:
-                    out.append(0)
-                else:
-                    out.append(2)
-                    write_value(out, value)
-
-            return write_nullable
-        choices = [
-            (_accepts(self._kind(branch)), bytes(_zigzag_bytes(index)), self.compile(branch))
-            for index, branch in enumerate(branches)
+    def _repeated(self, schema: Mapping[str, Any], var: str, depth: int) -> list[str]:
+        pad, item = "    " * depth, self._temporary("v")
+        if schema["type"] == "array":
+            loop, body = f"for {item} in {var}:", self._emit(schema["items"], item, depth + 2)
+        else:
+            key = self._temporary("k")
+            loop = f"for {key}, {item} in {var}.items():"
+            body = self._primitive("string", key, depth + 2) + self._emit(schema["values"], item, depth + 2)
+        return [
+            f"{pad}if {var}:",
+            f"{pad}    write_long(out, len({var}))",
+            f"{pad}    {loop}",
+            *body,
+            f"{pad}out.append(0)",
         ]
 
-        def write_union(out: bytearray, value: Any) -> None:
-            for accepts, index, write in choices:
-                if accepts(value):
-                    out += index
-                    write(out, value)
-                    return
-            raise ValueError(f"{value!r} matches no branch of the union")
-
-        return write_union
+    def _union(self, branches: list[Any], var: str, depth: int) -> list[str]:
+        pad = "    " * depth
+        if len(branches) == 2 and branches[0] == "null":  # the nullable field: one test, no search
+            return [
+                f"{pad}if {var} is None:",
+                f"{pad}    out.append(0)",
+                f"{pad}else:",
+                f"{pad}    out.append(2)",
+                *self._emit(branches[1], var, depth + 1),
+            ]
+        lines = []
+        for index, branch in enumerate(branches):
+            accepts, tag = self._constant(_accepts(self._kind(branch))), self._constant(_zigzag_bytes(index))
+            lines += [f"{pad}{'if' if index == 0 else 'elif'} {accepts}({var}):", f"{pad}    out += {tag}"]
+            lines += self._emit(branch, var, depth + 1)
+        return [*lines, f"{pad}else:", f"{pad}    no_branch({var})"]
 
     def _kind(self, branch: Any) -> str:
         if isinstance(branch, str):
@@ -233,15 +264,46 @@ class _Compiler:
             return str(branch["type"])
         raise ContractError("a union directly inside a union")
 
+    def _primitive(self, kind: str, var: str, depth: int) -> list[str]:
+        pad = "    " * depth
+        if kind == "long":
+            return [
+                f"{pad}if 0 <= {var} < 64:",
+                f"{pad}    out.append({var} << 1)",
+                f"{pad}else:",
+                f"{pad}    write_long(out, {var})",
+            ]
+        if kind in ("string", "bytes"):
+            data, length = (self._temporary("b"), self._temporary("n"))
+            encoded = f"{var}.encode()" if kind == "string" else var
+            return [
+                f"{pad}{data} = {encoded}",
+                f"{pad}{length} = len({data})",
+                f"{pad}if {length} < 64:",
+                f"{pad}    out.append({length} << 1)",
+                f"{pad}else:",
+                f"{pad}    write_long(out, {length})",
+                f"{pad}out += {data}",
+            ]
+        return [f"{pad}{_PRIMITIVE_STATEMENTS[kind].format(var)}"]
+
+
+#: The one statement that writes each remaining primitive, ``{}`` standing for the value.
+_PRIMITIVE_STATEMENTS = {
+    "null": "write_null(out, {})",
+    "boolean": "out.append(1 if {} else 0)",
+    "int": "write_int(out, {})",
+    "float": "out += pack_float({})",
+    "double": "out += pack_double({})",
+}
+
+
+def _no_branch(value: Any) -> None:
+    raise ValueError(f"{value!r} matches no branch of the union")
+
 
 def _accepts(kind: str) -> Callable[[Any], bool]:
     accepts = _BRANCH_VALUES.get(kind)
     if accepts is None:
         raise ContractError(f"the Avro writer does not support type {kind!r} in a union")
     return accepts
-
-
-def _zigzag_bytes(value: int) -> bytearray:
-    out = bytearray()
-    write_long(out, value)
-    return out

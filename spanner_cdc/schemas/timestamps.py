@@ -15,8 +15,14 @@ EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
 MICROS_PER_SECOND = 1_000_000
 _TIMESTAMP_RE = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})\Z"
+    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})\Z",
+    re.ASCII,  # digits are 0-9 only, as RFC 3339 says
 )
+
+
+#: The canonical form's length: ``2022-09-27T12:30:00.123456Z``, what Spanner sends.
+_CANONICAL_LENGTH = 27
+_MICROSECOND = dt.timedelta(microseconds=1)
 
 
 def parse_timestamp_micros(text: str) -> int:
@@ -24,7 +30,31 @@ def parse_timestamp_micros(text: str) -> int:
 
     Spanner TIMESTAMP allows nanoseconds; the contract is timestamp-micros, so a value with a
     non-zero sub-microsecond part is an error rather than a silent truncation.
+
+    The canonical form takes ``datetime.fromisoformat`` (C, about a tenth of the general
+    parser's time; every event carries two or more timestamps), once its fixed characters are
+    checked: ``fromisoformat`` also reads forms RFC 3339 does not have (week dates, any
+    separator), which must not slip through. Whatever it refuses goes to the general parser,
+    which says what is wrong.
     """
+    if (
+        isinstance(text, str)
+        and len(text) == _CANONICAL_LENGTH
+        and text.isascii()
+        and text[4] == text[7] == "-"
+        and text[10] in "Tt "
+        and text[13] == text[16] == ":"
+        and text[19] == "."
+        and text[26] == "Z"
+    ):
+        try:
+            return (dt.datetime.fromisoformat(text) - EPOCH) // _MICROSECOND
+        except ValueError:
+            pass
+    return _parse_rfc3339(text)
+
+
+def _parse_rfc3339(text: str) -> int:
     match = _TIMESTAMP_RE.match(text) if isinstance(text, str) else None
     if match is None:
         raise ValueError("not an RFC 3339 timestamp")

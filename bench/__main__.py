@@ -20,7 +20,9 @@ CHANGELOG_TARGET_EVENTS_PER_SECOND = 50_000
 REPLICA_TARGET_EVENTS_PER_SECOND = 20_000
 #: Commit → replica p99 at the demo's rate (issue 19).
 PIPELINE_TARGET_P99_MS = 2_000
-PARTS = ("producer", "backfill", "poll", "consumer", "pipeline")
+#: Peak RSS of a producer with 1,000 partitions running (issue 15).
+PARTITIONS_TARGET_RSS_MIB = 300
+PARTS = ("producer", "partitions", "backfill", "poll", "consumer", "pipeline")
 
 
 def print_figures(figures: list[Figure]) -> None:
@@ -53,6 +55,8 @@ def main() -> None:
         try:
             if args.only in (None, "producer"):
                 producer_part(stack, args)
+            if args.only in (None, "partitions"):
+                partitions_part(stack, args)
             if args.only in (None, "backfill"):
                 backfill_part(stack, args)
             if args.only in (None, "poll"):
@@ -64,6 +68,23 @@ def main() -> None:
         finally:
             stack.stop()
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+def partitions_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
+    print("producer memory with many partitions (issue 15)")
+    one, many = (
+        producer.many_partitions(stack.endpoint("kafka"), count, args.seconds) for count in (1, 1_000)
+    )
+    for found in (one, many):
+        print(
+            f"  (f) {found['partitions']:5,} partition(s) for {found['seconds']:.0f} s: peak RSS "
+            f"{found['peak_rss_mib']:.0f} MiB, {found['events']:,} events acknowledged"
+        )
+    print(
+        f"  1,000/1 partition(s) {many['peak_rss_mib'] / one['peak_rss_mib']:.2f}x; "
+        f"target {PARTITIONS_TARGET_RSS_MIB} MiB: "
+        f"{'reached' if many['peak_rss_mib'] <= PARTITIONS_TARGET_RSS_MIB else 'not reached'}"
+    )
 
 
 def backfill_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:

@@ -25,13 +25,13 @@ from __future__ import annotations
 import functools
 import random
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.memory import PeakRss
 from bench.producer import Figure
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.graceful_stop import StopRequest
@@ -86,29 +86,6 @@ def timed(name: str, run: Callable[[], int]) -> Figure:
     started = time.perf_counter()
     events = run()
     return Figure(name, events, time.perf_counter() - started)
-
-
-class PeakRss:
-    """This process's resident memory, sampled every 20 ms while in use (ru_maxrss never falls)."""
-
-    def __init__(self) -> None:
-        self.peak_kib = 0
-        self._stop = threading.Event()
-        self._sampler = threading.Thread(target=self._sample, daemon=True)
-
-    def __enter__(self) -> PeakRss:
-        self._sampler.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._sampler.join()
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.02):
-            for line in Path("/proc/self/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    self.peak_kib = max(self.peak_kib, int(line.split()[1]))
 
 
 def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> ConsumerFigures:

@@ -7,6 +7,7 @@
 (c) commit → ack latency percentiles under a steady write rate;
 (d) backfill: a table's rows at a snapshot → Kafka, beside the Spanner client reading the same
     rows at the same snapshot alone;
+(f) peak RSS with 1 and with 1,000 partitions running (``bench.many_partitions``);
 peak RSS is printed by the runner.
 """
 
@@ -14,7 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -126,7 +130,8 @@ def pipeline_figures(bootstrap: str, count: int) -> list[Figure]:
         producer.flush(120)
 
     def through_producer(json_events: bool) -> Callable[[], None]:
-        publisher = offline_publisher(bootstrap, json_events)
+        kafka = KafkaClient(bootstrap, f"bench-{uuid.uuid4().hex[:6]}", {}, 6, 1)
+        publisher = offline_publisher(kafka, json_events=json_events)
         return lambda: asyncio.run(publish_all(publisher, records))
 
     return [
@@ -143,15 +148,16 @@ def fastavro_bytes(writer: WriterSchema, value: dict[str, Any]) -> bytes:
     return buffer.getvalue()
 
 
-def offline_publisher(bootstrap: str, json_events: bool = False) -> EventPublisher:
+def offline_publisher(
+    kafka: KafkaClient, stream_name: str = STREAM_NAME, json_events: bool = False
+) -> EventPublisher:
     """The producer's publisher with a catalog of the recorded table: no Spanner needed."""
     shape = (("AccountId", 1, "STRING(MAX)"), ("LastUpdate", 2, "TIMESTAMP"), ("Balance", 3, "INT64"))
     columns = [CatalogColumn.parse(n, p, t, "GOOGLE_STANDARD_SQL", "AccountBalance") for n, p, t in shape]
     catalog = TableCatalog("GOOGLE_STANDARD_SQL", lambda: ({"AccountBalance": columns}, {}))
     catalog.refresh()
-    kafka = KafkaClient(bootstrap, f"bench-{uuid.uuid4().hex[:6]}", {}, 6, 1)
     sender = EventSender(kafka, ProducerMetrics(), json_events=json_events)
-    return EventPublisher(sender, catalog, EventBuilder(STREAM_NAME, "bank"))
+    return EventPublisher(sender, catalog, EventBuilder(stream_name, "bank"))
 
 
 async def publish_all(publisher: EventPublisher, records: list[DataChangeRecord]) -> None:
@@ -299,6 +305,16 @@ def poll_figures(stack: EmbeddedStack, rows: int) -> tuple[Figure, Figure]:
 
     polled = Figure("(e) poll: rows stamped since the start → Kafka", rows, asyncio.run(one_poll()))
     return alone, polled
+
+
+def many_partitions(bootstrap: str, partitions: int, seconds: float) -> dict[str, Any]:
+    """(f): ``bench.many_partitions`` in a fresh process (memory a process once used is seldom
+    given back, so this process's own RSS says nothing after (a)-(c))."""
+    command = [sys.executable, "-m", "bench.many_partitions", "--bootstrap", bootstrap]
+    command += ["--partitions", str(partitions), "--seconds", str(seconds)]
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
 
 
 def bench_config(spanner: str, kafka: str, database: str, **overrides: Any) -> ProducerConfig:

@@ -3,7 +3,8 @@
 (a) pipeline from recorded change records: conversion, envelope, Avro, produce until Kafka
     acknowledged, through EventPublisher.publish — beside fastavro encoding alone and
     confluent-kafka producing the same bytes alone;
-(b) emulator → Kafka: rows committed first, then read and published to the end timestamp;
+(b) emulator → Kafka: rows committed first, then read and published to the end timestamp —
+    beside the Spanner client reading the same backlog alone;
 (c) commit → ack latency percentiles under a steady write rate;
 (d) backfill: a table's rows at a snapshot → Kafka, beside the Spanner client reading the same
     rows at the same snapshot alone;
@@ -14,6 +15,7 @@ peak RSS is printed by the runner.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import io
 import json
 import statistics
@@ -42,9 +44,11 @@ from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.poll_config import PollConfig
 from spanner_cdc.producer.poll_main import build_poller
 from spanner_cdc.producer.publisher import EventPublisher, EventSender
+from spanner_cdc.producer.query import ChangeStreamQuery
+from spanner_cdc.producer.rows import records_from_googlesql_row
 from spanner_cdc.producer.snapshot_read import rows_stamped_since
 from spanner_cdc.schemas.events import EventBuilder
-from spanner_cdc.schemas.records import DataChangeRecord
+from spanner_cdc.schemas.records import ChildPartitionsRecord, DataChangeRecord
 from spanner_cdc.schemas.timestamps import (
     datetime_from_micros,
     format_timestamp_micros,
@@ -173,9 +177,10 @@ async def publish_all(publisher: EventPublisher, records: list[DataChangeRecord]
 
 
 def emulator_figures(
-    stack: EmbeddedStack, rows: int, rate: float, seconds: float
-) -> tuple[Figure, list[float]]:
-    """(b) backlog read throughput, and (c) latency samples under ``rate`` transactions/s."""
+    stack: EmbeddedStack, rows: int, rates: list[float], seconds: float
+) -> tuple[Figure, Figure, list[LatencyRun]]:
+    """(b) backlog read throughput beside its baseline, and (c) latency samples under each of
+    ``rates`` transactions/s."""
     spanner, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
     database = create_database(
         spanner,
@@ -197,11 +202,57 @@ def emulator_figures(
     config = bench_config(
         spanner, kafka, database.database_id, start_timestamp_micros=start, end_timestamp_micros=end
     )
+    alone = timed(
+        "(b) baseline: Spanner client reading the backlog alone",
+        rows,
+        lambda: read_backlog_alone(database, config, rows),
+    )
     service = asyncio.run(build_service(config))
     backlog = timed(
         "(b) emulator → Kafka, backlog of committed rows", rows, lambda: asyncio.run(service.run())
     )
-    return backlog, asyncio.run(steady_latency(database, spanner, kafka, rate, seconds))
+    latencies = [asyncio.run(steady_latency(database, spanner, kafka, rate, seconds)) for rate in rates]
+    return alone, backlog, latencies
+
+
+def read_backlog_alone(database: Any, config: ProducerConfig, rows: int) -> None:
+    """The baseline of (b): every partition token of the stream read once, each on its own
+    thread as soon as a parent names it, with the Spanner client and the row parsing any reader
+    needs — no commit order, no events, no Kafka. Checks it saw every committed row."""
+    query = ChangeStreamQuery(
+        config.change_stream, GOOGLE_STANDARD_SQL, config.heartbeat_ms, config.end_timestamp_micros
+    )
+
+    def read(token: str | None, start: int) -> tuple[int, list[tuple[str, int]]]:
+        mods, children = 0, []
+        params, types = query.params(token, start)
+        with database.snapshot() as snapshot:
+            results = snapshot.execute_sql(query.sql, params=params, param_types=types)
+            for row in results:
+                for record in records_from_googlesql_row(row, results.fields):
+                    if isinstance(record, DataChangeRecord):
+                        mods += len(record.mods)
+                    elif isinstance(record, ChildPartitionsRecord):
+                        children += [(c.token, record.start_timestamp_micros) for c in record.children]
+        return mods, children
+
+    seen: set[str] = set()
+    mods = 0
+    with concurrent.futures.ThreadPoolExecutor(max_workers=64) as pool:
+        running_reads = {pool.submit(read, None, config.start_timestamp_micros)}
+        while running_reads:
+            done, running_reads = concurrent.futures.wait(
+                running_reads, return_when=concurrent.futures.FIRST_COMPLETED
+            )
+            for finished in done:
+                found, children = finished.result()
+                mods += found
+                for token, start in children:
+                    if token not in seen:
+                        seen.add(token)
+                        running_reads.add(pool.submit(read, token, start))
+    if mods < rows:
+        raise RuntimeError(f"the baseline read {mods} of {rows} committed rows")
 
 
 def filled_accounts(spanner: str, rows: int) -> Any:
@@ -326,32 +377,47 @@ def bench_config(spanner: str, kafka: str, database: str, **overrides: Any) -> P
     return ProducerConfig(**{**options, **overrides})
 
 
-async def steady_latency(database: Any, spanner: str, kafka: str, rate: float, seconds: float) -> list[float]:
+@dataclass(frozen=True)
+class LatencyRun:
+    """(c) at one rate: every event's commit → ack seconds, and the rate the writers reached."""
+
+    samples: list[float]
+    achieved_rate: float
+
+
+async def steady_latency(database: Any, spanner: str, kafka: str, rate: float, seconds: float) -> LatencyRun:
+    """Transactions at up to ``rate`` per second for ``seconds`` while a producer reads them. One
+    writer: the emulator runs one transaction at a time (it aborts a second one), so the rate it
+    reaches is reported beside the rate asked for."""
     metrics = SampledMetrics()
     service = await build_service(bench_config(spanner, kafka, database.database_id), metrics)
     stop = threading.Event()
+    committed = 0
 
     def write() -> None:
-        interval, index = 1.0 / rate, 0
+        nonlocal committed
+        interval = 1.0 / rate
         next_at = time.monotonic()
         while not stop.is_set():
             with database.batch() as batch:
                 batch.insert_or_update(
-                    "Accounts", columns=["Id", "Balance"], values=[[f"s{index % 500}", index]]
+                    "Accounts", columns=["Id", "Balance"], values=[[f"s{committed % 500}", committed]]
                 )
-            index += 1
+            committed += 1
             next_at += interval
             time.sleep(max(0.0, next_at - time.monotonic()))
 
     async with running(service):
         await asyncio.sleep(1.0)
         writer = threading.Thread(target=write)
+        began = time.monotonic()
         writer.start()
         await asyncio.sleep(seconds)
         stop.set()
         await asyncio.to_thread(writer.join)
+        writing = time.monotonic() - began
         await asyncio.sleep(2.0)
-    return metrics.samples
+    return LatencyRun(metrics.samples, committed / writing)
 
 
 class SampledMetrics(ProducerMetrics):

@@ -323,14 +323,15 @@ class BatchDecoder:
     _registry_ids: dict[int, int | DecodeError] = field(default_factory=dict)
     #: (table, schema_key) → the writer schema a JSON event of that version stands for.
     _json_writers: dict[tuple[str, str], WriterSchema] = field(default_factory=dict)
-    #: Whether this batch re-read the schema topic for a JSON event's unknown table version.
-    _json_refreshed: bool = False
+    #: Whether this batch re-read the schema topic already (at most once per batch: the producer
+    #: publishes a schema or table version before its first event, so one read finds them all).
+    _refreshed: bool = False
 
     def decode(self, rows: pa.Table) -> DecodedBatch:
         """``rows`` has the Kafka columns key, value, topic, partition and offset."""
         batch = DecodedBatch([], [], [])
         tombstones = 0
-        self._json_refreshed = False
+        self._refreshed = False
         values = rows.column("value").to_pylist()
         self._refresh_for(values)
         now = now_micros()
@@ -366,8 +367,7 @@ class BatchDecoder:
         return replace(batch, tombstones=tombstones)
 
     def _refresh_for(self, values: list[bytes | None]) -> None:
-        """Re-read the schema topic once when a fingerprint in the batch is not known yet (the
-        producer publishes a schema before its first event, so it is there by now)."""
+        """Re-read the schema topic before decoding when a fingerprint in the batch is not known yet."""
         store, refused = self.schemas.store.schemas, self.schemas.refused
         for value in values:
             try:
@@ -375,8 +375,12 @@ class BatchDecoder:
             except DecodeError:
                 continue  # quarantined when the message is read
             if fingerprint is not None and fingerprint not in store and fingerprint not in refused:
-                self.schemas.refresh()
+                self._refresh()
                 return
+
+    def _refresh(self) -> None:
+        self._refreshed = True
+        self.schemas.refresh()
 
     def _read(self, value: bytes | None, key: bytes | None) -> tuple[dict[str, Any], WriterSchema]:
         if not value:
@@ -413,13 +417,12 @@ class BatchDecoder:
         return read_body(writer, encode(writer, ready), HEADER_LENGTH), writer
 
     def _json_version(self, document: Mapping[str, Any]) -> TableSchema:
-        """The table version a JSON event names; the schema topic re-read once per batch when
-        it is not known yet (the producer publishes it before the table's first event)."""
+        """The table version a JSON event names; the schema topic re-read when it is not known
+        yet, unless this batch read it already."""
         named = (str(document.get("object")), str(document.get("schema_key")))
         version = self.schemas.versions.get(named)
-        if version is None and not self._json_refreshed:
-            self._json_refreshed = True
-            self.schemas.refresh()
+        if version is None and not self._refreshed:
+            self._refresh()
             version = self.schemas.versions.get(named)
         if version is None:
             raise DecodeError(

@@ -177,18 +177,12 @@ async def publish_all(publisher: EventPublisher, records: list[DataChangeRecord]
 
 
 def emulator_figures(
-    stack: EmbeddedStack, rows: int, rates: list[float], seconds: float
+    stack: EmbeddedStack, rows: int, rates: list[float], heartbeats_ms: list[int], seconds: float
 ) -> tuple[Figure, Figure, list[LatencyRun]]:
     """(b) backlog read throughput beside its baseline, and (c) latency samples under each of
-    ``rates`` transactions/s."""
+    ``rates`` transactions/s with each heartbeat interval."""
     spanner, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
-    database = create_database(
-        spanner,
-        [
-            "CREATE TABLE Accounts (Id STRING(36) NOT NULL, Balance INT64) PRIMARY KEY (Id)",
-            "CREATE CHANGE STREAM Bank FOR Accounts OPTIONS (value_capture_type='NEW_ROW')",
-        ],
-    )
+    database = accounts_database(spanner)
     start = int(time.time() * 1_000_000)
     for first in range(0, rows, 1000):
         with database.batch() as batch:
@@ -211,8 +205,30 @@ def emulator_figures(
     backlog = timed(
         "(b) emulator → Kafka, backlog of committed rows", rows, lambda: asyncio.run(service.run())
     )
-    latencies = [asyncio.run(steady_latency(database, spanner, kafka, rate, seconds)) for rate in rates]
+    # Each in a database of its own: on the emulator, change-stream answers slow down as a
+    # database's committed transactions pile up (after 3,000 of them, p50 at a 1 s heartbeat went
+    # from about 550 ms to 4 s), so a shared one would make the order of the runs the result.
+    latencies = [
+        asyncio.run(
+            steady_latency(
+                accounts_database(spanner), spanner, kafka, rate=rate, seconds=seconds, heartbeat_ms=heartbeat
+            )
+        )
+        for heartbeat in heartbeats_ms
+        for rate in rates
+    ]
     return alone, backlog, latencies
+
+
+def accounts_database(spanner: str) -> Any:
+    """A new emulator database with the Accounts table and its change stream Bank."""
+    return create_database(
+        spanner,
+        [
+            "CREATE TABLE Accounts (Id STRING(36) NOT NULL, Balance INT64) PRIMARY KEY (Id)",
+            "CREATE CHANGE STREAM Bank FOR Accounts OPTIONS (value_capture_type='NEW_ROW')",
+        ],
+    )
 
 
 def read_backlog_alone(database: Any, config: ProducerConfig, rows: int) -> None:
@@ -379,18 +395,24 @@ def bench_config(spanner: str, kafka: str, database: str, **overrides: Any) -> P
 
 @dataclass(frozen=True)
 class LatencyRun:
-    """(c) at one rate: every event's commit → ack seconds, and the rate the writers reached."""
+    """(c) at one rate and heartbeat interval: every event's commit → ack seconds, and the rate
+    the writer reached."""
 
+    rate: float
+    heartbeat_ms: int
     samples: list[float]
     achieved_rate: float
 
 
-async def steady_latency(database: Any, spanner: str, kafka: str, rate: float, seconds: float) -> LatencyRun:
+async def steady_latency(
+    database: Any, spanner: str, kafka: str, *, rate: float, seconds: float, heartbeat_ms: int
+) -> LatencyRun:
     """Transactions at up to ``rate`` per second for ``seconds`` while a producer reads them. One
     writer: the emulator runs one transaction at a time (it aborts a second one), so the rate it
     reaches is reported beside the rate asked for."""
     metrics = SampledMetrics()
-    service = await build_service(bench_config(spanner, kafka, database.database_id), metrics)
+    config = bench_config(spanner, kafka, database.database_id, heartbeat_ms=heartbeat_ms)
+    service = await build_service(config, metrics)
     stop = threading.Event()
     committed = 0
 
@@ -417,7 +439,7 @@ async def steady_latency(database: Any, spanner: str, kafka: str, rate: float, s
         await asyncio.to_thread(writer.join)
         writing = time.monotonic() - began
         await asyncio.sleep(2.0)
-    return LatencyRun(metrics.samples, committed / writing)
+    return LatencyRun(rate, heartbeat_ms, metrics.samples, committed / writing)
 
 
 class SampledMetrics(ProducerMetrics):

@@ -25,6 +25,8 @@ from spanner_cdc.schemas.timestamps import parse_timestamp_micros, timestamp_mic
 
 #: How far in the future a start timestamp may be before it is an error (clock skew).
 FUTURE_START_TOLERANCE_MICROS = 5_000_000
+#: The shortest silence after which a partition query counts as stalled (``stall_seconds``).
+MIN_STALL_SECONDS = 5.0
 RESOURCE_ID_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789-_"
 ENDPOINT = re.compile(r"[A-Za-z0-9.-]+(:[0-9]{1,5})?")
 #: Spanner's database role names (fine-grained access control).
@@ -107,7 +109,8 @@ PRODUCE_OPTIONS = (
     ),
     Option(
         "heartbeat-ms",
-        "heartbeat interval of the change-stream queries",
+        "heartbeat interval of the change-stream queries: commit → Kafka waits up to one interval "
+        "(shorter: less latency, more heartbeat rows per partition)",
         integer_in(MIN_HEARTBEAT_MS, MAX_HEARTBEAT_MS),
         default=2000,
     ),
@@ -168,7 +171,7 @@ PRODUCE_OPTIONS = (
     Option("query-start-rate", "most new queries started per second", positive_float, default=50.0),
     Option(
         "stall-heartbeats",
-        "restart a partition query silent for this many heartbeat intervals",
+        "restart a partition query silent for this many heartbeat intervals (and at least 5 s)",
         integer_in(2, 1000),
         default=10,
     ),
@@ -285,6 +288,13 @@ class ProducerConfig(PublishSettings):
     stall_heartbeats: int = 10
     checkpoint_interval: float = 1.0
     delete_tombstones: bool = False
+
+    @property
+    def stall_seconds(self) -> float:
+        """How long a partition query may stay silent before it is restarted: ``stall_heartbeats``
+        intervals, but never under :data:`MIN_STALL_SECONDS` — with a short heartbeat interval a
+        pause of the process or the network would otherwise restart every query."""
+        return max(MIN_STALL_SECONDS, self.stall_heartbeats * self.heartbeat_ms / 1000)
 
     def __post_init__(self) -> None:
         self.check_publishing()

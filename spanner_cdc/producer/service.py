@@ -77,7 +77,7 @@ class ProducerService:
             metrics=metrics,
             max_queries=config.max_queries,
             query_start_rate=config.query_start_rate,
-            stall_seconds=config.stall_heartbeats * config.heartbeat_ms / 1000,
+            stall_seconds=config.stall_seconds,
         )
         #: None with --no-watermark-records: nothing is written to the event topics but events.
         self.watermarks = (

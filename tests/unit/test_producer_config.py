@@ -91,6 +91,18 @@ def test_kafka_tools_spelling_of_the_bootstrap_servers_is_accepted() -> None:
     assert parse([*without, "--bootstrap-server", "h:9"])["kafka_bootstrap"] == "h:9"
 
 
+def test_heartbeat_interval_down_to_100_ms_and_the_stall_limit_never_under_5_s() -> None:
+    assert parse([*REQUIRED, "--heartbeat-ms", "100"])["heartbeat_ms"] == 100
+    with pytest.raises(ConfigError, match=r"--heartbeat-ms: invalid value '99'"):
+        parse([*REQUIRED, "--heartbeat-ms", "99"])
+    config = ProducerConfig.from_options(parse([*REQUIRED, "--heartbeat-ms", "100"]))
+    assert config.stall_seconds == 5.0, "10 intervals of 100 ms would restart queries after 1 s"
+    slow = ProducerConfig.from_options(
+        parse([*REQUIRED, "--heartbeat-ms", "2000", "--stall-heartbeats", "3"])
+    )
+    assert slow.stall_seconds == 6.0
+
+
 def test_errors_name_the_source() -> None:
     with pytest.raises(ConfigError, match=r"--heartbeat-ms: invalid value '99999999'"):
         parse([*REQUIRED, "--heartbeat-ms", "99999999"])

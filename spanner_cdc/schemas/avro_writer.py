@@ -76,46 +76,21 @@ def write_int(out: bytearray, value: int) -> None:
     write_long(out, value)
 
 
-def write_bytes(out: bytearray, value: bytes) -> None:
-    length = len(value)
-    if length < 64:
-        out.append(length << 1)
-    else:
-        write_long(out, length)
-    out += value
-
-
-def write_string(out: bytearray, value: str) -> None:
-    write_bytes(out, value.encode())
-
-
-def write_boolean(out: bytearray, value: bool) -> None:
-    out.append(1 if value else 0)
-
-
-def write_double(out: bytearray, value: float) -> None:
-    out += _pack_double(value)
-
-
-def write_float(out: bytearray, value: float) -> None:
-    out += _pack_float(value)
-
-
 def write_null(_out: bytearray, value: None) -> None:
     if value is not None:
         raise ValueError(f"{value!r} is not null")
 
 
-_PRIMITIVES: dict[str, Writer] = {
-    "null": write_null,
-    "boolean": write_boolean,
-    "int": write_int,
-    "long": write_long,
-    "float": write_float,
-    "double": write_double,
-    "bytes": write_bytes,
-    "string": write_string,
+#: The one statement that writes each primitive the generated code does not spell out, ``{}``
+#: standing for the value (long, bytes and string are written in place: ``_primitive``).
+_PRIMITIVE_STATEMENTS = {
+    "null": "write_null(out, {})",
+    "boolean": "out.append(1 if {} else 0)",
+    "int": "write_int(out, {})",
+    "float": "out += pack_float({})",
+    "double": "out += pack_double({})",
 }
+_PRIMITIVES = frozenset({*_PRIMITIVE_STATEMENTS, "long", "bytes", "string"})
 
 
 def _is_integer(value: Any) -> bool:
@@ -286,16 +261,6 @@ class _SourceCompiler:
                 f"{pad}out += {data}",
             ]
         return [f"{pad}{_PRIMITIVE_STATEMENTS[kind].format(var)}"]
-
-
-#: The one statement that writes each remaining primitive, ``{}`` standing for the value.
-_PRIMITIVE_STATEMENTS = {
-    "null": "write_null(out, {})",
-    "boolean": "out.append(1 if {} else 0)",
-    "int": "write_int(out, {})",
-    "float": "out += pack_float({})",
-    "double": "out += pack_double({})",
-}
 
 
 def _no_branch(value: Any) -> None:

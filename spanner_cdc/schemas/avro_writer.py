@@ -39,7 +39,9 @@ def compile_writer(parsed_schema: Any) -> Writer:
 
 #: Encodings of large longs seen lately. The same few recur in every event — the read time, the
 #: commit time (twice, in micros) and its milliseconds — and each takes a nine-step loop in
-#: Python; looking one up is a twentieth of that. Emptied when full, so it stays small.
+#: Python; looking one up is a twentieth of that. Emptied when full, so it stays small. Shared
+#: by every writer of the process: a get or set of a dict is atomic, and an entry lost to a
+#: concurrent emptying only costs its recomputation.
 _RECENT_LONGS: dict[int, bytes] = {}
 _RECENT_LONGS_KEPT = 4096
 

@@ -210,6 +210,9 @@ def test_values_outside_the_schema_are_refused_not_written() -> None:
         write(bytearray(), {"n": 1, "u": 1.5})
     with pytest.raises(KeyError):
         write(bytearray(), {"u": 1})
+    write(bytearray(), {"n": 10**10, "u": 1})  # 10**10's bytes are now kept (write_long)
+    with pytest.raises(TypeError):
+        write(bytearray(), {"n": 1e10, "u": 1})  # an equal float is still not a long
 
 
 def test_types_the_project_never_writes_are_refused_when_compiling() -> None:

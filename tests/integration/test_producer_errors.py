@@ -63,7 +63,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int, *
         ((), "Bank; DROP TABLE Accounts", ("not a valid identifier",)),
         ((), "Bank'--", ("not a valid identifier",)),
         ((), "my stream", ("not a valid identifier",)),
-        (("--heartbeat-ms", "999"), "Bank", ("--heartbeat-ms", "between 1000 and 300000")),
+        (("--heartbeat-ms", "99"), "Bank", ("--heartbeat-ms", "between 100 and 300000")),
         (("--heartbeat-ms", "soon"), "Bank", ("--heartbeat-ms", "'soon'")),
         (("--start-timestamp", "2999-01-01T00:00:00Z"), "Bank", ("in the future",)),
         (("--start-timestamp", "yesterday"), "Bank", ("--start-timestamp", "RFC 3339")),

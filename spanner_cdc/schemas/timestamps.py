@@ -22,7 +22,6 @@ _TIMESTAMP_RE = re.compile(
 
 #: The canonical form's length: ``2022-09-27T12:30:00.123456Z``, what Spanner sends.
 _CANONICAL_LENGTH = 27
-_MICROSECOND = dt.timedelta(microseconds=1)
 
 
 def parse_timestamp_micros(text: str) -> int:
@@ -48,7 +47,7 @@ def parse_timestamp_micros(text: str) -> int:
         and text[26] == "Z"
     ):
         try:
-            return (dt.datetime.fromisoformat(text) - EPOCH) // _MICROSECOND
+            return micros_from_datetime(dt.datetime.fromisoformat(text))
         except ValueError:
             pass
     return _parse_rfc3339(text)

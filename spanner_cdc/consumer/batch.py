@@ -1,9 +1,15 @@
 """One micro-batch, start to finish: decode, quarantine, dedupe, order, write every sink.
 
+Spark's executors do the per-event work (consumer.executor_tasks): every task reads its share of
+the batch's Kafka rows through the one gate (consumer.message_reader) and hands the driver an
+outline — one narrow row per message; the driver deduplicates on it, checks watermarks, and the
+tasks write the changelog. The replica (one database, one transaction per batch) is still fed on
+the driver: the kept events are brought there and merged (docs/consumer.md, "Where the work runs").
+
 The order of writes is what makes a crash at any point harmless. Spark replays an unfinished
 batch with the same offsets, and every step repeats its first attempt's result:
 
-1. changelog files and the quarantine file are named by batch id and replaced whole;
+1. changelog files and the quarantine file are named by batch id (and task) and replaced whole;
 2. the replica transaction records the batch id with the data — and, with whole
    transactions, with the held events, watermarks and cut (consumer.sinks.replica.cut) — and
    skips a batch it has;
@@ -16,82 +22,187 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import StorageLevel
+from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention
+from pyspark.sql.pandas.types import from_arrow_schema
 
-from spanner_cdc.consumer.decode import DecodedBatch, DecodedEvent, Quarantined
+from spanner_cdc.consumer.decode import BatchDecoder
+from spanner_cdc.consumer.decoded import DecodedBatch, Quarantined
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import BadMessageError
-from spanner_cdc.consumer.kafka_rows import DECODE_COLUMNS
+from spanner_cdc.consumer.executor_tasks import (
+    EVENT,
+    OUTLINE_SCHEMA,
+    QUARANTINED,
+    TOMBSTONE,
+    WATERMARK,
+    WRITTEN_SCHEMA,
+    outline,
+    write_changelog,
+)
+from spanner_cdc.consumer.kafka_rows import DECODE_COLUMNS, DECODE_SCHEMA
+from spanner_cdc.consumer.message_reader import LEARNABLE, DecodeContext, MessageReader
 from spanner_cdc.consumer.metrics import ConsumerMetrics
+from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.contents import BatchContents, Sink
+from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
 from spanner_cdc.consumer.status import BatchSeen
 from spanner_cdc.schemas.timestamps import now_micros, seconds_behind
 
 log = logging.getLogger("spanner_cdc.consumer")
+#: A message's coordinates: what identifies it across the tasks and attempts of a batch.
+COORDINATES = ["topic", "partition", "offset"]
+
+
+@dataclass(frozen=True)
+class Outline:
+    """A batch as its tasks outlined it (``executor_tasks.OUTLINE_SCHEMA``), on the driver."""
+
+    rows: pa.Table
+
+    def of_kind(self, kind: str) -> pa.Table:
+        return self.rows.filter(pc.equal(self.rows.column("kind"), kind))
+
+    @property
+    def events(self) -> pa.Table:
+        return self.of_kind(EVENT)
+
+    def quarantined(self) -> list[Quarantined]:
+        return [
+            Quarantined(
+                r["topic"], r["partition"], r["offset"], r["key"], r["value"], r["reason"], r["detail"]
+            )
+            for r in self.of_kind(QUARANTINED).to_pylist()
+        ]
+
+    def learnable(self) -> list[bytes]:
+        """The messages quarantined for naming a schema, id or table version not known yet."""
+        rows = self.of_kind(QUARANTINED)
+        unknown = rows.filter(pc.is_in(rows.column("reason"), value_set=pa.array(sorted(LEARNABLE))))
+        return [value for value in unknown.column("value").to_pylist() if value]
+
+    def decoded(self, context: DecodeContext) -> DecodedBatch:
+        """Watermarks (read again from their bytes on the driver: a few per batch) and the
+        quarantine, for the driver's checks and sinks; events stay with the tasks."""
+        watermarks = self.of_kind(WATERMARK).select(DECODE_COLUMNS).cast(DECODE_SCHEMA)
+        tombstones = len(self.of_kind(TOMBSTONE))
+        return DecodedBatch(
+            [], MessageReader(context).read(watermarks).watermarks, self.quarantined(), tombstones
+        )
 
 
 @dataclass
 class BatchProcessor:
-    #: Kafka rows (``kafka_rows.DECODE_SCHEMA``) → events, watermarks and quarantine rows.
-    decode: Callable[[pa.Table], DecodedBatch]
+    decoder: BatchDecoder
     delivered: DeliveredChanges
-    #: Written in this order; each must make a replay of the same batch id harmless.
-    sinks: Sequence[Sink]
+    #: Written by the executors, first.
+    changelog: ChangelogSink | None
+    #: Written on the driver, in this order, after the changelog; each must make a replay of
+    #: the same batch id harmless. The replica needs the batch's kept events on the driver.
+    replica: Sink | None
+    quarantine: QuarantineSink
     fail_on_bad_message: bool
     metrics: ConsumerMetrics
+    #: The first batch after a start is the only one that can be a replay (see ChangelogSink).
+    _started: bool = False
 
     def __call__(self, batch: Any, batch_id: int) -> None:
         """The ``foreachBatch`` function: a Spark DataFrame of Kafka rows and its batch id."""
-        self.process(batch.select(*DECODE_COLUMNS).toArrow(), batch_id)
-
-    def process(self, rows: pa.Table, batch_id: int) -> None:
         started = time.monotonic()
         if self.delivered.committed(batch_id):
             self.metrics.batches.labels("replayed-skipped").inc()
             log.info("batch %d was already written by an earlier attempt; skipped", batch_id)
             return
-        decoded = self.decode(rows)
-        events, quarantined = decoded.events, decoded.quarantined
+        rows = batch.select(*DECODE_COLUMNS).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            self._process(rows, batch_id, started)
+        finally:
+            rows.unpersist()
+
+    def _process(self, rows: Any, batch_id: int, started: float) -> None:
+        context = self.decoder.start_batch()
+        staged = self.changelog.staging(batch_id) if self.changelog is not None else None
+        outlined = self._outline(rows, context, batch_id, staged)
+        unknown = outlined.learnable()
+        learnt = self.decoder.learn(context, unknown) if unknown else None
+        if learnt is not None:
+            context, outlined = learnt, self._outline(rows, learnt, batch_id, staged)
+        decoded = self.decoder.checked(outlined.decoded(context), context)
+        quarantined = sorted(decoded.quarantined, key=lambda q: (q.topic, q.partition, q.offset))
         if quarantined and self.fail_on_bad_message:
             first = quarantined[0]
             raise BadMessageError(
                 f"{first.topic}[{first.partition}] offset {first.offset}: {first.reason} ({first.detail}); "
                 f"{len(quarantined)} undecodable message(s) in batch {batch_id}"
             )
-        fresh = self._deduplicate(batch_id, events)
+        events = outlined.events
+        keep = self.delivered.fresh(batch_id, events)
+        fresh = events.filter(keep)
+        duplicates = events.filter(pc.invert(keep)).select(COORDINATES)
+        kept_rows = self._without(rows, duplicates)
+        if self.changelog is not None:
+            self._write_changelog(self.changelog, kept_rows, context, batch_id, dropped=duplicates.num_rows)
+        self._started = True
+        fresh_events = []
+        if self.replica is not None:
+            fresh_events = MessageReader(context).read(kept_rows.toArrow()).events
+        contents = BatchContents(fresh_events, quarantined, decoded.watermarks)
+        if self.replica is not None:
+            self.replica.write(batch_id, contents)
+        self.quarantine.write(batch_id, contents)
         horizon = self.delivered.oldest_remembered(batch_id)
-        beyond_horizon = sum(1 for e in fresh if horizon is not None and e.commit_micros < horizon)
-        contents = BatchContents(fresh, quarantined, decoded.watermarks)
-        for sink in self.sinks:
-            sink.write(batch_id, contents)
-        self.delivered.remember(batch_id, [e.record["uuid"] for e in fresh], [e.commit_micros for e in fresh])
+        self.delivered.remember(batch_id, fresh)
         self.metrics.tombstones.inc(decoded.tombstones)
         seen = BatchSeen(
             batch_id,
-            len(fresh),
-            len(events) - len(fresh),
+            fresh.num_rows,
+            events.num_rows - fresh.num_rows,
             len(quarantined),
             time.monotonic() - started,
             now_micros(),
         )
-        self._observe(seen, fresh, quarantined, beyond_horizon)
+        self._observe(seen, fresh, quarantined, horizon)
 
-    def _deduplicate(self, batch_id: int, events: list[DecodedEvent]) -> list[DecodedEvent]:
-        keep = self.delivered.fresh(
-            batch_id, [e.record["uuid"] for e in events], [e.commit_micros for e in events]
+    @staticmethod
+    def _outline(rows: Any, context: DecodeContext, batch_id: int, staged: ChangelogSink | None) -> Outline:
+        if staged is not None:
+            staged.clear()  # an earlier attempt's, or this batch's before it learnt a schema
+        task = outline(context, batch_id, staged.root if staged is not None else None)
+        return Outline(
+            rows.mapInArrow(task, from_arrow_schema(OUTLINE_SCHEMA)).toArrow().cast(OUTLINE_SCHEMA)
         )
-        return [event for event, kept in zip(events, keep, strict=True) if kept]
+
+    def _write_changelog(
+        self, changelog: ChangelogSink, kept_rows: Any, context: DecodeContext, batch_id: int, *, dropped: int
+    ) -> None:
+        """The staged files moved into place when no event was dropped; otherwise the tasks
+        write the kept events again (a batch with duplicates: after a producer restart)."""
+        staged = changelog.staging(batch_id)
+        if not self._started:
+            changelog.remove_batch(batch_id)
+        if dropped == 0:
+            changelog.publish(staged)
+            return
+        staged.clear()
+        kept_rows.mapInArrow(
+            write_changelog(context, changelog.root, batch_id), from_arrow_schema(WRITTEN_SCHEMA)
+        ).collect()
+
+    @staticmethod
+    def _without(rows: Any, duplicates: pa.Table) -> Any:
+        """``rows`` but the messages at ``duplicates``' coordinates (few: broadcast to the tasks)."""
+        if duplicates.num_rows == 0:
+            return rows
+        dropped = rows.sparkSession.createDataFrame(duplicates)
+        return rows.join(F.broadcast(dropped), on=COORDINATES, how="left_anti")
 
     def _observe(
-        self,
-        seen: BatchSeen,
-        fresh: list[DecodedEvent],
-        quarantined: list[Quarantined],
-        beyond_horizon: int,
+        self, seen: BatchSeen, fresh: pa.Table, quarantined: list[Quarantined], horizon: int | None
     ) -> None:
         batch_id = seen.batch_id
         metrics = self.metrics
@@ -100,16 +211,17 @@ class BatchProcessor:
         metrics.duplicates.inc(seen.duplicates)
         metrics.batches.labels("written").inc()
         metrics.batch_seconds.observe(seen.seconds)
+        commits = fresh.column("commit_micros")
+        beyond_horizon = 0 if horizon is None else pc.sum(pc.less(commits, horizon)).as_py() or 0
         metrics.beyond_horizon.inc(beyond_horizon)
-        counts = Counter((e.record["object"], e.record["source_metadata"]["change_type"]) for e in fresh)
-        for (table, change_type), count in counts.items():
-            metrics.events.labels(table, change_type).inc(count)
+        counts = fresh.group_by(["object", "change_type"]).aggregate([("uuid", "count")])
+        for row in counts.to_pylist():
+            metrics.events.labels(row["object"], row["change_type"]).inc(row["uuid_count"])
         for reason, count in reasons.items():
             metrics.quarantined.labels(reason).inc(count)
             log.warning("batch %d: quarantined %d message(s): %s", batch_id, count, reason)
-        if fresh:
-            newest = max(e.commit_micros for e in fresh)
-            metrics.commit_lag.set(seconds_behind(newest))
+        if fresh.num_rows:
+            metrics.commit_lag.set(seconds_behind(pc.max(commits).as_py()))
         if beyond_horizon:
             log.warning(
                 "batch %d: %d event(s) older than the dedupe horizon were delivered without a uuid check",

@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from spanner_cdc.consumer.decode import DecodedEvent
+from spanner_cdc.consumer.decoded import DecodedEvent
 from spanner_cdc.consumer.table_version import PayloadColumn, TableVersion, merged_columns
 from spanner_cdc.schemas.identity import row_id
 

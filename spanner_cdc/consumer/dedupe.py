@@ -26,6 +26,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 STATE_FILE = "dedupe.duckdb"
 #: Batch records kept: enough to answer ``committed`` for a replay, and the newest commit time.
@@ -61,18 +62,15 @@ class DeliveredChanges:
         newest = self._sql("SELECT max(newest_micros) FROM batches WHERE batch_id < ?", [batch_id])[0][0]
         return None if newest is None else int(newest) - self.horizon_micros
 
-    def fresh(self, batch_id: int, uuids: Sequence[str], commit_micros: Sequence[int]) -> list[bool]:
-        """Per change: True for the first occurrence not delivered by an earlier batch."""
-        incoming = pa.table(
-            {
-                "position": pa.array(range(len(uuids)), type=pa.int64()),
-                "uuid": pa.array(uuids, type=pa.string()),
-                "commit_micros": pa.array(commit_micros, type=pa.int64()),
-            }
+    def fresh(self, batch_id: int, changes: pa.Table) -> pa.ChunkedArray:
+        """Per change of ``changes`` (columns ``uuid``, ``commit_micros``): True for the first
+        occurrence not delivered by an earlier batch."""
+        incoming = changes.select(["uuid", "commit_micros"]).append_column(
+            "position", pa.array(range(changes.num_rows), type=pa.int64())
         )
         self._db.register("incoming", incoming)
         try:
-            rows = self._sql(
+            kept = self._db.sql(
                 """
                 SELECT i.position FROM incoming i
                 WHERE i.position = (SELECT min(j.position) FROM incoming j WHERE j.uuid = i.uuid)
@@ -80,24 +78,16 @@ class DeliveredChanges:
                     SELECT 1 FROM delivered d
                     WHERE d.commit_micros = i.commit_micros AND d.uuid = i.uuid AND d.batch_id < ?)
                 """,
-                [batch_id],
-            )
+                params=[batch_id],
+            ).to_arrow_table()
         finally:
             self._db.unregister("incoming")
-        keep = [False] * len(uuids)
-        for (position,) in rows:
-            keep[position] = True
-        return keep
+        return pc.is_in(incoming.column("position"), value_set=kept.column("position"))
 
-    def remember(self, batch_id: int, uuids: Sequence[str], commit_micros: Sequence[int]) -> None:
-        """Record the batch's delivered changes and prune what fell behind the horizon, atomically."""
-        delivered = pa.table(
-            {
-                "commit_micros": pa.array(commit_micros, type=pa.int64()),
-                "uuid": pa.array(uuids, type=pa.string()),
-            }
-        )
-        newest = max(commit_micros, default=None)
+    def remember(self, batch_id: int, delivered: pa.Table) -> None:
+        """Record the batch's delivered changes (columns ``uuid``, ``commit_micros``) and prune
+        what fell behind the horizon, atomically."""
+        newest = pc.max(delivered.column("commit_micros")).as_py()
         self._db.register("batch_delivered", delivered)
         try:
             self._sql("BEGIN")

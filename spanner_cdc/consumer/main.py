@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, KafkaException
 from spanner_cdc.common.schema_registry import SchemaRegistry
 from spanner_cdc.consumer.batch import BatchProcessor
 from spanner_cdc.consumer.config import ConsumerConfig
-from spanner_cdc.consumer.decode import BatchDecoder, BrokerPartitions, SchemaTopic, partition_counts
+from spanner_cdc.consumer.decode import BatchDecoder, BrokerPartitions, partition_counts
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.graceful_stop import (
@@ -26,8 +26,8 @@ from spanner_cdc.consumer.graceful_stop import (
 )
 from spanner_cdc.consumer.kafka_source import SOURCE_NAME
 from spanner_cdc.consumer.metrics import ConsumerMetrics
+from spanner_cdc.consumer.schema_topic import SchemaTopic
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
-from spanner_cdc.consumer.sinks.contents import Sink
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, open_backend
 from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut
@@ -109,9 +109,7 @@ class ConsumerJob:
             registry,
         )
         metrics = ConsumerMetrics(f"{config.topic_prefix}.* into {', '.join(config.sinks)}")
-        sinks: list[Sink] = []
-        if "changelog" in config.sinks:
-            sinks.append(ChangelogSink(config.changelog_dir))
+        replica: ReplicaSink | None = None
         if backend is not None:
             cut = (
                 ConsistentCut(backend, decoder.decode, config.subscribed, config.max_events_per_batch)
@@ -124,15 +122,16 @@ class ConsumerJob:
                 else None
             )
             merge = ReplicaMerge(backend, history)
-            sinks.append(ReplicaSink(merge, metrics, config.spark_checkpoint, cut, on_replica_commit))
+            replica = ReplicaSink(merge, metrics, config.spark_checkpoint, cut, on_replica_commit)
             backend.release()  # until the first batch: stream commands may use a DuckDB replica
-        sinks.append(QuarantineSink(config.quarantine_dir))
         processor = BatchProcessor(
-            decode=decoder.decode,
+            decoder=decoder,
             delivered=DeliveredChanges(
                 config.checkpoint_dir / "dedupe", config.dedupe_horizon_seconds * MICROS_PER_SECOND
             ),
-            sinks=sinks,
+            changelog=ChangelogSink(config.changelog_dir) if "changelog" in config.sinks else None,
+            replica=replica,
+            quarantine=QuarantineSink(config.quarantine_dir),
             fail_on_bad_message=config.on_bad_message == "fail",
             metrics=metrics,
         )

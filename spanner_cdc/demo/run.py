@@ -30,10 +30,10 @@ from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
 from spanner_cdc.common.progress import show_progress
 from spanner_cdc.common.spanner_client import create_emulator_database
 from spanner_cdc.consumer.config import ConsumerConfig
-from spanner_cdc.consumer.decode import SchemaTopic
 from spanner_cdc.consumer.graceful_stop import StopRequest
 from spanner_cdc.consumer.main import ConsumerJob, wait_until_started
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
+from spanner_cdc.consumer.schema_topic import SchemaTopic
 from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit
 from spanner_cdc.consumer.spark_session import spark_session
 from spanner_cdc.demo.bank import DDL, STREAM, TABLE_COLUMNS, TOTAL, BalanceWatch, BankWorkload

@@ -13,13 +13,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from spanner_cdc.consumer.decode import (
-    BatchDecoder,
-    BrokerPartitions,
-    DecodedEvent,
-    SchemaTopic,
-    WatermarkSeen,
-)
+from spanner_cdc.consumer.decode import BatchDecoder, BrokerPartitions
+from spanner_cdc.consumer.decoded import DecodedEvent, WatermarkSeen
+from spanner_cdc.consumer.schema_topic import SchemaTopic
 from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend
 from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut, Release, incomplete_transactions
 from spanner_cdc.schemas.topics import Topics
@@ -75,7 +71,7 @@ def decoded(decoder: BatchDecoder, records: list[dict[str, Any]], partition: int
 
 
 def mark(partition: int, micros: int, topics: dict[str, int] | None = None) -> WatermarkSeen:
-    return WatermarkSeen(TOPIC, partition, 0, Watermark(STREAM, micros, topics or {TOPIC: 2}))
+    return WatermarkSeen(TOPIC, partition, 0, Watermark(STREAM, micros, topics or {TOPIC: 2}), b"")
 
 
 def test_the_cut_is_the_lowest_partition_watermark_and_waits_for_every_partition(

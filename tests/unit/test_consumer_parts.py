@@ -7,6 +7,7 @@ import threading
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from spanner_cdc.common.config import ConfigError
@@ -21,36 +22,52 @@ pytestmark = pytest.mark.unit
 HOUR = 3_600_000_000
 
 
+def changes(uuids: list[str], commit_micros: list[int]) -> pa.Table:
+    """A batch's events as deduplication sees them (its outline's columns)."""
+    return pa.table({"uuid": uuids, "commit_micros": pa.array(commit_micros, pa.int64())})
+
+
+def fresh(memory: DeliveredChanges, batch_id: int, uuids: list[str], commit_micros: list[int]) -> list[bool]:
+    return list(memory.fresh(batch_id, changes(uuids, commit_micros)).to_pylist())
+
+
 def test_memory_keeps_first_occurrences_and_forgets_nothing_within_the_horizon(tmp_path: Path) -> None:
     memory = DeliveredChanges(tmp_path, HOUR)
-    assert memory.fresh(0, ["a", "b", "a"], [10, 20, 10]) == [True, True, False]
-    memory.remember(0, ["a", "b"], [10, 20])
+    assert fresh(memory, 0, ["a", "b", "a"], [10, 20, 10]) == [True, True, False]
+    memory.remember(0, changes(["a", "b"], [10, 20]))
     assert memory.committed(0)
-    assert memory.fresh(1, ["b", "c"], [20, 30]) == [False, True]
+    assert fresh(memory, 1, ["b", "c"], [20, 30]) == [False, True]
 
 
 def test_a_replayed_batch_gets_the_answers_of_its_first_attempt(tmp_path: Path) -> None:
     memory = DeliveredChanges(tmp_path, HOUR)
-    memory.remember(0, ["a"], [10])
-    first = memory.fresh(1, ["a", "b"], [10, 20])
-    memory.remember(1, ["b"], [20])  # the crash came after this, before Spark committed batch 1
-    assert memory.fresh(1, ["a", "b"], [10, 20]) == first == [False, True]
+    memory.remember(0, changes(["a"], [10]))
+    first = fresh(memory, 1, ["a", "b"], [10, 20])
+    memory.remember(1, changes(["b"], [20]))  # the crash came after this, before Spark committed batch 1
+    assert fresh(memory, 1, ["a", "b"], [10, 20]) == first == [False, True]
     assert not memory.committed(2)
 
 
 def test_entries_behind_the_horizon_are_pruned(tmp_path: Path) -> None:
     memory = DeliveredChanges(tmp_path, horizon_micros=100)
-    memory.remember(0, ["old"], [1_000])
-    memory.remember(1, ["new"], [2_000])
+    memory.remember(0, changes(["old"], [1_000]))
+    memory.remember(1, changes(["new"], [2_000]))
     assert memory.oldest_remembered(2) == 1_900
-    assert memory.fresh(2, ["old", "new"], [1_000, 2_000]) == [True, False]
+    assert fresh(memory, 2, ["old", "new"], [1_000, 2_000]) == [True, False]
 
 
 def test_the_memory_survives_a_reopen(tmp_path: Path) -> None:
     memory = DeliveredChanges(tmp_path, HOUR)
-    memory.remember(0, ["a"], [10])
+    memory.remember(0, changes(["a"], [10]))
     memory.close()
-    assert DeliveredChanges(tmp_path, HOUR).fresh(1, ["a"], [10]) == [False]
+    assert fresh(DeliveredChanges(tmp_path, HOUR), 1, ["a"], [10]) == [False]
+
+
+def test_an_empty_batch_is_remembered(tmp_path: Path) -> None:
+    memory = DeliveredChanges(tmp_path, HOUR)
+    assert fresh(memory, 0, [], []) == []
+    memory.remember(0, changes([], []))
+    assert memory.committed(0)
 
 
 def test_the_topic_pattern_leaves_out_control_topics(tmp_path: Path) -> None:

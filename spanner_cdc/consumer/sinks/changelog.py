@@ -2,15 +2,27 @@
 
 Layout (hive-style, readable by Spark, DuckDB, pyarrow, Trino …)::
 
-    <root>/object=<table>/commit_date=<YYYY-MM-DD>/batch-<batch id>.parquet
+    <root>/object=<table>/commit_date=<YYYY-MM-DD>/batch-<batch id>-part-<task>.parquet
 
-Rows within a file are in ``sort_keys`` order. A new table version adds columns to new files
-only; read with schema merging (``union_by_name`` in DuckDB, ``mergeSchema`` in Spark).
+Each file is written by the Spark task that read its events (consumer.executor_tasks): one per
+table, commit date and task of a batch. Rows within a file are in ``sort_keys`` order. A new
+table version adds columns to new files only; read with schema merging (``union_by_name`` in
+DuckDB, ``mergeSchema`` in Spark).
+
+The tasks stage their files in ``_staging/batch-<id>/`` (the same layout below it) while the
+driver deduplicates; without duplicates the driver moves them into place, otherwise the tasks
+write the kept events again, directly. A replayed batch writes the same files again (same
+batch id, same tasks) and replaces them; if it was split into other tasks than the first
+attempt (a changed option), the first attempt's files would stay beside the new ones, so the
+consumer removes a batch's files before its first batch after a start
+(:meth:`ChangelogSink.remove_batch`) — the only batch that can be a replay.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
+import shutil
 from pathlib import Path
 from urllib.parse import quote
 
@@ -18,32 +30,57 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spanner_cdc.consumer.change_rows import TableChanges
-from spanner_cdc.consumer.sinks.contents import BatchContents
 from spanner_cdc.consumer.sinks.parquet_files import batch_file_name, write_atomically
+
+#: The directory under the changelog's root where tasks stage a batch's files.
+STAGING = "_staging"
 
 
 class ChangelogSink:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def write(self, batch_id: int, contents: BatchContents) -> None:
-        for changes in contents.tables:
-            self.write_table(batch_id, changes)
+    def staging(self, batch_id: int) -> ChangelogSink:
+        """Where the tasks write a batch's changelog before the driver knows which events it
+        keeps: under the root, in a directory Spark's and pyarrow's dataset readers skip
+        (``_``), so that publishing is a rename on the same file system."""
+        return ChangelogSink(self.root / STAGING / batch_file_name(batch_id).removesuffix(".parquet"))
 
-    def write_table(self, batch_id: int, changes: TableChanges) -> int:
-        """Write one table's changes of one batch; returns the rows written."""
+    def clear(self) -> None:
+        """Remove this (staging) sink's directory and everything in it."""
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def publish(self, staged: ChangelogSink) -> None:
+        """Move every file of ``staged`` to the same place under this root, then remove it."""
+        for file in sorted(staged.root.rglob("*.parquet")):
+            target = self.root / file.relative_to(staged.root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(file, target)
+        staged.clear()
+
+    def remove_batch(self, batch_id: int) -> None:
+        """Every file an earlier attempt of ``batch_id`` may have written (by any task, or whole
+        by the driver, as earlier versions wrote them)."""
+        whole = batch_file_name(batch_id)
+        for name in (whole, whole.replace(".parquet", "-part-*.parquet")):
+            for stale in self.root.glob(f"object=*/commit_date=*/{name}"):
+                stale.unlink()
+
+    def write_table(self, batch_id: int, changes: TableChanges, part: int) -> int:
+        """Write one table's changes of one batch, read by task ``part``; returns the rows written."""
         table = changes.changelog()
         commit_dates = pc.cast(
             pc.struct_field(table.column("envelope$source_metadata"), "commit_timestamp"), pa.date32()
         )
         for commit_date in pc.unique(commit_dates).to_pylist():
             rows = table.filter(pc.equal(commit_dates, pa.scalar(commit_date, pa.date32())))
-            write_atomically(self._path(changes.table, commit_date, batch_id), rows)
+            write_atomically(self._path(changes.table, commit_date, batch_id, part), rows)
         rows_written: int = table.num_rows
         return rows_written
 
     def table_dir(self, table: str) -> Path:
         return self.root / f"object={quote(table, safe='')}"
 
-    def _path(self, table: str, commit_date: dt.date, batch_id: int) -> Path:
-        return self.table_dir(table) / f"commit_date={commit_date.isoformat()}" / batch_file_name(batch_id)
+    def _path(self, table: str, commit_date: dt.date, batch_id: int, part: int) -> Path:
+        directory = self.table_dir(table) / f"commit_date={commit_date.isoformat()}"
+        return directory / batch_file_name(batch_id, part)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from spanner_cdc.consumer.change_rows import TableChanges
-from spanner_cdc.consumer.decode import DecodedEvent, Quarantined, WatermarkSeen
+from spanner_cdc.consumer.decoded import DecodedEvent, Quarantined, WatermarkSeen
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,11 @@ import pyarrow.parquet as pq
 COMPRESSION = "zstd"
 
 
-def batch_file_name(batch_id: int) -> str:
-    return f"batch-{batch_id:012d}.parquet"
+def batch_file_name(batch_id: int, part: int | None = None) -> str:
+    """``batch-<id>.parquet``, or with ``part`` (the Spark task's partition that wrote it)
+    ``batch-<id>-part-<part>.parquet``."""
+    suffix = "" if part is None else f"-part-{part:05d}"
+    return f"batch-{batch_id:012d}{suffix}.parquet"
 
 
 def write_atomically(path: Path, table: pa.Table) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from spanner_cdc.consumer.decode import Quarantined
+from spanner_cdc.consumer.decoded import Quarantined
 from spanner_cdc.consumer.sinks.contents import BatchContents
 from spanner_cdc.consumer.sinks.parquet_files import batch_file_name, write_atomically
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from spanner_cdc.consumer.decode import DecodedBatch, DecodedEvent, WatermarkSeen
+from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent, WatermarkSeen
 from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.kafka_rows import DECODE_SCHEMA
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table, quote

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 
 from spanner_cdc.consumer.change_rows import TableChanges
-from spanner_cdc.consumer.decode import DecodedEvent
+from spanner_cdc.consumer.decoded import DecodedEvent
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table, quote
 
 GENERATIONS_TABLE = "cdc$generations"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spanner_cdc.consumer.decode import DecodedEvent
+from spanner_cdc.consumer.decoded import DecodedEvent
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.sinks.contents import BatchContents, by_table
 from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut

@@ -1,0 +1,64 @@
+"""What decoding makes of a micro-batch's Kafka rows: events, watermarks and quarantine rows.
+
+Shared by the decoder (consumer.message_reader, run on the executors and on the driver) and the
+sinks that take its results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from spanner_cdc.consumer.table_version import TableVersion
+from spanner_cdc.schemas.watermark import Watermark
+
+
+@dataclass(frozen=True)
+class DecodedEvent:
+    """One event, where it came from, and its bytes (kept for transactions held back)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    version: TableVersion
+    record: dict[str, Any]
+    #: ``sort_keys`` as a comparable tuple: (commit micros, tx id, record sequence, mod index).
+    sort_key: tuple[int, str, str, int]
+
+    @property
+    def commit_micros(self) -> int:
+        return self.sort_key[0]
+
+
+@dataclass(frozen=True)
+class WatermarkSeen:
+    """A watermark record and the partition it was read from."""
+
+    topic: str
+    partition: int
+    offset: int
+    watermark: Watermark
+    #: Its bytes, for the quarantine if the broker refutes it (consumer.decode).
+    value: bytes
+
+
+@dataclass(frozen=True)
+class DecodedBatch:
+    events: list[DecodedEvent]
+    watermarks: list[WatermarkSeen]
+    quarantined: list[Quarantined]
+    #: Keyed messages without a value: a producer's --delete-tombstones, for compaction; skipped.
+    tombstones: int = 0
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    reason: str
+    detail: str

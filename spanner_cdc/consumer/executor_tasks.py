@@ -1,0 +1,133 @@
+"""The per-event work of a micro-batch, as Spark tasks: each reads its share of the batch's Kafka
+rows through the one gate (consumer.message_reader) on an executor.
+
+- :func:`outline` — every message as one narrow row: what it is (event, watermark, quarantined,
+  tombstone) and, for an event, what deduplication and the metrics need (uuid, commit time,
+  table, change type). Only this crosses to the driver; bytes only for the few watermarks and
+  quarantined messages, which the driver checks and writes. With a changelog, the task also
+  writes its events' changelog files to the batch's staging directory, which the driver
+  publishes when deduplication dropped nothing.
+- :func:`write_changelog` — when it did drop something: the events it kept, written to the
+  changelog by the task that read them (one file per table, commit date and task), and one row
+  per table back: how many rows it wrote.
+
+Both take the batch's :class:`DecodeContext`, fixed by the driver for the batch, so every task
+(and a replay) decides exactly as the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark import TaskContext
+
+from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent
+from spanner_cdc.consumer.message_reader import DecodeContext, MessageReader
+from spanner_cdc.consumer.sinks.changelog import ChangelogSink
+from spanner_cdc.consumer.sinks.contents import by_table
+
+ArrowTask = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+EVENT, WATERMARK, QUARANTINED, TOMBSTONE = "event", "watermark", "quarantined", "tombstone"
+OUTLINE_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("kind", pa.string()),
+        ("uuid", pa.string()),
+        ("commit_micros", pa.int64()),
+        ("object", pa.string()),
+        ("change_type", pa.string()),
+        ("reason", pa.string()),
+        ("detail", pa.string()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+    ]
+)
+WRITTEN_SCHEMA = pa.schema([("object", pa.string()), ("rows", pa.int64())])
+
+
+def outline(context: DecodeContext, batch_id: int, staging: Path | None) -> ArrowTask:
+    """The ``mapInArrow`` function that outlines its share of the batch (see the module
+    docstring); with ``staging``, it also writes the changelog of every event it read there, so
+    a batch without duplicates — nearly every batch — is decoded once (consumer.batch)."""
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        reader = MessageReader(context)
+        events: list[DecodedEvent] = []
+        for rows in batches:
+            decoded = reader.read(rows)
+            if staging is not None:
+                events.extend(decoded.events)
+            yield pa.RecordBatch.from_pylist(outlined(decoded), schema=OUTLINE_SCHEMA)
+        if staging is not None:
+            write_events(ChangelogSink(staging), batch_id, events)
+
+    return task
+
+
+def outlined(decoded: DecodedBatch) -> list[dict[str, object]]:
+    """One row per message of ``decoded``; the columns a kind does not use stay null."""
+    return [
+        *(
+            {
+                "topic": e.topic,
+                "partition": e.partition,
+                "offset": e.offset,
+                "kind": EVENT,
+                "uuid": e.record["uuid"],
+                "commit_micros": e.commit_micros,
+                "object": e.record["object"],
+                "change_type": e.record["source_metadata"]["change_type"],
+            }
+            for e in decoded.events
+        ),
+        *(
+            {
+                "topic": w.topic,
+                "partition": w.partition,
+                "offset": w.offset,
+                "kind": WATERMARK,
+                "value": w.value,
+            }
+            for w in decoded.watermarks
+        ),
+        *(
+            {
+                "topic": q.topic,
+                "partition": q.partition,
+                "offset": q.offset,
+                "kind": QUARANTINED,
+                "reason": q.reason,
+                "detail": q.detail,
+                "key": q.key,
+                "value": q.value,
+            }
+            for q in decoded.quarantined
+        ),
+        *({"kind": TOMBSTONE} for _ in range(decoded.tombstones)),
+    ]
+
+
+def write_changelog(context: DecodeContext, root: Path, batch_id: int) -> ArrowTask:
+    """The ``mapInArrow`` function that writes its share of the batch's kept events."""
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        reader = MessageReader(context)
+        events = [event for rows in batches for event in reader.read(rows).events]
+        written = write_events(ChangelogSink(root), batch_id, events)
+        yield pa.RecordBatch.from_pydict(
+            {"object": list(written), "rows": list(written.values())}, schema=WRITTEN_SCHEMA
+        )
+
+    return task
+
+
+def write_events(sink: ChangelogSink, batch_id: int, events: list[DecodedEvent]) -> dict[str, int]:
+    """This task's events of the batch into ``sink``, a file per table and commit date named by
+    the task's partition; rows written per table."""
+    part = TaskContext.get().partitionId()  # type: ignore[union-attr]  # set in every task
+    return {changes.table: sink.write_table(batch_id, changes, part) for changes in by_table(events)}

@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException
@@ -69,6 +70,28 @@ def check_kafka(config: ConsumerConfig) -> None:
                 f"{old} is where version 0.1 kept its control records; this version reads {new}: "
                 "start this version's producer once (it moves them), then the consumer"
             )
+
+
+def forget_an_unplanned_first_batch(checkpoint: Path) -> None:
+    """Spark refuses to start a query whose checkpoint has no planned batch yet holds files in
+    ``offsets/`` or ``commits/`` (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``, on every start
+    after). A consumer killed while Spark wrote its first offsets leaves exactly that: the
+    write's temporary file (``.0.<uuid>.tmp``) or checksum, and no ``0``. No batch was planned,
+    so nothing can be lost by removing them; a checkpoint with a planned batch is not touched."""
+    logs = [checkpoint / "offsets", checkpoint / "commits"]
+    if any(entry.name.isdigit() for log_dir in logs if log_dir.is_dir() for entry in log_dir.iterdir()):
+        return
+    leftovers = [
+        entry for log_dir in logs if log_dir.is_dir() for entry in log_dir.iterdir() if entry.is_file()
+    ]
+    for leftover in leftovers:
+        leftover.unlink()
+    if leftovers:
+        log.info(
+            "removed %d file(s) Spark left in %s planning its first batch (the consumer was killed then)",
+            len(leftovers),
+            checkpoint,
+        )
 
 
 def open_registry(config: ConsumerConfig) -> SchemaRegistry | None:
@@ -163,6 +186,7 @@ class ConsumerJob:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
+        forget_an_unplanned_first_batch(config.spark_checkpoint)
         return writer.start()
 
     def _run_batch(self, batch: Any, batch_id: int) -> None:

@@ -131,3 +131,23 @@ def test_a_stopped_consumer_ends_between_batches(spark: Any, stack: EmbeddedStac
     run_consumer(spark, config)
     changelog = changelog_rows(config, "Accounts", '"envelope$uuid"')
     assert len(changelog) == len(events) == len({row[0] for row in changelog})
+
+
+def test_a_consumer_killed_while_spark_planned_its_first_batch_starts_again(
+    spark: Any, stack: EmbeddedStack, tmp_path: Path
+) -> None:
+    """What a SIGKILL during Spark's first offsets write leaves: its temporary file and no batch.
+    Spark alone refuses every later start (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY)."""
+    config = consumer_config(
+        stack.endpoint("kafka"), unique_prefix("F"), tmp_path / "out", sinks=["changelog"]
+    )
+    offsets = config.spark_checkpoint / "offsets"
+    offsets.mkdir(parents=True)
+    (offsets / ".0.5d8a3c1e-7f0b-4f7e-9a55-2b1c0e6d4f3a.tmp").write_text('v1\n{"batchWatermarkMs":0')
+    factory = ChangeFactory()
+    events = factory.events(factory.record("INSERT", {"Id": "a"}, {"Balance": "1", "Note": "x"}))
+    publish(config.kafka_bootstrap, config.topic_prefix, events)
+
+    run_consumer(spark, config)
+
+    assert changelog_rows(config, "Accounts", '"Id"') == [("a",)]

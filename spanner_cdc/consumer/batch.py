@@ -27,7 +27,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark import StorageLevel
 from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention
 from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -118,11 +117,7 @@ class BatchProcessor:
             self.metrics.batches.labels("replayed-skipped").inc()
             log.info("batch %d was already written by an earlier attempt; skipped", batch_id)
             return
-        rows = batch.select(*DECODE_COLUMNS).persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            self._process(rows, batch_id, started)
-        finally:
-            rows.unpersist()
+        self._process(batch.select(*DECODE_COLUMNS), batch_id, started)
 
     def _process(self, rows: Any, batch_id: int, started: float) -> None:
         context = self.decoder.start_batch()
@@ -144,13 +139,14 @@ class BatchProcessor:
         keep = self.delivered.fresh(batch_id, events)
         fresh = events.filter(keep)
         duplicates = events.filter(pc.invert(keep)).select(COORDINATES)
-        kept_rows = self._without(rows, duplicates)
         if self.changelog is not None:
-            self._write_changelog(self.changelog, kept_rows, context, batch_id, dropped=duplicates.num_rows)
+            self._write_changelog(self.changelog, rows, duplicates, context, batch_id)
         self._started = True
         fresh_events = []
-        if self.replica is not None:
-            fresh_events = MessageReader(context).read(kept_rows.toArrow()).events
+        if self.replica is not None:  # the outline carried the events' bytes
+            fresh_events = (
+                MessageReader(context).read(fresh.select(DECODE_COLUMNS).cast(DECODE_SCHEMA)).events
+            )
         contents = BatchContents(fresh_events, quarantined, decoded.watermarks)
         if self.replica is not None:
             self.replica.write(batch_id, contents)
@@ -168,30 +164,35 @@ class BatchProcessor:
         )
         self._observe(seen, fresh, quarantined, horizon)
 
-    @staticmethod
-    def _outline(rows: Any, context: DecodeContext, batch_id: int, staged: ChangelogSink | None) -> Outline:
+    def _outline(
+        self, rows: Any, context: DecodeContext, batch_id: int, staged: ChangelogSink | None
+    ) -> Outline:
+        """The tasks' outline of ``rows``; with a replica, events' bytes come along (the driver
+        reads the kept ones again for the merge)."""
         if staged is not None:
             staged.clear()  # an earlier attempt's, or this batch's before it learnt a schema
-        task = outline(context, batch_id, staged.root if staged is not None else None)
+        task = outline(
+            context, batch_id, staged.root if staged is not None else None, self.replica is not None
+        )
         return Outline(
             rows.mapInArrow(task, from_arrow_schema(OUTLINE_SCHEMA)).toArrow().cast(OUTLINE_SCHEMA)
         )
 
     def _write_changelog(
-        self, changelog: ChangelogSink, kept_rows: Any, context: DecodeContext, batch_id: int, *, dropped: int
+        self, changelog: ChangelogSink, rows: Any, duplicates: pa.Table, context: DecodeContext, batch_id: int
     ) -> None:
         """The staged files moved into place when no event was dropped; otherwise the tasks
-        write the kept events again (a batch with duplicates: after a producer restart)."""
+        read the batch again and write the kept events (a batch with duplicates: after a
+        producer restart). The batch is not cached for that: Spark reads the same offsets again."""
         staged = changelog.staging(batch_id)
         if not self._started:
             changelog.remove_batch(batch_id)
-        if dropped == 0:
+        if duplicates.num_rows == 0:
             changelog.publish(staged)
             return
         staged.clear()
-        kept_rows.mapInArrow(
-            write_changelog(context, changelog.root, batch_id), from_arrow_schema(WRITTEN_SCHEMA)
-        ).collect()
+        task = write_changelog(context, changelog.root, batch_id)
+        self._without(rows, duplicates).mapInArrow(task, from_arrow_schema(WRITTEN_SCHEMA)).collect()
 
     @staticmethod
     def _without(rows: Any, duplicates: pa.Table) -> Any:

@@ -4,7 +4,8 @@ rows through the one gate (consumer.message_reader) on an executor.
 - :func:`outline` — every message as one narrow row: what it is (event, watermark, quarantined,
   tombstone) and, for an event, what deduplication and the metrics need (uuid, commit time,
   table, change type). Only this crosses to the driver; bytes only for the few watermarks and
-  quarantined messages, which the driver checks and writes. With a changelog, the task also
+  quarantined messages, which the driver checks and writes — and for events when a replica is
+  written (its merge still runs on the driver). With a changelog, the task also
   writes its events' changelog files to the batch's staging directory, which the driver
   publishes when deduplication dropped nothing.
 - :func:`write_changelog` — when it did drop something: the events it kept, written to the
@@ -50,10 +51,11 @@ OUTLINE_SCHEMA = pa.schema(
 WRITTEN_SCHEMA = pa.schema([("object", pa.string()), ("rows", pa.int64())])
 
 
-def outline(context: DecodeContext, batch_id: int, staging: Path | None) -> ArrowTask:
+def outline(context: DecodeContext, batch_id: int, staging: Path | None, with_bytes: bool) -> ArrowTask:
     """The ``mapInArrow`` function that outlines its share of the batch (see the module
     docstring); with ``staging``, it also writes the changelog of every event it read there, so
-    a batch without duplicates — nearly every batch — is decoded once (consumer.batch)."""
+    a batch without duplicates — nearly every batch — is decoded once (consumer.batch). With
+    ``with_bytes``, events keep their key and value (the replica is merged on the driver)."""
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         reader = MessageReader(context)
@@ -62,14 +64,14 @@ def outline(context: DecodeContext, batch_id: int, staging: Path | None) -> Arro
             decoded = reader.read(rows)
             if staging is not None:
                 events.extend(decoded.events)
-            yield pa.RecordBatch.from_pylist(outlined(decoded), schema=OUTLINE_SCHEMA)
+            yield pa.RecordBatch.from_pylist(outlined(decoded, with_bytes), schema=OUTLINE_SCHEMA)
         if staging is not None:
             write_events(ChangelogSink(staging), batch_id, events)
 
     return task
 
 
-def outlined(decoded: DecodedBatch) -> list[dict[str, object]]:
+def outlined(decoded: DecodedBatch, with_bytes: bool) -> list[dict[str, object]]:
     """One row per message of ``decoded``; the columns a kind does not use stay null."""
     return [
         *(
@@ -82,6 +84,7 @@ def outlined(decoded: DecodedBatch) -> list[dict[str, object]]:
                 "commit_micros": e.commit_micros,
                 "object": e.record["object"],
                 "change_type": e.record["source_metadata"]["change_type"],
+                **({"key": e.key, "value": e.value} if with_bytes else {}),
             }
             for e in decoded.events
         ),

@@ -14,6 +14,7 @@ End offsets come from :func:`spanner_cdc.kafka_offsets.end_offsets`, which is ri
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -51,6 +52,11 @@ READ_TIMEOUT_SECONDS = 120.0
 #: 0.8 s of a 1.15 s trigger — grouped, 0.3 s of 0.65 s (``make demo``'s query progress).
 #: Ranges at least this large keep a task each, so large batches spread as before.
 SMALL_RANGE_OFFSETS = 5_000
+#: Ranges larger than this are read by several tasks, in equal parts of at most this many
+#: offsets: each event costs its task about 150 us to decode and write (docs/consumer.md), and a
+#: batch of 50,000 from 3 topic partitions as 3 tasks kept one of 2 cores idle for a third of
+#: it. Spark's own source splits only for ``minPartitions``.
+LARGE_RANGE_OFFSETS = 10_000
 
 
 @dataclass(frozen=True)
@@ -214,8 +220,9 @@ class KafkaBatchReader(DataSourceReader):
 
 
 def offset_ranges(start: Offsets, end: Offsets, min_partitions: int | None) -> list[TopicPartitionRange]:
-    """One range per topic partition with records; with ``minPartitions``, large ranges are split
-    (in proportion to their size, as Spark's source does) until there are at least that many."""
+    """One range per topic partition with records, those over :data:`LARGE_RANGE_OFFSETS` in
+    equal parts; with ``minPartitions``, large ranges are split instead in proportion to their
+    size (as Spark's source does) until there are at least that many."""
     ranges = []
     for topic, partitions in sorted(end.items()):
         for partition, until in sorted(partitions.items(), key=lambda item: int(item[0])):
@@ -223,17 +230,29 @@ def offset_ranges(start: Offsets, end: Offsets, min_partitions: int | None) -> l
             if until > begin:
                 ranges.append(TopicPartitionRange(topic, int(partition), begin, until))
     total = sum(r.end - r.start for r in ranges)
-    if not min_partitions or len(ranges) >= min_partitions or total == 0:
-        return ranges
-    split = []
-    for whole in ranges:
-        size = whole.end - whole.start
-        parts = max(1, min(size, round(size * min_partitions / total)))
-        bounds = [whole.start + size * i // parts for i in range(parts + 1)]
-        split += [
-            TopicPartitionRange(whole.topic, whole.partition, a, b) for a, b in itertools.pairwise(bounds)
+    if not min_partitions:
+        return [
+            part
+            for whole in ranges
+            for part in _split(whole, math.ceil((whole.end - whole.start) / LARGE_RANGE_OFFSETS))
         ]
-    return split
+    if len(ranges) >= min_partitions or total == 0:
+        return ranges
+    return [
+        part
+        for whole in ranges
+        for part in _split(
+            whole,
+            max(1, min(whole.end - whole.start, round((whole.end - whole.start) * min_partitions / total))),
+        )
+    ]
+
+
+def _split(whole: TopicPartitionRange, parts: int) -> list[TopicPartitionRange]:
+    """``whole`` in ``parts`` ranges of (nearly) equal size."""
+    size = whole.end - whole.start
+    bounds = [whole.start + size * i // parts for i in range(parts + 1)]
+    return [TopicPartitionRange(whole.topic, whole.partition, a, b) for a, b in itertools.pairwise(bounds)]
 
 
 def _limited(begin: Offsets, ends: Offsets, max_rows: int | None) -> Offsets:

@@ -68,3 +68,13 @@ def test_small_ranges_are_read_several_to_a_task_and_large_ones_alone() -> None:
 
     asked = grouped(offset_ranges(start, {"t": {str(p): 6 for p in range(12)}}, 12), 12)
     assert len(asked) == 12  # minPartitions: the parallelism asked for
+
+
+def test_ranges_over_the_large_size_are_read_by_several_tasks() -> None:
+    large = grouped(offset_ranges({"t": {"0": 5, "1": 0}}, {"t": {"0": 25_005, "1": 10_000}}, None), None)
+    assert [[(r.partition, r.start, r.end) for r in group.ranges] for group in large] == [
+        [(0, 5, 8_338)],
+        [(0, 8_338, 16_671)],
+        [(0, 16_671, 25_005)],
+        [(1, 0, 10_000)],
+    ]

@@ -131,6 +131,9 @@ class ConsumerJob:
             BrokerPartitions(functools.partial(partition_counts, config.client_config)),
             registry,
         )
+        # Schemas are published before their first event: read what is there now, or the first
+        # batch would be outlined twice (all of it unknown, then again after learning them).
+        decoder.schemas.refresh()
         metrics = ConsumerMetrics(f"{config.topic_prefix}.* into {', '.join(config.sinks)}")
         replica: ReplicaSink | None = None
         if backend is not None:

@@ -17,7 +17,9 @@ Events are published in chunks of ``WATERMARK_EVERY`` with a watermark after eac
 producer writing that many events per watermark interval would.
 
 Each figure is wall time from query start to its end, so it includes Spark's per-query start
-(about 2 s on this machine: small runs understate every rate).
+(about 2 s on this machine: small runs understate every rate). Before the first figure, a
+warm-up reads the topic raw and runs the consumer over 200 changes of its own topics, so no
+figure pays for starting Python workers and their imports.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from testkit.consumer_run import consumer_config, fresh_postgres_database, uniqu
 from testkit.synthetic import ChangeFactory, publish, random_history
 
 WATERMARK_EVERY = 5_000
+#: Changes the warm-up consumer reads (on topics of their own) before anything is timed.
+WARM_UP_CHANGES = 200
 CHANGELOG = "changelog (decode, dedupe, order, Parquet)"
 
 
@@ -98,17 +102,26 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
     logs = Path(tempfile.mkdtemp(prefix="spark-logs-"))
     base = consumer_config(bootstrap, prefix, work / "unused")
 
-    def consumed(directory: str, **overrides: Any) -> int:
-        job = ConsumerJob.open(consumer_config(bootstrap, prefix, work / directory, **overrides))
+    warm_prefix = unique_prefix("BenchWarmUp")
+    publish(bootstrap, warm_prefix, random_history(ChangeFactory(), WARM_UP_CHANGES))
+
+    def consumed(directory: str, topics: str = prefix, **overrides: Any) -> int:
+        job = ConsumerJob.open(consumer_config(bootstrap, topics, work / directory, **overrides))
         try:
             drain(job, spark, StopRequest())
         finally:
             job.close()
         return len(published)
 
+    def warm_up(name: str) -> None:
+        """The JVM and the Python workers of the source and of the consumer's tasks started, and
+        their imports done, before anything is timed (a real consumer pays that once per run)."""
+        raw_read(spark, base, work / f"{name}-raw", to_driver=False)
+        consumed(f"{name}-consumer", warm_prefix, sinks=("changelog", "replica"))
+
     spark = spark_session("local[2]", "spanner-cdc-bench", log_dir=logs)
     try:
-        raw_read(spark, base, work / "warm-up", to_driver=False)  # JVM and Python workers warm
+        warm_up("warm-up")
         raw_executors = timed(
             "raw read on the executors (source → noop)", lambda: raw_read(spark, base, work / "raw-x", False)
         )
@@ -134,7 +147,7 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
         spark.stop()
     spark = spark_session("local[1]", "spanner-cdc-bench-one-core", log_dir=logs)
     try:
-        raw_read(spark, base, work / "warm-up-1", to_driver=False)
+        warm_up("warm-up-1")
         one_core = timed(f"{CHANGELOG} on local[1]", lambda: consumed("changelog-1", sinks=("changelog",)))
     finally:
         spark.stop()

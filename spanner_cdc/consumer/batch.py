@@ -142,15 +142,10 @@ class BatchProcessor:
         if self.changelog is not None:
             self._write_changelog(self.changelog, rows, duplicates, context, batch_id)
         self._started = True
-        fresh_events = []
         if self.replica is not None:  # the outline carried the events' bytes
-            fresh_events = (
-                MessageReader(context).read(fresh.select(DECODE_COLUMNS).cast(DECODE_SCHEMA)).events
-            )
-        contents = BatchContents(fresh_events, quarantined, decoded.watermarks)
-        if self.replica is not None:
-            self.replica.write(batch_id, contents)
-        self.quarantine.write(batch_id, contents)
+            kept = MessageReader(context).read(fresh.select(DECODE_COLUMNS).cast(DECODE_SCHEMA)).events
+            self.replica.write(batch_id, BatchContents(kept, quarantined, decoded.watermarks))
+        self.quarantine.write(batch_id, BatchContents([], quarantined, decoded.watermarks))
         horizon = self.delivered.oldest_remembered(batch_id)
         self.delivered.remember(batch_id, fresh)
         self.metrics.tombstones.inc(decoded.tombstones)

@@ -68,9 +68,9 @@ def run_consumer(
     return job.processor.metrics
 
 
-def consume_command(config: ConsumerConfig, *extra: str) -> list[str]:
+def consume_command(config: ConsumerConfig, *extra: str, max_events_per_batch: int = 150) -> list[str]:
     """``spanner-cdc consume`` for ``config``'s topics and output, as a separate process
-    (small batches, short trigger), for tests that kill it."""
+    (small batches by default, short trigger), for tests that kill it."""
     return [
         sys.executable,
         "-m",
@@ -85,7 +85,7 @@ def consume_command(config: ConsumerConfig, *extra: str) -> list[str]:
         "--source",
         "spanner_cdc_kafka",
         "--max-events-per-batch",
-        "150",
+        str(max_events_per_batch),
         "--trigger-seconds",
         "0.2",
         *extra,

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +23,7 @@ from testkit.consumer_run import (
     fresh_postgres_database,
     unique_prefix,
 )
+from tests.support import spark_class_archive
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +48,36 @@ def churn_spanner() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def spark_classes(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every Spark JVM the run starts after this (its own session, each ``spanner-cdc consume``
+    and demo it launches) maps its classes from one archive recorded now (see
+    ``tests/support/spark_class_archive.py``): about 5 s less per start. Without the archive
+    (recording failed) the tests run as they would, with a warning in the summary."""
+    archive = tmp_path_factory.mktemp("spark-classes") / "driver.jsa"
+    variable = spark_class_archive.OPTIONS_VARIABLE
+    own = os.environ.get(variable, "")
+    recorded = subprocess.run(
+        [sys.executable, "-m", "tests.support.spark_class_archive", str(archive)],
+        env={**os.environ, variable: f"{own} {spark_class_archive.recording_options(archive)}"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if recorded.returncode != 0 or not archive.is_file():
+        warnings.warn(f"no Spark class archive, JVMs start slower: {recorded.stderr[-500:]}", stacklevel=1)
+        return
+    os.environ[variable] = f"{own} {spark_class_archive.using_options(archive)}".strip()
+
+
+@pytest.fixture(autouse=True)
+def _spark_starts_from_the_class_archive(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("spark") is not None:
+        request.getfixturevalue("spark_classes")
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory, spark_classes: None) -> Iterator[Any]:
     """One local[2] Spark session per test run, with the project's Kafka source registered."""
     from spanner_cdc.consumer.spark_session import spark_session
 

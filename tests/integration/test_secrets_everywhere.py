@@ -31,7 +31,7 @@ from testkit.spanner_db import create_database
 from tests.support.churn import ACCOUNTS_DDL, produce_command
 from tests.support.scrape import fetch, scrape
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 KAFKA_SECRET = f"kafka-pw-{uuid.uuid4().hex}"
 KAFKA_CONFIG = ["--kafka-config", "sasl.username=cdc", "--kafka-config", f"sasl.password={KAFKA_SECRET}"]

@@ -28,7 +28,7 @@ from tests.support.churn import ACCOUNTS_DDL, produce_command
 from tests.support.produce_process import published_ids, upsert_account
 from tests.support.scrape import fetch, scrape
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 def text_of(dom: str) -> str:

@@ -33,7 +33,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from spanner_cdc.consumer.decode import BatchDecoder
 from spanner_cdc.consumer.decoded import DecodedBatch, Quarantined
 from spanner_cdc.consumer.dedupe import DeliveredChanges
-from spanner_cdc.consumer.errors import BadMessageError
+from spanner_cdc.consumer.errors import BadMessageError, ChangelogShortfallError
 from spanner_cdc.consumer.executor_tasks import (
     EVENT,
     OUTLINE_SCHEMA,
@@ -140,7 +140,7 @@ class BatchProcessor:
         fresh = events.filter(keep)
         duplicates = events.filter(pc.invert(keep)).select(COORDINATES)
         if self.changelog is not None:
-            self._write_changelog(self.changelog, rows, duplicates, context, batch_id)
+            self._write_changelog(self.changelog, rows, duplicates, context, batch_id, kept=per_table(fresh))
         self._started = True
         if self.replica is not None:  # the outline carried the events' bytes
             kept = MessageReader(context).read(fresh.select(DECODE_COLUMNS).cast(DECODE_SCHEMA)).events
@@ -174,20 +174,35 @@ class BatchProcessor:
         )
 
     def _write_changelog(
-        self, changelog: ChangelogSink, rows: Any, duplicates: pa.Table, context: DecodeContext, batch_id: int
+        self,
+        changelog: ChangelogSink,
+        rows: Any,
+        duplicates: pa.Table,
+        context: DecodeContext,
+        batch_id: int,
+        *,
+        kept: Counter[str],
     ) -> None:
         """The staged files moved into place when no event was dropped; otherwise the tasks
         read the batch again and write the kept events (a batch with duplicates: after a
-        producer restart). The batch is not cached for that: Spark reads the same offsets again."""
+        producer restart). The batch is not cached for that: Spark reads the same offsets again.
+        Either way the rows written must be the ``kept`` ones (staged files are checked before
+        they are published; files written directly are replaced by the batch's next attempt)."""
         staged = changelog.staging(batch_id)
         if not self._started:
             changelog.remove_batch(batch_id)
         if duplicates.num_rows == 0:
+            check_written(batch_id, kept, staged.rows_per_table())
             changelog.publish(staged)
             return
         staged.clear()
         task = write_changelog(context, changelog.root, batch_id)
-        self._without(rows, duplicates).mapInArrow(task, from_arrow_schema(WRITTEN_SCHEMA)).collect()
+        written: Counter[str] = Counter()
+        for row in (
+            self._without(rows, duplicates).mapInArrow(task, from_arrow_schema(WRITTEN_SCHEMA)).collect()
+        ):
+            written[row["object"]] += row["rows"]
+        check_written(batch_id, kept, written)
 
     @staticmethod
     def _without(rows: Any, duplicates: pa.Table) -> Any:
@@ -224,3 +239,22 @@ class BatchProcessor:
                 batch_id,
                 beyond_horizon,
             )
+
+
+def per_table(events: pa.Table) -> Counter[str]:
+    """How many of ``events`` (outline rows) each table has, counted in Arrow."""
+    counts = pc.value_counts(events.column("object"))
+    return Counter(
+        dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True))
+    )
+
+
+def check_written(batch_id: int, kept: Counter[str], written: Counter[str]) -> None:
+    """The changelog holds every kept event of the batch once: what the tasks wrote, per table,
+    is what the driver kept. A difference fails the batch before anything is committed."""
+    if +written != +kept:
+        differ = sorted(t for t in kept.keys() | written.keys() if kept[t] != written[t])
+        shown = ", ".join(f"{t!r}: kept {kept[t]}, written {written[t]}" for t in differ[:5])
+        raise ChangelogShortfallError(
+            f"batch {batch_id}: the changelog's tasks wrote other rows than kept ({shown})"
+        )

@@ -23,3 +23,8 @@ class ReplicaConflictError(ConsumerError):
 
 class ReplicaQueryError(ConsumerError):
     """The replica database refused a statement (a constraint, a type, a missing table)."""
+
+
+class ChangelogShortfallError(ConsumerError):
+    """The changelog's tasks wrote other row counts than the batch kept: the batch is not
+    committed (its next attempt writes it again) rather than committed with changes missing."""

@@ -171,8 +171,8 @@ class MessageReader:
     def _json_writer(self, table: TableSchema) -> WriterSchema:
         named = (table.table, table.schema_key)
         writer = self._json_writers.get(named)
-        if writer is None:
-            writer = self._json_writers[named] = WriterSchema.from_schema(table.event_schema)
+        if writer is None:  # parsed once per process, not once per task
+            writer = self._json_writers[named] = parsed_schema(json.dumps(table.event_schema))
         return writer
 
     def _locate(self, value: bytes) -> tuple[int, int]:

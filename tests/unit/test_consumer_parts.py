@@ -1,20 +1,26 @@
-"""Consumer parts that need no services: the uuid memory, configuration, error extraction."""
+"""Consumer parts that need no services: the uuid memory, configuration, error extraction, the
+changelog's written-rows check."""
 
 from __future__ import annotations
 
 import re
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from spanner_cdc.common.config import ConfigError
+from spanner_cdc.consumer.batch import check_written, per_table
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.decode import BrokerPartitions
 from spanner_cdc.consumer.dedupe import DeliveredChanges
+from spanner_cdc.consumer.errors import ChangelogShortfallError
 from spanner_cdc.consumer.graceful_stop import BatchGate, StoppingBeforeBatchError, StopRequest, python_error
+from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.schemas.errors import DecodeError
 from spanner_cdc.schemas.watermark import Watermark
 
@@ -156,3 +162,28 @@ def test_broker_partition_counts_are_kept_and_read_again_when_a_watermark_needs_
     expired.check(Watermark("s", now, {"P.a": 2}), "P.a", 0, now)
     expired.check(Watermark("s", now, {"P.a": 2}), "P.a", 0, now)
     assert len(reads) == 5
+
+
+def test_the_changelog_counts_a_staged_batch_per_table_from_its_files(tmp_path: Path) -> None:
+    staged = ChangelogSink(tmp_path / "changelog").staging(7)
+    for table, commit_date, part, rows in [
+        ("Accounts", "2026-11-25", 0, 3),
+        ("Accounts", "2026-11-26", 0, 2),
+        ("Accounts", "2026-11-26", 1, 4),
+        ("Odd/Name %", "2026-11-26", 1, 1),
+    ]:
+        directory = staged.table_dir(table) / f"commit_date={commit_date}"
+        directory.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"n": list(range(rows))}), directory / f"batch-7-part-{part}.parquet")
+    assert staged.rows_per_table() == Counter({"Accounts": 9, "Odd/Name %": 1})
+    assert ChangelogSink(tmp_path / "nothing").rows_per_table() == Counter()
+
+
+def test_a_changelog_that_differs_from_what_the_batch_kept_fails_the_batch() -> None:
+    check_written(3, Counter({"A": 2, "B": 1}), Counter({"B": 1, "A": 2}))
+    check_written(3, Counter({"A": 0}), Counter())
+    with pytest.raises(ChangelogShortfallError, match=r"batch 3: .*'A': kept 2, written 1"):
+        check_written(3, Counter({"A": 2, "B": 1}), Counter({"A": 1, "B": 1}))
+    with pytest.raises(ChangelogShortfallError, match=r"'C': kept 0, written 5"):
+        check_written(3, Counter({"A": 2}), Counter({"A": 2, "C": 5}))
+    assert per_table(pa.table({"object": ["B", "A", "B"]})) == Counter({"B": 2, "A": 1})

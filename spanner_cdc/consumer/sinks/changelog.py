@@ -23,11 +23,13 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
+from collections import Counter
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from spanner_cdc.consumer.change_rows import TableChanges
 from spanner_cdc.consumer.sinks.parquet_files import batch_file_name, write_atomically
@@ -57,6 +59,13 @@ class ChangelogSink:
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(file, target)
         staged.clear()
+
+    def rows_per_table(self) -> Counter[str]:
+        """Rows in this (staging) sink's files, per table, from the files' footers."""
+        rows: Counter[str] = Counter()
+        for file in self.root.glob("object=*/commit_date=*/*.parquet"):
+            rows[unquote(file.parent.parent.name.removeprefix("object="))] += pq.read_metadata(file).num_rows
+        return rows
 
     def remove_batch(self, batch_id: int) -> None:
         """Every file an earlier attempt of ``batch_id`` may have written (by any task, or whole

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +19,7 @@ from testkit.consumer_run import (
     fresh_postgres_database,
     unique_prefix,
 )
-from tests.support import spark_class_archive
+from tests.support.spark_class_archive import ArchiveRecording
 
 
 @pytest.fixture(scope="session")
@@ -48,36 +44,28 @@ def churn_spanner() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def spark_classes(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Every Spark JVM the run starts after this (its own session, each ``spanner-cdc consume``
-    and demo it launches) maps its classes from one archive recorded now (see
-    ``tests/support/spark_class_archive.py``): about 5 s less per start. Without the archive
-    (recording failed) the tests run as they would, with a warning in the summary."""
-    archive = tmp_path_factory.mktemp("spark-classes") / "driver.jsa"
-    variable = spark_class_archive.OPTIONS_VARIABLE
-    own = os.environ.get(variable, "")
-    recorded = subprocess.run(
-        [sys.executable, "-m", "tests.support.spark_class_archive", str(archive)],
-        env={**os.environ, variable: f"{own} {spark_class_archive.recording_options(archive)}"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if recorded.returncode != 0 or not archive.is_file():
-        warnings.warn(f"no Spark class archive, JVMs start slower: {recorded.stderr[-500:]}", stacklevel=1)
-        return
-    os.environ[variable] = f"{own} {spark_class_archive.using_options(archive)}".strip()
+def spark_classes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArchiveRecording]:
+    """Spark JVMs started once the recording is done (the session's own if it starts later,
+    each ``spanner-cdc consume`` and demo the tests launch) map their classes from one archive
+    (``tests/support/spark_class_archive.py``): about 5 s less per start. Recorded in the
+    background from the first ``spark`` test on; if the recording fails, the tests run as they
+    would, with a warning in the summary."""
+    recording = ArchiveRecording(tmp_path_factory.mktemp("spark-classes"))
+    try:
+        yield recording
+    finally:
+        recording.stop()
 
 
 @pytest.fixture(autouse=True)
 def _spark_starts_from_the_class_archive(request: pytest.FixtureRequest) -> None:
     if request.node.get_closest_marker("spark") is not None:
-        request.getfixturevalue("spark_classes")
+        recording: ArchiveRecording = request.getfixturevalue("spark_classes")
+        recording.use_if_recorded()
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory, spark_classes: None) -> Iterator[Any]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One local[2] Spark session per test run, with the project's Kafka source registered."""
     from spanner_cdc.consumer.spark_session import spark_session
 

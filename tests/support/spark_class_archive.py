@@ -1,7 +1,7 @@
 """A class-data-sharing archive of Spark's driver JVM, recorded once per test run.
 
 The suite starts Spark's JVM dozens of times (every ``spanner-cdc consume`` it kills, every
-demo); each start loads and verifies the same ~20,000 classes, about a third of the 15-20 s a
+demo); each start loads and verifies the same classes, about a third of the 15-20 s a
 consumer takes to its first batch on a 2-core machine. Java's own class data sharing
 (``-XX:ArchiveClassesAtExit`` once, ``-XX:SharedArchiveFile`` after) maps them from one file
 instead. Measured on the 2-core machine: session start 9.2-10.2 s -> 6.1-6.4 s, first job
@@ -12,16 +12,22 @@ set of Spark jars (the JVM checks both and falls back to loading classes itself,
 they differ), which a test run controls and a user's deployment does not.
 
 ``python -m tests.support.spark_class_archive PATH`` records the archive at ``PATH``: it starts
-a session the way the consumer does, runs a small job of each kind the consumer runs (a Python
-data source, ``mapInArrow``, a Parquet write, a streaming query with ``foreachBatch``), stops,
-and waits for the JVM to write the archive as it exits.
+a session the way the consumer does, runs a small job of each kind the consumer runs
+(``mapInArrow``, a Parquet write and read, a streaming query with ``foreachBatch``), stops, and
+waits for the JVM to write the archive as it exits — about a minute on 2 cores, 20 s of it the
+dump. :class:`ArchiveRecording` runs that in the background while the first tests run; JVMs
+started once it is done use the archive.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,6 +77,41 @@ def record(archive: Path) -> None:
         spark.stop()
         jvm.stdin.close()  # the JVM exits when its stdin closes, and writes the archive then
         jvm.wait(180)
+
+
+class ArchiveRecording:
+    """The recording, started in the background; :meth:`use_if_recorded` points the JVMs started
+    afterwards at the archive once it is complete (between tests, so a test's JVMs agree)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.archive = directory / "driver.jsa"
+        self._log = directory / "recording.log"
+        self._own = os.environ.get(OPTIONS_VARIABLE, "")
+        with self._log.open("w") as output:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", __name__, str(self.archive)],
+                env={**os.environ, OPTIONS_VARIABLE: f"{self._own} {recording_options(self.archive)}"},
+                stdout=output,
+                stderr=output,
+                start_new_session=True,  # its JVM with it, when stopped
+            )
+        self._settled = False
+
+    def use_if_recorded(self) -> None:
+        if self._settled or self._process.poll() is None:
+            return
+        self._settled = True
+        if self._process.returncode != 0 or not self.archive.is_file():
+            tail = self._log.read_text()[-500:]
+            warnings.warn(f"no Spark class archive, JVMs start slower: {tail}", stacklevel=1)
+            return
+        os.environ[OPTIONS_VARIABLE] = f"{self._own} {using_options(self.archive)}".strip()
+
+    def stop(self) -> None:
+        """End a recording still running (a short test run), its JVM included."""
+        if self._process.poll() is None:
+            os.killpg(self._process.pid, signal.SIGKILL)
+            self._process.wait()
 
 
 if __name__ == "__main__":

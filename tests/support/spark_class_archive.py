@@ -8,8 +8,8 @@ instead. Measured on the 2-core machine: session start 9.2-10.2 s -> 6.1-6.4 s, 
 5.8-5.9 s -> 3.1-3.5 s.
 
 This is test-run plumbing, not the product's: the archive is only valid for one JDK and one
-set of Spark jars (the JVM checks both and falls back to loading classes itself, silently, when
-they differ), which a test run controls and a user's deployment does not.
+set of Spark jars (the JVM checks both, and when they differ loads its classes itself with a
+warning in its own output), which a test run controls and a user's deployment does not.
 
 ``python -m tests.support.spark_class_archive PATH`` records the archive at ``PATH``: it starts
 a session the way the consumer does, runs a small job of each kind the consumer runs

@@ -68,6 +68,11 @@ def run_consumer(
     return job.processor.metrics
 
 
+def committed_batches(config: ConsumerConfig) -> int:
+    """How many micro-batches Spark has committed in ``config``'s checkpoint."""
+    return len(list((config.spark_checkpoint / "commits").glob("[0-9]*")))
+
+
 def consume_command(config: ConsumerConfig, *extra: str, max_events_per_batch: int = 150) -> list[str]:
     """``spanner-cdc consume`` for ``config``'s topics and output, as a separate process
     (small batches by default, short trigger), for tests that kill it."""

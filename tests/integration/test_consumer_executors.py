@@ -13,7 +13,7 @@ import pytest
 from spanner_cdc.consumer.readers import changelog_rows
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.stack import EmbeddedStack
-from testkit.consumer_run import consumer_config, run_consumer, unique_prefix
+from testkit.consumer_run import committed_batches, consumer_config, run_consumer, unique_prefix
 from testkit.synthetic import ChangeFactory, publish, random_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -76,7 +76,7 @@ def test_a_large_batch_passes_the_driver_by(spark: Any, stack: EmbeddedStack, tm
     run_consumer(spark, config)  # the session's workers and the query's first batch, warm
     events = random_history(factory, LARGE_BATCH, keys=5000, seed=2)
     publish(config.kafka_bootstrap, config.topic_prefix, events)
-    committed = len(list((config.spark_checkpoint / "commits").glob("[0-9]*")))
+    committed = committed_batches(config)
 
     tracemalloc.start()
     try:
@@ -85,7 +85,7 @@ def test_a_large_batch_passes_the_driver_by(spark: Any, stack: EmbeddedStack, tm
     finally:
         tracemalloc.stop()
 
-    assert len(list((config.spark_checkpoint / "commits").glob("[0-9]*"))) == committed + 1, "not one batch"
+    assert committed_batches(config) == committed + 1, "not one batch"
     uuids = {row[0] for row in changelog_rows(config, "Accounts", '"envelope$uuid"')}
     assert {e.value["uuid"] for e in events} <= uuids and len(uuids) == LARGE_BATCH + 300
     assert peak < DRIVER_HEAP_BOUND, f"the driver's heap grew by {peak / 2**20:.1f} MiB"

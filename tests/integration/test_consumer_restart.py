@@ -19,7 +19,13 @@ import pytest
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.stack import EmbeddedStack
-from testkit.consumer_run import consume_command, consumer_config, run_consumer, unique_prefix
+from testkit.consumer_run import (
+    committed_batches,
+    consume_command,
+    consumer_config,
+    run_consumer,
+    unique_prefix,
+)
 from testkit.synthetic import ChangeFactory, publish, random_history
 from tests.support.screen import foreign_lines
 
@@ -32,10 +38,6 @@ def sinks(config: ConsumerConfig) -> tuple[list[tuple[Any, ...]], list[tuple[Any
         replica_rows(config, "Accounts", '"Id", "Balance", "Note", "cdc$commit_micros"'),
         changelog_rows(config, "Accounts", '"envelope$uuid", "Id", "change$type"'),
     )
-
-
-def committed_batches(config: ConsumerConfig) -> int:
-    return len(list((config.checkpoint_dir / "spark" / "commits").glob("[0-9]*")))
 
 
 def wait_for_a_commit(

@@ -120,6 +120,11 @@ class ProducerService:
             self._launch_runnable()
             await self._stop.wait()
         finally:
+            if self._failure is None:  # a failure said its own "stopping" line
+                log.info(
+                    "stopping: ending %d partition queries, then flushing to Kafka and writing checkpoints",
+                    len(self._tasks),
+                )
             for task in background:
                 task.cancel()
             # Under the release lock, so no partition task is stopped halfway through a release;
@@ -141,6 +146,7 @@ class ProducerService:
             await poller
         if self._failure is not None:
             raise self._failure
+        log.info("stopped: checkpoints written")
 
     def _fail(self, error: SpannerCdcError) -> None:
         if self._failure is None:

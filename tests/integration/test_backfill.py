@@ -33,6 +33,7 @@ from testkit.spanner_db import create_database
 from tests.support.churn import now_micros, produce_command, produce_since, produce_to_now, producer_config
 from tests.support.kafka_read import Received, read_all, read_events, read_topic
 from tests.support.scrape import fetch
+from tests.support.stopping import stop_with_sigterm
 from tests.support.workload import AccountWriter
 
 pytestmark = pytest.mark.integration
@@ -323,10 +324,9 @@ def test_a_backfill_killed_midway_resumes_and_the_replica_equals_spanner(
             wait_for(lambda: finished_tables(kafka, prefix) == {"Accounts", "Orders"}, 180, "the backfill")
             wait_for(lambda: backfill_on_status_page(port) == {"Accounts", "Orders"}, 30, "the status page")
         finally:
-            resumed.send_signal(signal.SIGTERM)
-            stopped = resumed.wait(60)
             log.close()
-    assert stopped == 0, (tmp_path / "producer.log").read_text()[-3000:]
+            stop_with_sigterm(resumed, 60, tmp_path / "producer.log")
+    assert resumed.returncode == 0, (tmp_path / "producer.log").read_text()[-3000:]
     # Everything committed up to now, then the consumer.
     produce_to_now(producer_config(spanner, kafka, database, "Bank", topic_prefix=prefix))
     snapshots = {plan["snapshot_micros"] for plan in plans(kafka, prefix).values()}

@@ -31,6 +31,7 @@ from testkit.spanner_db import INSTANCE, create_database
 from tests.support.churn import produce_command
 from tests.support.kafka_read import Received, read_all, read_topic
 from tests.support.scrape import scrape, total
+from tests.support.stopping import TRACEBACK_ON_ABORT, stop_with_sigterm
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +45,7 @@ DDL = [
 
 def poll_command(spanner_host: str, kafka: str, database: Any, prefix: str, *extra: str) -> list[str]:
     return [
-        sys.executable, "-m", "spanner_cdc.cli", "poll",
+        sys.executable, *TRACEBACK_ON_ABORT, "-m", "spanner_cdc.cli", "poll",
         "--project", EMULATOR_PROJECT, "--instance", INSTANCE, "--database", database.database_id,
         "--emulator-host", spanner_host, "--kafka-bootstrap", kafka, "--topic-prefix", prefix,
         "--table", "Docs", "--commit-timestamp-column", "Stamp", "--interval", "0.2",
@@ -123,9 +124,8 @@ def test_poll_publishes_each_version_once_a_shared_commit_timestamp_included(
         assert total(metrics, "spanner_cdc_producer_events_total") == 5
         assert 0 <= total(metrics, "spanner_cdc_producer_low_watermark_lag_seconds") < 30
     finally:
-        poller.send_signal(signal.SIGTERM)
-        stopped = poller.wait(60)
-    assert stopped == 0, (tmp_path / "poll.log").read_text()[-3000:]
+        stop_with_sigterm(poller, 60, tmp_path / "poll.log")
+    assert poller.returncode == 0, (tmp_path / "poll.log").read_text()[-3000:]
 
     published = versions(kafka, prefix)
     found = sorted(
@@ -158,8 +158,8 @@ def test_poll_publishes_each_version_once_a_shared_commit_timestamp_included(
     try:
         wait_for(lambda: newest_watermark(kafka, prefix) > restarted_at, 60, "a poll after the restart")
     finally:
-        again.send_signal(signal.SIGTERM)
-        assert again.wait(60) == 0
+        stop_with_sigterm(again, 60)
+    assert again.returncode == 0
     assert len(versions(kafka, prefix)) == len(published)
 
 
@@ -196,10 +196,9 @@ def test_a_poller_killed_midway_resumes_and_the_replica_equals_spanner(
     try:
         wait_for(lambda: newest_watermark(kafka, prefix) >= edited, 180, "a watermark past the edits")
     finally:
-        resumed.send_signal(signal.SIGTERM)
-        stopped = resumed.wait(60)
         log.close()
-    assert stopped == 0, (tmp_path / "poll.log").read_text()[-3000:]
+        stop_with_sigterm(resumed, 60, tmp_path / "poll.log")
+    assert resumed.returncode == 0, (tmp_path / "poll.log").read_text()[-3000:]
 
     published = versions(kafka, prefix)
     uuids = collections.defaultdict(set)
@@ -242,8 +241,8 @@ def test_poll_reads_a_postgresql_dialect_table(stack: EmbeddedStack) -> None:
         write([(1, "one again")])
         wait_for(lambda: len(read_topic(kafka, prefix, "docs")[0]) == 3, 30, "the update")
     finally:
-        poller.send_signal(signal.SIGTERM)
-        assert poller.wait(60) == 0
+        stop_with_sigterm(poller, 60)
+    assert poller.returncode == 0
     found = sorted(
         (e.key["id"], e.value["payload"]["body"], e.value["source_metadata"]["change_type"])
         for e in read_topic(kafka, prefix, "docs")[0]
@@ -282,8 +281,8 @@ def test_poll_refuses_a_column_without_commit_timestamps_and_a_shared_prefix(sta
     try:
         wait_for(lambda: position(kafka, polled), 60, "the poller's position")
     finally:
-        poller.send_signal(signal.SIGTERM)
-        assert poller.wait(60) == 0
+        stop_with_sigterm(poller, 60)
+    assert poller.returncode == 0
     assert "belongs to spanner-cdc poll" in refused(
         produce_command(spanner_host, kafka, database, "Everything", polled)
     )

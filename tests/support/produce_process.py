@@ -3,7 +3,6 @@ what the test waits for, then stop it the way an operator does (SIGTERM)."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from spanner_cdc.stack.process import free_port
 from tests.support.churn import produce_command
 from tests.support.kafka_read import read_events
 from tests.support.scrape import scrape
+from tests.support.stopping import stop_with_sigterm
 
 
 def upsert_account(database: Any, key: str) -> None:
@@ -54,8 +54,7 @@ def run_producer_while(
         while time.monotonic() < deadline and process.poll() is None and not done():
             time.sleep(1)
     finally:
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=60)
+        stderr = stop_with_sigterm(process, 60)
     assert process.returncode == 0, stderr
 
 

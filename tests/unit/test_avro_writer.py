@@ -24,6 +24,7 @@ from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark
 from spanner_cdc.schemas.wire import HEADER_LENGTH, WriterSchema, encode
 from testkit.records import STREAM_NAME, account_transfer_records
+from tests.support.writers import writer_of
 
 pytestmark = pytest.mark.unit
 RECORDS = 400
@@ -183,7 +184,7 @@ def test_generated_events_encode_exactly_as_fastavro_does(dialect: tuple[str, ..
                 (event.table.event_schema, event.value),
                 (event.table.key_schema, event.key),
             ):
-                writer = WriterSchema.from_schema(schema)
+                writer = writer_of(schema)
                 assert encode(writer, value)[HEADER_LENGTH:] == fastavro_bytes(writer, value), value
                 compared += 1
     assert compared > RECORDS * 2

@@ -29,9 +29,10 @@ from spanner_cdc.stack.services import EMULATOR_PROJECT
 from testkit.consumer_run import consumer_config, run_consumer, unique_prefix
 from testkit.spanner_db import INSTANCE, create_database
 from tests.support.churn import produce_command
+from tests.support.hang_report import HANG_REPORT
 from tests.support.kafka_read import Received, read_all, read_topic
 from tests.support.scrape import scrape, total
-from tests.support.stopping import TRACEBACK_ON_ABORT, stop_with_sigterm
+from tests.support.stopping import stop_with_sigterm
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +46,7 @@ DDL = [
 
 def poll_command(spanner_host: str, kafka: str, database: Any, prefix: str, *extra: str) -> list[str]:
     return [
-        sys.executable, *TRACEBACK_ON_ABORT, "-m", "spanner_cdc.cli", "poll",
+        sys.executable, *HANG_REPORT, "spanner_cdc.cli", "poll",
         "--project", EMULATOR_PROJECT, "--instance", INSTANCE, "--database", database.database_id,
         "--emulator-host", spanner_host, "--kafka-bootstrap", kafka, "--topic-prefix", prefix,
         "--table", "Docs", "--commit-timestamp-column", "Stamp", "--interval", "0.2",

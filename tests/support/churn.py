@@ -26,8 +26,8 @@ from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.services import EMULATOR_PROJECT
 from testkit.producer_run import running, wait_until
 from testkit.spanner_db import INSTANCE, create_database
+from tests.support.hang_report import HANG_REPORT
 from tests.support.kafka_read import Received, read_events
-from tests.support.stopping import TRACEBACK_ON_ABORT
 from tests.support.workload import AccountWriter
 
 ACCOUNTS_DDL = [
@@ -62,7 +62,7 @@ def produce_command(
     spanner: str, kafka: str, database: Any, stream: str, prefix: str, *extra: str
 ) -> list[str]:
     return [
-        sys.executable, *TRACEBACK_ON_ABORT, "-m", "spanner_cdc.cli", "produce",
+        sys.executable, *HANG_REPORT, "spanner_cdc.cli", "produce",
         "--project", EMULATOR_PROJECT, "--instance", INSTANCE, "--database", database.database_id,
         "--change-stream", stream, "--emulator-host", spanner, "--kafka-bootstrap", kafka,
         "--topic-prefix", prefix, "--heartbeat-ms", "1000", "--progress", "false",

@@ -1,20 +1,21 @@
 """Stop a ``spanner-cdc`` process the way an operator does (SIGTERM), and when it does not end,
 say where it hangs instead of leaving it behind.
 
-The commands the tests start run with ``python -X faulthandler``: SIGABRT then makes the
-interpreter print every thread's Python stack to the process's stderr before it dies, so a
-failure carries the place the process was stuck in (its log, or the pipe the caller reads).
+The commands the tests start run under ``tests.support.hang_report``: SIGUSR1 makes it print its
+asyncio tasks' awaits, SIGABRT every thread's stack as it dies, both to the process's stderr,
+so a failure carries the place the process was stuck in (its log, or the pipe the caller reads).
 """
 
 from __future__ import annotations
 
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
-#: The interpreter flags for a command whose hang a test should be able to show.
-TRACEBACK_ON_ABORT = ("-X", "faulthandler")
+#: Time the process has to print its tasks before it is aborted.
+REPORT_SECONDS = 2.0
 
 
 def stop_with_sigterm(process: subprocess.Popen[Any], timeout: float, log: Path | None = None) -> str:
@@ -28,6 +29,8 @@ def stop_with_sigterm(process: subprocess.Popen[Any], timeout: float, log: Path 
     try:
         _, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGUSR1)
+        time.sleep(REPORT_SECONDS)
         process.send_signal(signal.SIGABRT)
         try:
             _, stderr = process.communicate(timeout=10)
@@ -36,8 +39,8 @@ def stop_with_sigterm(process: subprocess.Popen[Any], timeout: float, log: Path 
             _, stderr = process.communicate()
         written = _text(stderr) or ("" if log is None else log.read_text())
         raise AssertionError(
-            f"still running {timeout:.0f}s after SIGTERM; its stderr, ending in its threads' stacks:\n"
-            + written[-6000:]
+            f"still running {timeout:.0f}s after SIGTERM; its stderr, ending in its tasks' awaits and "
+            "its threads' stacks:\n" + written[-12000:]
         ) from None
     return _text(stderr)
 

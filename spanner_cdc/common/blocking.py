@@ -35,7 +35,8 @@ async def call_with_deadline(function: Callable[[], T], timeout: float) -> T:
             _deliver(loop, lambda: settle(lambda: future.set_result(result)))
 
     threading.Thread(target=run, name="blocking-call", daemon=True).start()
-    return await asyncio.wait_for(future, timeout)
+    async with asyncio.timeout(timeout):  # not wait_for, which may drop a cancel (common.waiting)
+        return await future
 
 
 def _deliver(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:

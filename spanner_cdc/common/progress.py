@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from spanner_cdc.common.waiting import set_within
+
 log = logging.getLogger("spanner_cdc.common.progress")
 LOG_EVERY_SECONDS = 10.0
 
@@ -24,15 +26,8 @@ async def show_progress(render: Callable[[], str], stop: asyncio.Event, enabled:
         with Live(Text(render()), console=console, refresh_per_second=2, transient=True) as live:
             while not stop.is_set():
                 live.update(Text(render()))
-                await _wait(stop, 0.5)
+                await set_within(stop, 0.5)
         return
     while not stop.is_set():
-        await _wait(stop, LOG_EVERY_SECONDS)
+        await set_within(stop, LOG_EVERY_SECONDS)
         log.info(render())
-
-
-async def _wait(stop: asyncio.Event, seconds: float) -> None:
-    try:
-        await asyncio.wait_for(stop.wait(), seconds)
-    except TimeoutError:
-        return

@@ -26,6 +26,7 @@ from typing import Any
 
 from google.api_core import exceptions as google_exceptions
 
+from spanner_cdc.common.waiting import set_within
 from spanner_cdc.producer.backfill import BackfillTable
 from spanner_cdc.producer.chunk_publish import Chunk, ChunkEvents, publish_chunks
 from spanner_cdc.producer.control_records import ControlRecords
@@ -103,8 +104,7 @@ class Poller:
                         f"poll of {self.table.name}: Spanner refused {failures} reads in a row: {exc.message}"
                     ) from None
                 log.warning("poll of %s failed (%s); trying again", self.table.name, exc.message)
-            with suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.interval)
+            await set_within(stop, self.interval)
 
     async def poll(self) -> None:
         """One poll at now: every row stamped at or after the boundary and not yet published."""

@@ -46,7 +46,8 @@ class QueryStream(Generic[Item]):
     async def next(self, timeout: float) -> Item | None:
         """The next item; None when the read ended normally; raises its error."""
         try:
-            item = await asyncio.wait_for(self._queue.get(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for, which may drop a cancel (common.waiting)
+                item = await self._queue.get()
         except TimeoutError:
             raise QueryStalledError(f"no row for {timeout:.0f}s") from None
         self._slots.release()

@@ -214,7 +214,8 @@ class ProducerService:
             return
         try:
             safe = await self.safe_watermark()
-            await asyncio.wait_for(self.watermarks.publish(safe), FLUSH_TIMEOUT_SECONDS)
+            async with asyncio.timeout(FLUSH_TIMEOUT_SECONDS):
+                await self.watermarks.publish(safe)
         except Exception as exc:  # the events and checkpoints are safe; only the stamp is missing
             log.warning("could not publish the last watermark: %s", exc)
 

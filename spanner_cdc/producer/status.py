@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from spanner_cdc.common.status_page import StatusDocument
+from spanner_cdc.common.waiting import set_within
 from spanner_cdc.producer.partitions import ROOT, Partition, PartitionState
 from spanner_cdc.schemas.timestamps import clock_text, format_timestamp_micros, seconds_behind
 
@@ -89,7 +90,4 @@ async def publish_status_periodically(service: ProducerService, stop: asyncio.Ev
         per_second = (acknowledged - acknowledged_before) / max(1e-9, now - before)
         before, acknowledged_before = now, acknowledged
         service.metrics.publish_status(producer_status(service, per_second))
-        try:
-            await asyncio.wait_for(stop.wait(), PUBLISH_EVERY_SECONDS)
-        except TimeoutError:
-            continue
+        await set_within(stop, PUBLISH_EVERY_SECONDS)

@@ -144,6 +144,9 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
         f"  driver peak RSS: {small:.0f} MiB with 10,000-event batches, {large:.0f} MiB with 200,000: "
         f"{large / small:.2f}x (target within 1.2x)"
     )
+    by_fastavro, compiled = consumer.decoder_figures(args.changes)
+    print_figures([by_fastavro, compiled])
+    print(f"  decode alone: the compiled reader {compiled.per_second / by_fastavro.per_second:.2f}x fastavro")
 
 
 def pipeline_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:

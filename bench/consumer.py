@@ -11,7 +11,10 @@ duplicates) is consumed by separate Trigger.AvailableNow queries:
   transactions (the default: hold what the watermarks have not passed) and without;
 - growth: the changelog again on a ``local[1]`` session (the rest run on ``local[2]``);
 - driver memory: this process's peak RSS while the changelog runs with batches of 10,000 and
-  of 200,000 events.
+  of 200,000 events;
+- decoding alone, in this process (no Spark): the same events read by fastavro's
+  ``schemaless_reader`` and by the consumer's compiled reader (``schemas.avro_reader``, through
+  ``schemas.wire.read_body``), the largest cost of a task's Python (docs/consumer.md).
 
 Events are published in chunks of ``WATERMARK_EVERY`` with a watermark after each, as a
 producer writing that many events per watermark interval would.
@@ -25,6 +28,7 @@ figure pays for starting Python workers and their imports.
 from __future__ import annotations
 
 import functools
+import io
 import random
 import tempfile
 import time
@@ -33,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import fastavro
+
 from bench.memory import PeakRss
 from bench.producer import Figure
 from spanner_cdc.consumer.config import ConsumerConfig
@@ -40,6 +46,7 @@ from spanner_cdc.consumer.graceful_stop import StopRequest
 from spanner_cdc.consumer.kafka_source import SOURCE_NAME
 from spanner_cdc.consumer.main import ConsumerJob, drain
 from spanner_cdc.consumer.spark_session import spark_session
+from spanner_cdc.schemas.wire import HEADER_LENGTH, WriterSchema, encode, read_body
 from testkit.consumer_run import consumer_config, fresh_postgres_database, unique_prefix
 from testkit.synthetic import ChangeFactory, publish, random_history
 
@@ -84,6 +91,32 @@ def raw_read(spark: Any, config: ConsumerConfig, checkpoint: Path, to_driver: bo
     )
     query.awaitTermination()
     return sum(int(progress["numInputRows"]) for progress in query.recentProgress)
+
+
+def decoder_figures(changes: int) -> tuple[Figure, Figure]:
+    """The bench's events decoded by fastavro and by the compiled reader (one pass each after a
+    pass of both that is not timed); the same values come out (tests/unit/test_avro_reader.py)."""
+    events = random_history(ChangeFactory(), changes, keys=max(10, changes // 5))
+    writer = WriterSchema.from_schema(events[0].table.event_schema)
+    messages = [encode(writer, event.value) for event in events]
+
+    def by_fastavro() -> int:
+        for message in messages:
+            body = io.BytesIO(message)
+            body.seek(HEADER_LENGTH)
+            fastavro.schemaless_reader(body, writer.reading, None)
+        return len(messages)
+
+    def by_compiled_reader() -> int:
+        for message in messages:
+            read_body(writer, message, HEADER_LENGTH)
+        return len(messages)
+
+    by_fastavro(), by_compiled_reader()
+    return (
+        timed("decode alone: fastavro schemaless_reader", by_fastavro),
+        timed("decode alone: compiled reader (read_body)", by_compiled_reader),
+    )
 
 
 def timed(name: str, run: Callable[[], int]) -> Figure:

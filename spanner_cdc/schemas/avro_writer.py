@@ -21,6 +21,7 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from spanner_cdc.schemas.avro_codegen import PRIMITIVES, SchemaCompiler
 from spanner_cdc.schemas.errors import ContractError
 
 #: Appends one value's encoding to the buffer.
@@ -92,7 +93,6 @@ _PRIMITIVE_STATEMENTS = {
     "float": "out += pack_float({})",
     "double": "out += pack_double({})",
 }
-_PRIMITIVES = frozenset({*_PRIMITIVE_STATEMENTS, "long", "bytes", "string"})
 
 
 def _is_integer(value: Any) -> bool:
@@ -123,92 +123,56 @@ _BRANCH_VALUES: dict[str, Callable[[Any], bool]] = {
 }
 
 
-class _SourceCompiler:
+class _SourceCompiler(SchemaCompiler):
     """Generates the Python source of one function per record of a schema and executes it.
 
     Straight-line code per record — each field's value looked up once, a nullable field one
     ``is None`` test, strings and small longs encoded in place — costs a fraction of calling one
-    small function per field (docs/producer.md, Performance). Names from the schema appear in
-    the source only as ``repr`` literals, defaults and union tests only as constants passed in,
-    so a schema cannot inject code. Named records are looked up when called, so a reference may
-    precede the end of its definition (a record that contains itself).
+    small function per field (docs/producer.md, Performance). The walk, the constants and the
+    records' names are ``schemas.avro_codegen``'s.
     """
 
-    def __init__(self) -> None:
-        self.functions: list[list[str]] = []
-        self.records: dict[str, str] = {}
-        self.constants: list[Any] = []
-        self.temporaries = 0
+    call = "{function}(out, {var})"
 
     def compile(self, schema: Any) -> Writer:
-        body = self._emit(schema, "value", 1)
-        self.functions.append(["def write_top(out, value):", *body])
-        source = "\n\n".join("\n".join(lines) for lines in self.functions)
-        namespace: dict[str, Any] = {
-            "C": tuple(self.constants),
-            "write_long": write_long,
-            "write_int": write_int,
-            "write_null": write_null,
-            "pack_double": _pack_double,
-            "pack_float": _pack_float,
-            "no_branch": _no_branch,
-        }
-        exec(compile(source, "<compiled Avro writer>", "exec"), namespace)
-        writer: Writer = namespace["write_top"]
+        writer: Writer = self.build(
+            ["def top(out, value):", *self.emit(schema, "value", 1)],
+            {
+                "write_long": write_long,
+                "write_int": write_int,
+                "write_null": write_null,
+                "pack_double": _pack_double,
+                "pack_float": _pack_float,
+                "no_branch": _no_branch,
+            },
+            "<compiled Avro writer>",
+        )
         return writer
 
-    def _temporary(self, stem: str) -> str:
-        self.temporaries += 1
-        return f"{stem}{self.temporaries}"
-
-    def _constant(self, value: Any) -> str:
-        self.constants.append(value)
-        return f"C[{len(self.constants) - 1}]"
-
-    def _emit(self, schema: Any, var: str, depth: int) -> list[str]:
-        """Lines (indented ``depth`` levels) that append the encoding of ``var`` to ``out``."""
-        pad = "    " * depth
-        if isinstance(schema, list):
-            return self._union(schema, var, depth)
-        if isinstance(schema, str):
-            if schema in _PRIMITIVES:
-                return self._primitive(schema, var, depth)
-            if schema not in self.records:
-                raise ContractError(f"the schema references {schema!r} before defining it")
-            return [f"{pad}{self.records[schema]}(out, {var})"]
-        kind = schema["type"]
-        if kind == "record":
-            return [f"{pad}{self._record(schema)}(out, {var})"]
-        if kind in ("array", "map"):
-            return self._repeated(schema, var, depth)
-        if isinstance(kind, str) and kind in _PRIMITIVES:  # a primitive, perhaps with a logicalType
-            return self._primitive(kind, var, depth)
-        raise ContractError(f"the Avro writer does not support type {kind!r}")
-
-    def _record(self, schema: Mapping[str, Any]) -> str:
+    def record(self, schema: Mapping[str, Any]) -> str:
         name = f"write_record{len(self.records)}"
         self.records[schema["name"]] = name
         lines = [f"def {name}(out, value):"]
         for field in schema["fields"]:
-            var = self._temporary("v")
+            var = self.temporary("v")
             if "default" in field:
-                lines.append(f"    {var} = value.get({field['name']!r}, {self._constant(field['default'])})")
+                lines.append(f"    {var} = value.get({field['name']!r}, {self.constant(field['default'])})")
             else:
                 lines.append(f"    {var} = value[{field['name']!r}]")
-            lines += self._emit(field["type"], var, 1)
+            lines += self.emit(field["type"], var, 1)
         if len(lines) == 1:
             lines.append("    return")
         self.functions.append(lines)
         return name
 
-    def _repeated(self, schema: Mapping[str, Any], var: str, depth: int) -> list[str]:
-        pad, item = "    " * depth, self._temporary("v")
+    def repeated(self, schema: Mapping[str, Any], var: str, depth: int) -> list[str]:
+        pad, item = "    " * depth, self.temporary("v")
         if schema["type"] == "array":
-            loop, body = f"for {item} in {var}:", self._emit(schema["items"], item, depth + 2)
+            loop, body = f"for {item} in {var}:", self.emit(schema["items"], item, depth + 2)
         else:
-            key = self._temporary("k")
+            key = self.temporary("k")
             loop = f"for {key}, {item} in {var}.items():"
-            body = self._primitive("string", key, depth + 2) + self._emit(schema["values"], item, depth + 2)
+            body = self.primitive("string", key, depth + 2) + self.emit(schema["values"], item, depth + 2)
         return [
             f"{pad}if {var}:",
             f"{pad}    write_long(out, len({var}))",
@@ -217,7 +181,7 @@ class _SourceCompiler:
             f"{pad}out.append(0)",
         ]
 
-    def _union(self, branches: list[Any], var: str, depth: int) -> list[str]:
+    def union(self, branches: list[Any], var: str, depth: int) -> list[str]:
         pad = "    " * depth
         if len(branches) == 2 and branches[0] == "null":  # the nullable field: one test, no search
             return [
@@ -225,23 +189,23 @@ class _SourceCompiler:
                 f"{pad}    out.append(0)",
                 f"{pad}else:",
                 f"{pad}    out.append(2)",
-                *self._emit(branches[1], var, depth + 1),
+                *self.emit(branches[1], var, depth + 1),
             ]
         lines = []
         for index, branch in enumerate(branches):
-            accepts, tag = self._constant(_accepts(self._kind(branch))), self._constant(_zigzag_bytes(index))
+            accepts, tag = self.constant(_accepts(self._kind(branch))), self.constant(_zigzag_bytes(index))
             lines += [f"{pad}{'if' if index == 0 else 'elif'} {accepts}({var}):", f"{pad}    out += {tag}"]
-            lines += self._emit(branch, var, depth + 1)
+            lines += self.emit(branch, var, depth + 1)
         return [*lines, f"{pad}else:", f"{pad}    no_branch({var})"]
 
     def _kind(self, branch: Any) -> str:
         if isinstance(branch, str):
-            return branch if branch in _PRIMITIVES else "record"
+            return branch if branch in PRIMITIVES else "record"
         if isinstance(branch, Mapping):
             return str(branch["type"])
         raise ContractError("a union directly inside a union")
 
-    def _primitive(self, kind: str, var: str, depth: int) -> list[str]:
+    def primitive(self, kind: str, var: str, depth: int) -> list[str]:
         pad = "    " * depth
         if kind == "long":
             return [
@@ -251,7 +215,7 @@ class _SourceCompiler:
                 f"{pad}    write_long(out, {var})",
             ]
         if kind in ("string", "bytes"):
-            data, length = (self._temporary("b"), self._temporary("n"))
+            data, length = (self.temporary("b"), self.temporary("n"))
             encoded = f"{var}.encode()" if kind == "string" else var
             return [
                 f"{pad}{data} = {encoded}",

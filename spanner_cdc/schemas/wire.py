@@ -12,18 +12,18 @@
 
 from __future__ import annotations
 
-import io
 import json
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, cast
+from typing import Any
 
 import fastavro
 from fastavro.schema import fingerprint as _fingerprint_hex
 from fastavro.schema import to_parsing_canonical_form
 
+from spanner_cdc.schemas.avro_reader import Reader, compile_reader
 from spanner_cdc.schemas.avro_writer import Writer, compile_writer
 from spanner_cdc.schemas.errors import DecodeError
 
@@ -35,7 +35,7 @@ REGISTRY_HEADER_LENGTH = len(REGISTRY_MAGIC) + 4
 
 @dataclass(frozen=True)
 class WriterSchema:
-    """A parsed schema with its fingerprint, ready for fast encoding."""
+    """A parsed schema with its fingerprint, ready for fast encoding and decoding."""
 
     schema_json: str
     parsed: Any
@@ -53,8 +53,13 @@ class WriterSchema:
     @cached_property
     def writer(self) -> Writer:
         """The compiled encoder (``schemas.avro_writer``), built on first use: readers, which
-        only decode, never compile the schemas they are handed."""
+        only decode, never compile an encoder for the schemas they are handed."""
         return compile_writer(self.parsed)
+
+    @cached_property
+    def reader(self) -> Reader:
+        """The compiled decoder of :attr:`reading` (``schemas.avro_reader``), built on first use."""
+        return compile_reader(self.reading)
 
     @cached_property
     def reading(self) -> Any:
@@ -154,14 +159,13 @@ class SchemaStore:
 def read_body(writer: WriterSchema, message: bytes, start: int) -> dict[str, Any]:
     """The Avro body of ``message`` from ``start`` on, written with ``writer`` → the record, or
     DecodeError naming why not (never a partial record)."""
-    body = io.BytesIO(message)
-    body.seek(start)
     try:
-        record = cast(dict[str, Any], fastavro.schemaless_reader(body, writer.reading, None))
-    except (EOFError, StopIteration) as exc:
+        record, end = writer.reader(message, start)
+    except EOFError as exc:
         raise DecodeError("truncated", "body ends before the record does") from exc
-    except (ValueError, UnicodeDecodeError, IndexError, struct.error, OverflowError) as exc:
+    except (ValueError, ArithmeticError) as exc:  # bad UTF-8, a date or time out of range, …
         raise DecodeError("corrupt", f"{type(exc).__name__}: {exc}") from exc
-    if body.tell() != len(message):
-        raise DecodeError("corrupt", f"{len(message) - body.tell()} bytes left after the record")
-    return record
+    if end != len(message):
+        raise DecodeError("corrupt", f"{len(message) - end} bytes left after the record")
+    decoded: dict[str, Any] = record  # every writer schema's top level is a record (schema_check)
+    return decoded

@@ -12,13 +12,11 @@ with it and never with ``wait_for`` (``tests/unit/test_query_stream.py`` shows t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 
-async def set_within(event: asyncio.Event, seconds: float) -> bool:
-    """Wait until ``event`` is set or ``seconds`` passed; True if it was set."""
-    try:
+async def set_within(event: asyncio.Event, seconds: float) -> None:
+    """Wait until ``event`` is set or ``seconds`` passed, whichever comes first."""
+    with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
             await event.wait()
-    except TimeoutError:
-        return False
-    return True

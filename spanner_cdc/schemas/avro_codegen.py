@@ -51,6 +51,8 @@ class SchemaCompiler(ABC):
         """Lines (indented ``depth`` levels) that handle one value of ``schema`` in ``var``."""
         pad = "    " * depth
         if isinstance(schema, list):
+            if any(isinstance(branch, list) for branch in schema):
+                raise ContractError("a union directly inside a union")
             return self.union(schema, var, depth)
         if isinstance(schema, str):
             if schema in PRIMITIVES:

@@ -31,7 +31,6 @@ from typing import Any
 from fastavro.read import LOGICAL_READERS
 
 from spanner_cdc.schemas.avro_codegen import SchemaCompiler
-from spanner_cdc.schemas.errors import ContractError
 
 #: ``(message, position)`` → the value read from ``position`` on and the position after it.
 Reader = Callable[[bytes, int], tuple[Any, int]]
@@ -182,8 +181,6 @@ class _SourceCompiler(SchemaCompiler):
             ]
         lines = [f"{pad}{index}, pos = read_long(data, pos)"]
         for number, branch in enumerate(branches):
-            if isinstance(branch, list):
-                raise ContractError("a union directly inside a union")
             lines.append(f"{pad}{'if' if number == 0 else 'elif'} {index} == {number}:")
             lines += self.emit(branch, var, depth + 1)
         return [*lines, f"{pad}else:", f"{pad}    bad_branch({index}, {len(branches)})"]

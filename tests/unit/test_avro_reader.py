@@ -4,6 +4,7 @@ and fails where fastavro fails, the same way (``truncated`` or ``corrupt``)."""
 from __future__ import annotations
 
 import io
+import json
 import math
 import random
 from typing import Any
@@ -11,13 +12,13 @@ from typing import Any
 import fastavro
 import pytest
 
+from spanner_cdc.consumer.message_reader import parsed_schema
 from spanner_cdc.schemas.avro_reader import compile_reader
 from spanner_cdc.schemas.errors import ContractError, DecodeError
 from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark
 from spanner_cdc.schemas.wire import HEADER_LENGTH, WriterSchema, encode, read_body
 from testkit.records import STREAM_NAME
-from tests.support.writers import writer_of
 from tests.unit.test_avro_writer import GOOGLE_SQL, POSTGRESQL, RECORDS, _record
 
 pytestmark = pytest.mark.unit
@@ -52,7 +53,7 @@ def messages(dialect: tuple[str, ...], records: int) -> list[tuple[WriterSchema,
                 (event.table.event_schema, event.value),
                 (event.table.key_schema, event.key),
             ):
-                writer = writer_of(schema)
+                writer = parsed_schema(json.dumps(schema))
                 found.append((writer, encode(writer, value)))
     return found
 

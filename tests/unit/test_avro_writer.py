@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import random
 import uuid
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import fastavro
 import pytest
 
+from spanner_cdc.consumer.message_reader import parsed_schema
 from spanner_cdc.schemas.avro_writer import compile_writer
 from spanner_cdc.schemas.errors import ContractError
 from spanner_cdc.schemas.events import EventBuilder
@@ -24,7 +26,6 @@ from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark
 from spanner_cdc.schemas.wire import HEADER_LENGTH, WriterSchema, encode
 from testkit.records import STREAM_NAME, account_transfer_records
-from tests.support.writers import writer_of
 
 pytestmark = pytest.mark.unit
 RECORDS = 400
@@ -184,7 +185,7 @@ def test_generated_events_encode_exactly_as_fastavro_does(dialect: tuple[str, ..
                 (event.table.event_schema, event.value),
                 (event.table.key_schema, event.key),
             ):
-                writer = writer_of(schema)
+                writer = parsed_schema(json.dumps(schema))
                 assert encode(writer, value)[HEADER_LENGTH:] == fastavro_bytes(writer, value), value
                 compared += 1
     assert compared > RECORDS * 2

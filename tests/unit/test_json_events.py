@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from spanner_cdc.consumer.message_reader import parsed_schema
 from spanner_cdc.schemas.errors import ContractError
 from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.json_events import (
@@ -23,7 +24,6 @@ from spanner_cdc.schemas.timestamps import format_timestamp_micros
 from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark
 from spanner_cdc.schemas.wire import encode
 from testkit.records import STREAM_NAME
-from tests.support.writers import writer_of
 from tests.unit.test_avro_writer import GOOGLE_SQL, POSTGRESQL, RECORDS, _record
 
 pytestmark = pytest.mark.unit
@@ -39,10 +39,10 @@ def test_a_json_event_reads_back_as_the_avro_event_byte_for_byte(dialect: tuple[
     compared = 0
     for index in range(RECORDS):
         for event in builder.build(_record(rng, index, dialect), "token-1", rng.randint(0, 2**41)):
-            writer = writer_of(event.table.event_schema)
+            writer = parsed_schema(json.dumps(event.table.event_schema))
             document = json.loads(event_document(event))
             assert encode(writer, avro_event(document, event.table)) == encode(writer, event.value)
-            key_writer = writer_of(event.table.key_schema)
+            key_writer = parsed_schema(json.dumps(event.table.key_schema))
             key = event.table.convert_row(json.loads(key_document(event)))
             assert encode(key_writer, key) == encode(key_writer, event.key)
             names = {c.avro_name: c.name for c in event.table.columns}

@@ -27,7 +27,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from spanner_cdc.consumer.decode import BatchDecoder
@@ -40,9 +39,8 @@ from spanner_cdc.consumer.executor_tasks import (
     QUARANTINED,
     TOMBSTONE,
     WATERMARK,
-    WRITTEN_SCHEMA,
+    drop_from_staged,
     outline,
-    write_changelog,
 )
 from spanner_cdc.consumer.kafka_rows import DECODE_COLUMNS, DECODE_SCHEMA
 from spanner_cdc.consumer.message_reader import LEARNABLE, DecodeContext, MessageReader
@@ -140,7 +138,7 @@ class BatchProcessor:
         fresh = events.filter(keep)
         duplicates = events.filter(pc.invert(keep)).select(COORDINATES)
         if self.changelog is not None:
-            self._write_changelog(self.changelog, rows, duplicates, context, batch_id, kept=per_table(fresh))
+            self._write_changelog(self.changelog, rows, duplicates, batch_id, kept=per_table(fresh))
         self._started = True
         if self.replica is not None:  # the outline carried the events' bytes
             kept = MessageReader(context).read(fresh.select(DECODE_COLUMNS).cast(DECODE_SCHEMA)).events
@@ -174,43 +172,21 @@ class BatchProcessor:
         )
 
     def _write_changelog(
-        self,
-        changelog: ChangelogSink,
-        rows: Any,
-        duplicates: pa.Table,
-        context: DecodeContext,
-        batch_id: int,
-        *,
-        kept: Counter[str],
+        self, changelog: ChangelogSink, rows: Any, duplicates: pa.Table, batch_id: int, *, kept: Counter[str]
     ) -> None:
-        """The staged files moved into place when no event was dropped; otherwise the tasks
-        read the batch again and write the kept events (a batch with duplicates: after a
-        producer restart). The batch is not cached for that: Spark reads the same offsets again.
-        Either way the rows written must be the ``kept`` ones (staged files are checked before
-        they are published; files written directly are replaced by the batch's next attempt)."""
+        """Publish the files the tasks staged, once they hold exactly the ``kept`` events: a batch
+        with duplicates (after a producer restart) first has their rows removed from the staged
+        files by tasks, one per file, by Kafka coordinates — nothing is read or decoded again.
+        The rows are checked from the files' footers before anything is published."""
         staged = changelog.staging(batch_id)
         if not self._started:
             changelog.remove_batch(batch_id)
-        if duplicates.num_rows == 0:
-            check_written(batch_id, kept, staged.rows_per_table())
-            changelog.publish(staged)
-            return
-        staged.clear()
-        task = write_changelog(context, changelog.root, batch_id)
-        written: Counter[str] = Counter()
-        for row in (
-            self._without(rows, duplicates).mapInArrow(task, from_arrow_schema(WRITTEN_SCHEMA)).collect()
-        ):
-            written[row["object"]] += row["rows"]
-        check_written(batch_id, kept, written)
-
-    @staticmethod
-    def _without(rows: Any, duplicates: pa.Table) -> Any:
-        """``rows`` but the messages at ``duplicates``' coordinates (few: broadcast to the tasks)."""
-        if duplicates.num_rows == 0:
-            return rows
-        dropped = rows.sparkSession.createDataFrame(duplicates)
-        return rows.join(F.broadcast(dropped), on=COORDINATES, how="left_anti")
+        files = staged.files()
+        if duplicates.num_rows and files:
+            listed = rows.sparkSession.createDataFrame([(str(file),) for file in files], "file string")
+            listed.mapInArrow(drop_from_staged(duplicates), listed.schema).collect()
+        check_written(batch_id, kept, staged.rows_per_table())
+        changelog.publish(staged)
 
     def _observe(
         self, seen: BatchSeen, fresh: pa.Table, quarantined: list[Quarantined], horizon: int | None

@@ -6,14 +6,13 @@ rows through the one gate (consumer.message_reader) on an executor.
   table, change type). Only this crosses to the driver; bytes only for the few watermarks and
   quarantined messages, which the driver checks and writes — and for events when a replica is
   written (its merge still runs on the driver). With a changelog, the task also
-  writes its events' changelog files to the batch's staging directory, which the driver
-  publishes when deduplication dropped nothing.
-- :func:`write_changelog` — when it did drop something: the events it kept, written to the
-  changelog by the task that read them (one file per table, commit date and task), and one row
-  per table back: how many rows it wrote.
+  writes its events' changelog files to the batch's staging directory (one file per table,
+  commit date and task), which the driver publishes.
+- :func:`drop_from_staged` — when deduplication dropped events: their rows removed from the
+  staged files, by Kafka coordinates, each file by one task (nothing decoded again).
 
-Both take the batch's :class:`DecodeContext`, fixed by the driver for the batch, so every task
-(and a replay) decides exactly as the others.
+The outline takes the batch's :class:`DecodeContext`, fixed by the driver for the batch, so
+every task (and a replay) decides exactly as the others.
 """
 
 from __future__ import annotations
@@ -48,7 +47,6 @@ OUTLINE_SCHEMA = pa.schema(
         ("value", pa.binary()),
     ]
 )
-WRITTEN_SCHEMA = pa.schema([("object", pa.string()), ("rows", pa.int64())])
 
 
 def outline(context: DecodeContext, batch_id: int, staging: Path | None, with_bytes: bool) -> ArrowTask:
@@ -115,16 +113,17 @@ def outlined(decoded: DecodedBatch, with_bytes: bool) -> list[dict[str, object]]
     ]
 
 
-def write_changelog(context: DecodeContext, root: Path, batch_id: int) -> ArrowTask:
-    """The ``mapInArrow`` function that writes its share of the batch's kept events."""
+def drop_from_staged(duplicates: pa.Table) -> ArrowTask:
+    """The ``mapInArrow`` function that removes ``duplicates`` (``topic``, ``partition``,
+    ``offset``) from the staged changelog files named in its rows (column ``file``). It yields no
+    rows: its work is the files. (``mapInArrow`` rather than ``foreachPartition``: the latter
+    starts Python workers of its own, 3 s on a 2-core machine the first time.)"""
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        reader = MessageReader(context)
-        events = [event for rows in batches for event in reader.read(rows).events]
-        written = write_events(ChangelogSink(root), batch_id, events)
-        yield pa.RecordBatch.from_pydict(
-            {"object": list(written), "rows": list(written.values())}, schema=WRITTEN_SCHEMA
-        )
+        for files in batches:
+            for file in files.column("file").to_pylist():
+                ChangelogSink.drop_messages(Path(file), duplicates)
+        yield from ()
 
     return task
 

@@ -179,6 +179,54 @@ def test_the_changelog_counts_a_staged_batch_per_table_from_its_files(tmp_path: 
     assert ChangelogSink(tmp_path / "nothing").rows_per_table() == Counter()
 
 
+def test_dropping_messages_from_a_staged_file_keeps_the_rest_in_order(tmp_path: Path) -> None:
+    """What deduplication dropped leaves the staged files; the rows left keep the file's order
+    (sort_keys order, not offset order) and every column; untouched files are not rewritten."""
+    staged = ChangelogSink(tmp_path / "changelog").staging(3)
+    directory = staged.table_dir("Accounts") / "commit_date=2026-11-26"
+    directory.mkdir(parents=True)
+    offsets = [9, 2, 7, 4, 0, 5]  # the rows' order in the file
+    rows = pa.table(
+        {
+            "Id": pa.array([f"k{o}" for o in offsets]),
+            "kafka$topic": pa.array(["P.Accounts"] * 5 + ["P.Other"]),
+            "kafka$partition": pa.array([0, 1, 0, 1, 0, 0], pa.int32()),
+            "kafka$offset": pa.array(offsets, pa.int64()),
+        }
+    )
+    file, untouched, emptied = (directory / f"batch-3-part-{n}.parquet" for n in range(3))
+    for path in (file, untouched, emptied):
+        pq.write_table(rows, path)
+    untouched_before = untouched.stat().st_mtime_ns
+
+    def messages(*coordinates: tuple[str, int, int]) -> pa.Table:
+        topics, partitions, offsets = zip(*coordinates, strict=True)
+        return pa.table(
+            {
+                "topic": pa.array(topics),
+                "partition": pa.array(partitions, pa.int32()),
+                "offset": pa.array(offsets, pa.int64()),
+            }
+        )
+
+    # (P.Accounts, 1, 7) is not in the file (7 is in partition 0), nor is (P.Accounts, 0, 5).
+    ChangelogSink.drop_messages(
+        file, messages(("P.Accounts", 1, 2), ("P.Accounts", 0, 0), ("P.Accounts", 1, 7), ("P.Accounts", 0, 5))
+    )
+    assert pq.read_table(file).to_pydict() == rows.take([0, 2, 3, 5]).to_pydict()
+    ChangelogSink.drop_messages(untouched, messages(("P.Other", 1, 5)))
+    assert untouched.stat().st_mtime_ns == untouched_before
+    ChangelogSink.drop_messages(
+        emptied,
+        messages(
+            *zip(rows["kafka$topic"].to_pylist(), rows["kafka$partition"].to_pylist(), offsets, strict=True)
+        ),
+    )
+    assert not emptied.exists()
+    assert staged.files() == [file, untouched]
+    assert staged.rows_per_table() == Counter({"Accounts": 4 + 6})
+
+
 def test_a_changelog_that_differs_from_what_the_batch_kept_fails_the_batch() -> None:
     check_written(3, Counter({"A": 2, "B": 1}), Counter({"B": 1, "A": 2}))
     check_written(3, Counter({"A": 0}), Counter())

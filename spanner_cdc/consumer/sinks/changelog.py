@@ -10,8 +10,9 @@ table version adds columns to new files only; read with schema merging (``union_
 DuckDB, ``mergeSchema`` in Spark).
 
 The tasks stage their files in ``_staging/batch-<id>/`` (the same layout below it) while the
-driver deduplicates; without duplicates the driver moves them into place, otherwise the tasks
-write the kept events again, directly. A replayed batch writes the same files again (same
+driver deduplicates; when it dropped some events, tasks remove those rows from the staged files
+(by their Kafka coordinates, :meth:`ChangelogSink.drop_messages`); then the driver moves the
+files into place. A replayed batch writes the same files again (same
 batch id, same tasks) and replaces them; if it was split into other tasks than the first
 attempt (a changed option), the first attempt's files would stay beside the new ones, so the
 consumer removes a batch's files before its first batch after a start
@@ -36,6 +37,9 @@ from spanner_cdc.consumer.sinks.parquet_files import batch_file_name, write_atom
 
 #: The directory under the changelog's root where tasks stage a batch's files.
 STAGING = "_staging"
+#: The columns naming the Kafka message a changelog row came from.
+COORDINATES = ("kafka$topic", "kafka$partition", "kafka$offset")
+_ROW = "__row"
 
 
 class ChangelogSink:
@@ -60,12 +64,35 @@ class ChangelogSink:
             os.replace(file, target)
         staged.clear()
 
+    def files(self) -> list[Path]:
+        """This sink's Parquet files (of a staging sink: the batch's staged files)."""
+        return sorted(self.root.glob("object=*/commit_date=*/*.parquet"))
+
     def rows_per_table(self) -> Counter[str]:
         """Rows in this (staging) sink's files, per table, from the files' footers."""
         rows: Counter[str] = Counter()
-        for file in self.root.glob("object=*/commit_date=*/*.parquet"):
+        for file in self.files():
             rows[unquote(file.parent.parent.name.removeprefix("object="))] += pq.read_metadata(file).num_rows
         return rows
+
+    @staticmethod
+    def drop_messages(file: Path, messages: pa.Table) -> None:
+        """Remove from one staged ``file`` the rows of ``messages`` (``topic``, ``partition``,
+        ``offset``): the events deduplication dropped. The file is rewritten only when it held
+        one, in its row order, and removed when nothing is left. Arrow's join, not Python per
+        row; run by the tasks (consumer.executor_tasks.drop_from_staged)."""
+        coordinates = pq.read_table(file, columns=list(COORDINATES))
+        numbered = coordinates.append_column(_ROW, pa.array(range(coordinates.num_rows), pa.int64()))
+        kept = numbered.join(
+            messages.rename_columns(list(COORDINATES)), keys=list(COORDINATES), join_type="left anti"
+        ).column(_ROW)
+        if len(kept) == coordinates.num_rows:
+            return
+        if len(kept) == 0:
+            file.unlink()
+            return
+        in_order = pc.take(kept, pc.array_sort_indices(kept))
+        write_atomically(file, pq.read_table(file).take(in_order))
 
     def remove_batch(self, batch_id: int) -> None:
         """Every file an earlier attempt of ``batch_id`` may have written (by any task, or whole

@@ -9,7 +9,7 @@ the driver: the kept events are brought there and merged (docs/consumer.md, "Whe
 The order of writes is what makes a crash at any point harmless. Spark replays an unfinished
 batch with the same offsets, and every step repeats its first attempt's result:
 
-1. changelog files and the quarantine file are named by batch id (and task) and replaced whole;
+1. changelog and quarantine files are named by batch id (and task) and replaced whole;
 2. the replica transaction records the batch id with the data — and, with whole
    transactions, with the held events, watermarks and cut (consumer.sinks.replica.cut) — and
    skips a batch it has;
@@ -85,7 +85,8 @@ class Outline:
 
     def decoded(self, context: DecodeContext) -> DecodedBatch:
         """Watermarks (read again from their bytes on the driver: a few per batch) and the
-        quarantine, for the driver's checks and sinks; events stay with the tasks."""
+        quarantine's rows — coordinates and reasons, for the metrics and ``--on-bad-message
+        fail``; their bytes are in the files the tasks staged. Events stay with the tasks."""
         watermarks = self.of_kind(WATERMARK).select(DECODE_COLUMNS).cast(DECODE_SCHEMA)
         tombstones = len(self.of_kind(TOMBSTONE))
         return DecodedBatch(
@@ -125,8 +126,9 @@ class BatchProcessor:
         learnt = self.decoder.learn(context, unknown) if unknown else None
         if learnt is not None:
             context, outlined = learnt, self._outline(rows, learnt, batch_id, staged)
-        decoded = self.decoder.checked(outlined.decoded(context), context)
-        quarantined = sorted(decoded.quarantined, key=lambda q: (q.topic, q.partition, q.offset))
+        decoded = outlined.decoded(context)
+        watermarks, refuted = self.decoder.refuted(decoded.watermarks, context)
+        quarantined = sorted([*decoded.quarantined, *refuted], key=lambda q: (q.topic, q.partition, q.offset))
         if quarantined and self.fail_on_bad_message:
             first = quarantined[0]
             raise BadMessageError(
@@ -142,8 +144,8 @@ class BatchProcessor:
         self._started = True
         if self.replica is not None:  # the outline carried the events' bytes
             kept = MessageReader(context).read(fresh.select(DECODE_COLUMNS).cast(DECODE_SCHEMA)).events
-            self.replica.write(batch_id, BatchContents(kept, quarantined, decoded.watermarks))
-        self.quarantine.write(batch_id, BatchContents([], quarantined, decoded.watermarks))
+            self.replica.write(batch_id, BatchContents(kept, quarantined, watermarks))
+        self.quarantine.publish(batch_id, refuted)
         horizon = self.delivered.oldest_remembered(batch_id)
         self.delivered.remember(batch_id, fresh)
         self.metrics.tombstones.inc(decoded.tombstones)
@@ -162,10 +164,16 @@ class BatchProcessor:
     ) -> Outline:
         """The tasks' outline of ``rows``; with a replica, events' bytes come along (the driver
         reads the kept ones again for the merge)."""
+        # What an earlier attempt staged, or this batch before it learnt a schema.
+        self.quarantine.discard_staged(batch_id)
         if staged is not None:
-            staged.clear()  # an earlier attempt's, or this batch's before it learnt a schema
+            staged.clear()
         task = outline(
-            context, batch_id, staged.root if staged is not None else None, self.replica is not None
+            context,
+            batch_id,
+            staged.root if staged is not None else None,
+            None if self.fail_on_bad_message else self.quarantine.staging(batch_id),
+            self.replica is not None,
         )
         return Outline(
             rows.mapInArrow(task, from_arrow_schema(OUTLINE_SCHEMA)).toArrow().cast(OUTLINE_SCHEMA)

@@ -169,22 +169,24 @@ class BatchDecoder:
             return None
         return json_version_name(document) if isinstance(document, dict) else None
 
-    def checked(self, batch: DecodedBatch, context: DecodeContext) -> DecodedBatch:
-        """``batch`` with watermarks the broker's partitions refute moved to its quarantine."""
+    def refuted(
+        self, seen: list[WatermarkSeen], context: DecodeContext
+    ) -> tuple[list[WatermarkSeen], list[Quarantined]]:
+        """The watermarks the broker's partitions bear out, and the others as quarantine rows."""
         watermarks: list[WatermarkSeen] = []
-        quarantined = list(batch.quarantined)
-        for seen in batch.watermarks:
+        quarantined: list[Quarantined] = []
+        for mark in seen:
             try:
-                self.partitions.check(seen.watermark, seen.topic, seen.partition, context.now_micros)
+                self.partitions.check(mark.watermark, mark.topic, mark.partition, context.now_micros)
             except DecodeError as exc:
                 quarantined.append(
                     Quarantined(
-                        seen.topic, seen.partition, seen.offset, None, seen.value, exc.reason, exc.detail
+                        mark.topic, mark.partition, mark.offset, None, mark.value, exc.reason, exc.detail
                     )
                 )
                 continue
-            watermarks.append(seen)
-        return replace(batch, watermarks=watermarks, quarantined=quarantined)
+            watermarks.append(mark)
+        return watermarks, quarantined
 
     def decode(self, rows: pa.Table) -> DecodedBatch:
         """Rows held on the driver (``kafka_rows.DECODE_SCHEMA``), read, learnt from and checked."""
@@ -194,7 +196,8 @@ class BatchDecoder:
         learnt = self.learn(context, unknown) if unknown else None
         if learnt is not None:
             context, batch = learnt, MessageReader(learnt).read(rows)
-        return self.checked(batch, context)
+        watermarks, refuted = self.refuted(batch.watermarks, context)
+        return replace(batch, watermarks=watermarks, quarantined=[*batch.quarantined, *refuted])
 
     def _registered(self, schema_id: int) -> int | tuple[str, str]:
         """The fingerprint of the registry's schema ``schema_id``, or why its messages cannot be

@@ -3,11 +3,12 @@ rows through the one gate (consumer.message_reader) on an executor.
 
 - :func:`outline` — every message as one narrow row: what it is (event, watermark, quarantined,
   tombstone) and, for an event, what deduplication and the metrics need (uuid, commit time,
-  table, change type). Only this crosses to the driver; bytes only for the few watermarks and
-  quarantined messages, which the driver checks and writes — and for events when a replica is
-  written (its merge still runs on the driver). With a changelog, the task also
-  writes its events' changelog files to the batch's staging directory (one file per table,
-  commit date and task), which the driver publishes.
+  table, change type). Only this crosses to the driver; bytes only for the few watermarks,
+  which the driver checks, for messages naming a schema the driver may learn — and for events
+  when a replica is written (its merge still runs on the driver). The task stages the messages
+  its gate refused, bytes and all, in the batch's quarantine staging directory; with a
+  changelog, its events' changelog files in the changelog's (one file per table, commit date
+  and task). The driver publishes both.
 - :func:`drop_from_staged` — when deduplication dropped events: their rows removed from the
   staged files, by Kafka coordinates, each file by one task (nothing decoded again).
 
@@ -23,10 +24,11 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark import TaskContext
 
-from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent
-from spanner_cdc.consumer.message_reader import DecodeContext, MessageReader
+from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent, Quarantined
+from spanner_cdc.consumer.message_reader import LEARNABLE, DecodeContext, MessageReader
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.contents import by_table
+from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
 
 ArrowTask = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
@@ -49,22 +51,31 @@ OUTLINE_SCHEMA = pa.schema(
 )
 
 
-def outline(context: DecodeContext, batch_id: int, staging: Path | None, with_bytes: bool) -> ArrowTask:
+def outline(
+    context: DecodeContext, batch_id: int, staging: Path | None, quarantine: Path | None, with_bytes: bool
+) -> ArrowTask:
     """The ``mapInArrow`` function that outlines its share of the batch (see the module
-    docstring); with ``staging``, it also writes the changelog of every event it read there, so
-    a batch without duplicates — nearly every batch — is decoded once (consumer.batch). With
-    ``with_bytes``, events keep their key and value (the replica is merged on the driver)."""
+    docstring). With ``quarantine`` it stages what its gate refused, bytes and all, there
+    (``QuarantineSink.stage``; none with ``--on-bad-message fail``, which stops the query
+    instead); with ``staging``, it also writes the changelog of every event it
+    read there, so a batch is decoded once (consumer.batch). With ``with_bytes``, events keep
+    their key and value (the replica is merged on the driver)."""
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         reader = MessageReader(context)
         events: list[DecodedEvent] = []
+        refused: list[Quarantined] = []
         for rows in batches:
             decoded = reader.read(rows)
+            refused.extend(decoded.quarantined)
             if staging is not None:
                 events.extend(decoded.events)
             yield pa.RecordBatch.from_pylist(outlined(decoded, with_bytes), schema=OUTLINE_SCHEMA)
+        part = task_partition()
+        if quarantine is not None:
+            QuarantineSink.stage(quarantine, batch_id, part, refused)
         if staging is not None:
-            write_events(ChangelogSink(staging), batch_id, events)
+            write_events(ChangelogSink(staging), batch_id, events, part)
 
     return task
 
@@ -104,8 +115,8 @@ def outlined(decoded: DecodedBatch, with_bytes: bool) -> list[dict[str, object]]
                 "kind": QUARANTINED,
                 "reason": q.reason,
                 "detail": q.detail,
-                "key": q.key,
-                "value": q.value,
+                # The bytes stay with the task (staged), but for what the driver may learn from.
+                **({"key": q.key, "value": q.value} if q.reason in LEARNABLE else {}),
             }
             for q in decoded.quarantined
         ),
@@ -128,8 +139,12 @@ def drop_from_staged(duplicates: pa.Table) -> ArrowTask:
     return task
 
 
-def write_events(sink: ChangelogSink, batch_id: int, events: list[DecodedEvent]) -> dict[str, int]:
-    """This task's events of the batch into ``sink``, a file per table and commit date named by
-    the task's partition; rows written per table."""
-    part = TaskContext.get().partitionId()  # type: ignore[union-attr]  # set in every task
+def write_events(sink: ChangelogSink, batch_id: int, events: list[DecodedEvent], part: int) -> dict[str, int]:
+    """Task ``part``'s events of the batch into ``sink``, a file per table and commit date named
+    by the task's partition; rows written per table."""
     return {changes.table: sink.write_table(batch_id, changes, part) for changes in by_table(events)}
+
+
+def task_partition() -> int:
+    """The running Spark task's partition: what its files are named by."""
+    return TaskContext.get().partitionId()  # type: ignore[union-attr]  # set in every task

@@ -7,6 +7,7 @@ updates, undecodable messages, a column added mid-stream.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -137,6 +138,12 @@ def test_undecodable_messages_are_quarantined_while_good_events_flow(
     quarantined = sorted(quarantine_rows(config), key=lambda row: str(row[1]))
     assert [row[1] for row in quarantined] == ["bad-magic", "truncated", "unknown-fingerprint"]
     assert {bytes(row[2]) for row in quarantined} == {value for _, value in bad}
+    # Written by the tasks that read them (the driver writes only watermarks it refutes), and
+    # nothing left staged.
+    files = sorted(
+        path.relative_to(config.quarantine_dir) for path in config.quarantine_dir.rglob("*.parquet")
+    )
+    assert files and all("-part-" in path.name and path.parent == Path(".") for path in files), files
 
 
 def test_fail_on_bad_message_stops_with_the_reason(

@@ -1,5 +1,5 @@
 """Consumer parts that need no services: the uuid memory, configuration, error extraction, the
-changelog's written-rows check."""
+changelog's written-rows check and staged files, the quarantine's staged files."""
 
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ from spanner_cdc.common.config import ConfigError
 from spanner_cdc.consumer.batch import check_written, per_table
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.decode import BrokerPartitions
+from spanner_cdc.consumer.decoded import Quarantined
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import ChangelogShortfallError
 from spanner_cdc.consumer.graceful_stop import BatchGate, StoppingBeforeBatchError, StopRequest, python_error
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
+from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
 from spanner_cdc.schemas.errors import DecodeError
 from spanner_cdc.schemas.watermark import Watermark
 
@@ -225,6 +227,48 @@ def test_dropping_messages_from_a_staged_file_keeps_the_rest_in_order(tmp_path: 
     assert not emptied.exists()
     assert staged.files() == [file, untouched]
     assert staged.rows_per_table() == Counter({"Accounts": 4 + 6})
+
+
+def test_a_batch_quarantine_is_what_its_last_attempt_staged_and_refuted(tmp_path: Path) -> None:
+    """Tasks stage their refused messages, the driver publishes them with the watermarks it
+    refuted; a replay split into other tasks leaves only its own files, and staging is emptied."""
+    sink = QuarantineSink(tmp_path / "quarantine")
+
+    def refused(offset: int, reason: str) -> Quarantined:
+        return Quarantined("P.Accounts", 0, offset, b"k", b"\x00garbage", reason, "detail")
+
+    def published() -> dict[str, list[int]]:
+        return {
+            file.name: pq.read_table(file).column("offset").to_pylist()
+            for file in sorted(sink.root.glob("*.parquet"))
+        }
+
+    # A first attempt: tasks 0 and 1 refused messages, task 2 none; one watermark refuted.
+    QuarantineSink.stage(sink.staging(4), 4, 0, [refused(3, "corrupt"), refused(9, "truncated")])
+    QuarantineSink.stage(sink.staging(4), 4, 1, [refused(12, "corrupt")])
+    QuarantineSink.stage(sink.staging(4), 4, 2, [])
+    sink.publish(4, [refused(20, "watermark-beyond-partitions")])
+    assert published() == {
+        "batch-000000000004-part-00000.parquet": [3, 9],
+        "batch-000000000004-part-00001.parquet": [12],
+        "batch-000000000004.parquet": [20],
+    }
+    assert not sink.staging(4).exists()
+    row = pq.read_table(sink.root / "batch-000000000004-part-00000.parquet").to_pylist()[0]
+    assert (row["key"], row["value"], row["reason"]) == (b"k", b"\x00garbage", "corrupt")
+
+    # Its replay, read by one task after a schema was learnt: nothing else of batch 4 stays.
+    QuarantineSink.stage(sink.staging(4), 4, 0, [refused(9, "truncated")])
+    QuarantineSink.stage(sink.staging(4), 4, 5, [refused(30, "corrupt")])
+    sink.discard_staged(4)
+    QuarantineSink.stage(sink.staging(4), 4, 0, [refused(9, "truncated")])
+    sink.publish(4, [])
+    QuarantineSink.stage(sink.staging(5), 5, 0, [refused(40, "corrupt")])
+    sink.publish(5, [])
+    assert published() == {
+        "batch-000000000004-part-00000.parquet": [9],
+        "batch-000000000005-part-00000.parquet": [40],
+    }
 
 
 def test_a_changelog_that_differs_from_what_the_batch_kept_fails_the_batch() -> None:

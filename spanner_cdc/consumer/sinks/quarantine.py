@@ -1,20 +1,33 @@
 """The quarantine sink: every message that could not be decoded, with its bytes and the reason.
 
-One Parquet file per batch that had any (``<output-dir>/quarantine/batch-<id>.parquet``),
-replaced whole on a replay; nothing undecodable is ever dropped.
+Files under ``<output-dir>/quarantine/``, named by batch id, replaced whole on a replay; nothing
+undecodable is ever dropped:
+
+- ``batch-<id>-part-<task>.parquet`` — what a task's gate refused (consumer.executor_tasks): the
+  task writes its messages, bytes and all, to ``_staging/batch-<id>/`` and only their
+  coordinates and reasons reach the driver, so a flood of garbage costs the driver a narrow row
+  per message, not its bytes;
+- ``batch-<id>.parquet`` — watermarks the driver refuted against the broker (consumer.decode).
+
+The driver publishes a batch's quarantine after its checks (:meth:`QuarantineSink.publish`):
+the staged files are moved into place and whatever an earlier attempt of the batch left is
+removed first, so a replay — even one split into other tasks — leaves exactly its own files.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
 
 from spanner_cdc.consumer.decoded import Quarantined
-from spanner_cdc.consumer.sinks.contents import BatchContents
 from spanner_cdc.consumer.sinks.parquet_files import batch_file_name, write_atomically
 
+#: The directory under the quarantine's root where tasks stage a batch's files.
+STAGING = "_staging"
 QUARANTINE_SCHEMA = pa.schema(
     [
         ("topic", pa.string()),
@@ -32,9 +45,34 @@ class QuarantineSink:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def write(self, batch_id: int, contents: BatchContents) -> None:
-        if contents.quarantined:
-            write_atomically(self.root / batch_file_name(batch_id), quarantine_table(contents.quarantined))
+    def staging(self, batch_id: int) -> Path:
+        """Where the tasks of ``batch_id`` stage their quarantined messages (``_`` keeps readers
+        of ``<root>/*.parquet`` and dataset readers out of it)."""
+        return self.root / STAGING / batch_file_name(batch_id).removesuffix(".parquet")
+
+    def discard_staged(self, batch_id: int) -> None:
+        """Remove what tasks staged for ``batch_id`` (an earlier attempt's, or this batch's
+        before it learnt a schema and was outlined again)."""
+        shutil.rmtree(self.staging(batch_id), ignore_errors=True)
+
+    @staticmethod
+    def stage(staging: Path, batch_id: int, part: int, rows: list[Quarantined]) -> None:
+        """One task's quarantined messages of the batch, if it had any."""
+        if rows:
+            write_atomically(staging / batch_file_name(batch_id, part), quarantine_table(rows))
+
+    def publish(self, batch_id: int, refuted: list[Quarantined]) -> None:
+        """The batch's quarantine in place: the files its tasks staged, and ``refuted`` (the
+        driver's) in ``batch-<id>.parquet``; an earlier attempt's files of the batch removed."""
+        whole = self.root / batch_file_name(batch_id)
+        for stale in self.root.glob(whole.name.replace(".parquet", "-part-*.parquet")):
+            stale.unlink()
+        whole.unlink(missing_ok=True)
+        for file in sorted(self.staging(batch_id).glob("*.parquet")):
+            os.replace(file, self.root / file.name)
+        self.discard_staged(batch_id)
+        if refuted:
+            write_atomically(whole, quarantine_table(refuted))
 
 
 def quarantine_table(rows: Iterable[Quarantined]) -> pa.Table:

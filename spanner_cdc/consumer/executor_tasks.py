@@ -65,12 +65,13 @@ def outline(
         reader = MessageReader(context)
         events: list[DecodedEvent] = []
         refused: list[Quarantined] = []
+        named: set[tuple[str, str]] = set()
         for rows in batches:
             decoded = reader.read(rows)
             refused.extend(decoded.quarantined)
             if staging is not None:
                 events.extend(decoded.events)
-            yield pa.RecordBatch.from_pylist(outlined(decoded, with_bytes), schema=OUTLINE_SCHEMA)
+            yield pa.RecordBatch.from_pylist(outlined(decoded, with_bytes, named), schema=OUTLINE_SCHEMA)
         part = task_partition()
         if quarantine is not None:
             QuarantineSink.stage(quarantine, batch_id, part, refused)
@@ -80,8 +81,14 @@ def outline(
     return task
 
 
-def outlined(decoded: DecodedBatch, with_bytes: bool) -> list[dict[str, object]]:
-    """One row per message of ``decoded``; the columns a kind does not use stay null."""
+def outlined(decoded: DecodedBatch, with_bytes: bool, named: set[tuple[str, str]]) -> list[dict[str, object]]:
+    """One row per message of ``decoded``; the columns a kind does not use stay null.
+
+    A quarantined message's bytes stay with the task (it stages them), except for the first
+    message of the task naming each schema, registry id or table version the driver does not
+    know (``LEARNABLE``; ``named`` holds the reasons and details already sent): the driver learns
+    as much from one as from a thousand, and a flood of them costs it one message's bytes each
+    name, not each message."""
     return [
         *(
             {
@@ -115,13 +122,21 @@ def outlined(decoded: DecodedBatch, with_bytes: bool) -> list[dict[str, object]]
                 "kind": QUARANTINED,
                 "reason": q.reason,
                 "detail": q.detail,
-                # The bytes stay with the task (staged), but for what the driver may learn from.
-                **({"key": q.key, "value": q.value} if q.reason in LEARNABLE else {}),
+                **({"key": q.key, "value": q.value} if _first_naming(q, named) else {}),
             }
             for q in decoded.quarantined
         ),
         *({"kind": TOMBSTONE} for _ in range(decoded.tombstones)),
     ]
+
+
+def _first_naming(message: Quarantined, named: set[tuple[str, str]]) -> bool:
+    """Whether ``message`` is the first of the task to name something the driver may learn."""
+    name = (message.reason, message.detail)
+    if message.reason not in LEARNABLE or name in named:
+        return False
+    named.add(name)
+    return True
 
 
 def drop_from_staged(duplicates: pa.Table) -> ArrowTask:

@@ -1,5 +1,6 @@
 """Consumer parts that need no services: the uuid memory, configuration, error extraction, the
-changelog's written-rows check and staged files, the quarantine's staged files."""
+changelog's written-rows check and staged files, the quarantine's staged files and what of it
+reaches the driver."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from spanner_cdc.common.config import ConfigError
 from spanner_cdc.consumer.batch import check_written, per_table
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.decode import BrokerPartitions
-from spanner_cdc.consumer.decoded import Quarantined
+from spanner_cdc.consumer.decoded import DecodedBatch, Quarantined
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import ChangelogShortfallError
+from spanner_cdc.consumer.executor_tasks import outlined
 from spanner_cdc.consumer.graceful_stop import BatchGate, StoppingBeforeBatchError, StopRequest, python_error
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
@@ -269,6 +271,30 @@ def test_a_batch_quarantine_is_what_its_last_attempt_staged_and_refuted(tmp_path
         "batch-000000000004-part-00000.parquet": [9],
         "batch-000000000005-part-00000.parquet": [40],
     }
+
+
+def test_only_the_first_message_naming_an_unknown_schema_brings_its_bytes_to_the_driver() -> None:
+    """Quarantined bytes stay with the task, but for one message per name the driver may learn."""
+    unknown = "no writer schema with fingerprint 00000000000000aa"
+    other = "no writer schema with fingerprint 00000000000000bb"
+    messages = [
+        Quarantined("P.A", 0, 1, b"k1", b"v1", "unknown-fingerprint", unknown),
+        Quarantined("P.A", 0, 2, b"k2", b"v2", "unknown-fingerprint", unknown),
+        Quarantined("P.A", 0, 3, b"k3", b"v3", "corrupt", "a long past the end"),
+        Quarantined("P.A", 0, 4, b"k4", b"v4", "unknown-fingerprint", other),
+        Quarantined("P.A", 0, 5, b"k5", b"v5", "unknown-fingerprint", unknown),
+    ]
+    named: set[tuple[str, str]] = set()
+    first = outlined(DecodedBatch([], [], messages[:3]), False, named)
+    later = outlined(DecodedBatch([], [], messages[3:]), False, named)  # the task's next rows
+    rows = [(row["offset"], row["reason"], row.get("value")) for row in first + later]
+    assert rows == [
+        (1, "unknown-fingerprint", b"v1"),
+        (2, "unknown-fingerprint", None),
+        (3, "corrupt", None),
+        (4, "unknown-fingerprint", b"v4"),
+        (5, "unknown-fingerprint", None),
+    ]
 
 
 def test_a_changelog_that_differs_from_what_the_batch_kept_fails_the_batch() -> None:

@@ -119,6 +119,10 @@ class BatchProcessor:
         self._process(batch.select(*DECODE_COLUMNS), batch_id, started)
 
     def _process(self, rows: Any, batch_id: int, started: float) -> None:
+        if not self._started:  # the first batch after a start is the only one that can be a replay
+            self.quarantine.remove_batch(batch_id)
+            if self.changelog is not None:
+                self.changelog.remove_batch(batch_id)
         context = self.decoder.start_batch()
         staged = self.changelog.staging(batch_id) if self.changelog is not None else None
         outlined = self._outline(rows, context, batch_id, staged)
@@ -187,8 +191,6 @@ class BatchProcessor:
         files by tasks, one per file, by Kafka coordinates — nothing is read or decoded again.
         The rows are checked from the files' footers before anything is published."""
         staged = changelog.staging(batch_id)
-        if not self._started:
-            changelog.remove_batch(batch_id)
         files = staged.files()
         if duplicates.num_rows and files:
             listed = rows.sparkSession.createDataFrame([(str(file),) for file in files], "file string")

@@ -33,10 +33,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from spanner_cdc.consumer.change_rows import TableChanges
-from spanner_cdc.consumer.sinks.parquet_files import batch_file_name, write_atomically
+from spanner_cdc.consumer.sinks.parquet_files import (
+    batch_file_name,
+    batch_file_patterns,
+    staging_dir,
+    write_atomically,
+)
 
-#: The directory under the changelog's root where tasks stage a batch's files.
-STAGING = "_staging"
 #: The columns naming the Kafka message a changelog row came from.
 COORDINATES = ("kafka$topic", "kafka$partition", "kafka$offset")
 _ROW = "__row"
@@ -48,9 +51,8 @@ class ChangelogSink:
 
     def staging(self, batch_id: int) -> ChangelogSink:
         """Where the tasks write a batch's changelog before the driver knows which events it
-        keeps: under the root, in a directory Spark's and pyarrow's dataset readers skip
-        (``_``), so that publishing is a rename on the same file system."""
-        return ChangelogSink(self.root / STAGING / batch_file_name(batch_id).removesuffix(".parquet"))
+        keeps (``parquet_files.staging_dir``)."""
+        return ChangelogSink(staging_dir(self.root, batch_id))
 
     def clear(self) -> None:
         """Remove this (staging) sink's directory and everything in it."""
@@ -97,9 +99,8 @@ class ChangelogSink:
     def remove_batch(self, batch_id: int) -> None:
         """Every file an earlier attempt of ``batch_id`` may have written (by any task, or whole
         by the driver, as earlier versions wrote them)."""
-        whole = batch_file_name(batch_id)
-        for name in (whole, whole.replace(".parquet", "-part-*.parquet")):
-            for stale in self.root.glob(f"object=*/commit_date=*/{name}"):
+        for pattern in batch_file_patterns(batch_id):
+            for stale in self.root.glob(f"object=*/commit_date=*/{pattern}"):
                 stale.unlink()
 
     def write_table(self, batch_id: int, changes: TableChanges, part: int) -> int:

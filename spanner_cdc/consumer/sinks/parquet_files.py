@@ -22,6 +22,19 @@ def batch_file_name(batch_id: int, part: int | None = None) -> str:
     return f"batch-{batch_id:012d}{suffix}.parquet"
 
 
+def batch_file_patterns(batch_id: int) -> tuple[str, str]:
+    """Glob patterns for every file of ``batch_id``: written whole, and written by any task."""
+    whole = batch_file_name(batch_id)
+    return whole, whole.replace(".parquet", "-part-*.parquet")
+
+
+def staging_dir(root: Path, batch_id: int) -> Path:
+    """Where tasks stage a batch's files before the driver publishes them: under ``root``, so
+    that publishing is a rename on the same file system, in a directory starting with ``_``,
+    which Spark's, pyarrow's and DuckDB's ``*.parquet`` readers skip."""
+    return root / "_staging" / batch_file_name(batch_id).removesuffix(".parquet")
+
+
 def write_atomically(path: Path, table: pa.Table) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")

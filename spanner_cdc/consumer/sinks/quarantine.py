@@ -10,8 +10,9 @@ undecodable is ever dropped:
 - ``batch-<id>.parquet`` — watermarks the driver refuted against the broker (consumer.decode).
 
 The driver publishes a batch's quarantine after its checks (:meth:`QuarantineSink.publish`):
-the staged files are moved into place and whatever an earlier attempt of the batch left is
-removed first, so a replay — even one split into other tasks — leaves exactly its own files.
+the staged files are moved into place. As for the changelog, the first batch after a start —
+the only one that can be a replay, perhaps split into other tasks — first has whatever an
+earlier attempt left removed (:meth:`QuarantineSink.remove_batch`).
 """
 
 from __future__ import annotations
@@ -24,10 +25,13 @@ from pathlib import Path
 import pyarrow as pa
 
 from spanner_cdc.consumer.decoded import Quarantined
-from spanner_cdc.consumer.sinks.parquet_files import batch_file_name, write_atomically
+from spanner_cdc.consumer.sinks.parquet_files import (
+    batch_file_name,
+    batch_file_patterns,
+    staging_dir,
+    write_atomically,
+)
 
-#: The directory under the quarantine's root where tasks stage a batch's files.
-STAGING = "_staging"
 QUARANTINE_SCHEMA = pa.schema(
     [
         ("topic", pa.string()),
@@ -46,9 +50,9 @@ class QuarantineSink:
         self.root = root
 
     def staging(self, batch_id: int) -> Path:
-        """Where the tasks of ``batch_id`` stage their quarantined messages (``_`` keeps readers
-        of ``<root>/*.parquet`` and dataset readers out of it)."""
-        return self.root / STAGING / batch_file_name(batch_id).removesuffix(".parquet")
+        """Where the tasks of ``batch_id`` stage their quarantined messages
+        (``parquet_files.staging_dir``)."""
+        return staging_dir(self.root, batch_id)
 
     def discard_staged(self, batch_id: int) -> None:
         """Remove what tasks staged for ``batch_id`` (an earlier attempt's, or this batch's
@@ -63,16 +67,19 @@ class QuarantineSink:
 
     def publish(self, batch_id: int, refuted: list[Quarantined]) -> None:
         """The batch's quarantine in place: the files its tasks staged, and ``refuted`` (the
-        driver's) in ``batch-<id>.parquet``; an earlier attempt's files of the batch removed."""
-        whole = self.root / batch_file_name(batch_id)
-        for stale in self.root.glob(whole.name.replace(".parquet", "-part-*.parquet")):
-            stale.unlink()
-        whole.unlink(missing_ok=True)
+        driver's) in ``batch-<id>.parquet``."""
         for file in sorted(self.staging(batch_id).glob("*.parquet")):
             os.replace(file, self.root / file.name)
         self.discard_staged(batch_id)
         if refuted:
-            write_atomically(whole, quarantine_table(refuted))
+            write_atomically(self.root / batch_file_name(batch_id), quarantine_table(refuted))
+
+    def remove_batch(self, batch_id: int) -> None:
+        """Every file an earlier attempt of ``batch_id`` may have published (by any task, or whole
+        by the driver)."""
+        for pattern in batch_file_patterns(batch_id):
+            for stale in self.root.glob(pattern):
+                stale.unlink()
 
 
 def quarantine_table(rows: Iterable[Quarantined]) -> pa.Table:

@@ -19,6 +19,7 @@ batch with the same offsets, and every step repeats its first attempt's result:
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import Counter
@@ -30,7 +31,7 @@ import pyarrow.compute as pc
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from spanner_cdc.consumer.decode import BatchDecoder
-from spanner_cdc.consumer.decoded import DecodedBatch, Quarantined
+from spanner_cdc.consumer.decoded import DecodedBatch, Quarantined, Unknown
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import BadMessageError, ChangelogShortfallError
 from spanner_cdc.consumer.executor_tasks import (
@@ -38,12 +39,14 @@ from spanner_cdc.consumer.executor_tasks import (
     OUTLINE_SCHEMA,
     QUARANTINED,
     TOMBSTONE,
+    UNKNOWN_COLUMNS,
     WATERMARK,
     drop_from_staged,
     outline,
+    unknown_from_columns,
 )
 from spanner_cdc.consumer.kafka_rows import DECODE_COLUMNS, DECODE_SCHEMA
-from spanner_cdc.consumer.message_reader import LEARNABLE, DecodeContext, MessageReader
+from spanner_cdc.consumer.message_reader import DecodeContext, MessageReader
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.contents import BatchContents, Sink
@@ -70,18 +73,21 @@ class Outline:
         return self.of_kind(EVENT)
 
     def quarantined(self) -> list[Quarantined]:
+        """Coordinates and reasons; the bytes are in the files the tasks staged."""
+        rows = self.of_kind(QUARANTINED).select([*COORDINATES, "reason", "detail"])
         return [
-            Quarantined(
-                r["topic"], r["partition"], r["offset"], r["key"], r["value"], r["reason"], r["detail"]
-            )
-            for r in self.of_kind(QUARANTINED).to_pylist()
+            Quarantined(r["topic"], r["partition"], r["offset"], None, None, r["reason"], r["detail"])
+            for r in rows.to_pylist()
         ]
 
-    def learnable(self) -> list[bytes]:
-        """The messages quarantined for naming a schema, id or table version not known yet."""
-        rows = self.of_kind(QUARANTINED)
-        unknown = rows.filter(pc.is_in(rows.column("reason"), value_set=pa.array(sorted(LEARNABLE))))
-        return [value for value in unknown.column("value").to_pylist() if value]
+    def unknown(self) -> list[Unknown]:
+        """Each schema, registry id or table version named by quarantined messages that the
+        driver may learn, once however many messages (and tasks) named it."""
+        names = self.of_kind(QUARANTINED).select(UNKNOWN_COLUMNS)
+        given = functools.reduce(pc.or_, (pc.is_valid(names.column(c)) for c in UNKNOWN_COLUMNS))
+        named = names.filter(given)
+        distinct = named.group_by(UNKNOWN_COLUMNS, use_threads=False).aggregate([])
+        return [unknown_from_columns(row) for row in distinct.to_pylist()]
 
     def decoded(self, context: DecodeContext) -> DecodedBatch:
         """Watermarks (read again from their bytes on the driver: a few per batch) and the
@@ -126,7 +132,7 @@ class BatchProcessor:
         context = self.decoder.start_batch()
         staged = self.changelog.staging(batch_id) if self.changelog is not None else None
         outlined = self._outline(rows, context, batch_id, staged)
-        unknown = outlined.learnable()
+        unknown = outlined.unknown()
         learnt = self.decoder.learn(context, unknown) if unknown else None
         if learnt is not None:
             context, outlined = learnt, self._outline(rows, learnt, batch_id, staged)

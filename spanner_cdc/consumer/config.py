@@ -35,6 +35,12 @@ def _table(text: str) -> str:
     return text
 
 
+#: Writer schemas kept at most from the schema topic, by default (``--max-writer-schemas``):
+#: Spanner allows 5,000 tables a database and each version of a table publishes two (event and
+#: key). A schema costs the consumer its text (6 KB with 32 columns of every type), so a flood
+#: of valid-looking schemas is stopped at about 120 MB.
+MAX_WRITER_SCHEMAS = 20_000
+
 CONSUME_OPTIONS = (
     Option("kafka-bootstrap", "Kafka bootstrap servers", required=True, aliases=("bootstrap-server",)),
     settings_option("kafka-config", "librdkafka"),
@@ -94,6 +100,13 @@ CONSUME_OPTIONS = (
         integer_in(1, 10_000_000),
         default=50_000,
     ),
+    Option(
+        "max-writer-schemas",
+        "most writer schemas kept from the schema topic (two per table version: event and key); "
+        "further ones are ignored with a warning and their events quarantined as unknown-fingerprint",
+        integer_in(100, 10_000_000),
+        default=MAX_WRITER_SCHEMAS,
+    ),
     Option("trigger-seconds", "seconds between micro-batches", positive_float, default=1.0),
     Option("available-now", "process what is in Kafka now, then exit", boolean, default=False),
     Option(
@@ -138,6 +151,7 @@ class ConsumerConfig:
     on_bad_message: str = "quarantine"
     dedupe_horizon_seconds: int = 3600
     max_events_per_batch: int = 50_000
+    max_writer_schemas: int = MAX_WRITER_SCHEMAS
     trigger_seconds: float = 1.0
     available_now: bool = False
     starting_offsets: str = "earliest"

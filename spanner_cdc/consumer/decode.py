@@ -5,17 +5,16 @@ Messages are read by consumer.message_reader under a :class:`DecodeContext` the 
 when a batch starts. The writer schema of every message is looked up by fingerprint in
 ``_spanner-cdc.{prefix}.schemas`` (consumer.schema_topic); the producer publishes a schema
 before the first event that uses it, so when a read quarantines messages as naming something
-unknown (``message_reader.LEARNABLE``), the driver reads that topic again — at most once per
-batch — or asks the Schema Registry for a message's id (common.schema_registry), and the batch
-is read again with what it learnt. Reading the schema topic, the registry or the broker's
-metadata is infrastructure: its errors propagate and Spark retries the batch.
-Nothing is dropped: a message becomes an event, a watermark (schemas.watermark) or a
+unknown (``Quarantined.unknown``: the name, never the message), the driver reads that topic
+again — at most once per batch — or asks the Schema Registry for a message's id
+(common.schema_registry), and the batch is read again with what it learnt. Reading the schema
+topic, the registry or the broker's metadata is infrastructure: its errors propagate and Spark
+retries the batch. Nothing is dropped: a message becomes an event, a watermark (schemas.watermark) or a
 quarantine row with topic, partition, offset, raw bytes and reason.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -28,16 +27,16 @@ from spanner_cdc.common.schema_registry import (
     SchemaRegistry,
     SchemaRegistryRefusedError,
 )
-from spanner_cdc.consumer.decoded import DecodedBatch, Quarantined, WatermarkSeen
+from spanner_cdc.consumer.decoded import DecodedBatch, Quarantined, Unknown, WatermarkSeen
 from spanner_cdc.consumer.event_rules import check_watermark
-from spanner_cdc.consumer.message_reader import LEARNABLE, DecodeContext, MessageReader, json_version_name
+from spanner_cdc.consumer.message_reader import DecodeContext, MessageReader
 from spanner_cdc.consumer.schema_topic import MAX_REFUSED_SCHEMAS, SchemaTopic
 from spanner_cdc.schemas.errors import DecodeError
 from spanner_cdc.schemas.schema_check import SchemaRejectedError, check_writer_schema
 from spanner_cdc.schemas.timestamps import now_micros
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import Watermark
-from spanner_cdc.schemas.wire import WriterSchema, is_registry_framed, read_fingerprint, read_schema_id
+from spanner_cdc.schemas.wire import WriterSchema
 
 
 def partition_counts(client_config: dict[str, str]) -> dict[str, int]:
@@ -115,7 +114,7 @@ class BatchDecoder:
         return DecodeContext(
             self.topics,
             now,
-            {fingerprint: writer.schema_json for fingerprint, writer in self.schemas.store.schemas.items()},
+            dict(self.schemas.texts),
             self._unreadable(),
             dict(self._registry_ids),
             dict(self.schemas.versions),
@@ -128,46 +127,32 @@ class BatchDecoder:
             if (why := self.schemas.why_unreadable(fingerprint)) is not None
         }
 
-    def learn(self, context: DecodeContext, messages: Iterable[bytes]) -> DecodeContext | None:
-        """After a read of ``context`` quarantined ``messages`` as naming something unknown
-        (:data:`LEARNABLE`): the schema topic read again if a fingerprint or JSON table version
-        is new, the registry asked for new ids. The context to read the batch again with, or
-        None when nothing was learnt (the quarantine reasons are then final)."""
+    def learn(self, context: DecodeContext, names: Iterable[Unknown]) -> DecodeContext | None:
+        """After a read of ``context`` quarantined messages naming what it did not know
+        (``Quarantined.unknown``): the schema topic read again if a fingerprint or JSON table
+        version is new, the registry asked for new ids. The context to read the batch again
+        with, or None when nothing was learnt (the quarantine reasons are then final)."""
         registry_ids = dict(context.registry_ids)
         stale = False
-        for value in messages:
-            if value[:1] == b"{":
-                name = self._json_name(value)
-                stale |= name is not None and name not in self.schemas.versions
+        for name in names:
+            if name.table_version is not None:
+                stale |= name.table_version not in self.schemas.versions
                 continue
-            try:
-                if is_registry_framed(value):
-                    schema_id = read_schema_id(value)
-                    known = registry_ids.get(schema_id)
-                    if known is None:
-                        known = registry_ids[schema_id] = self._registered(schema_id)
-                    if isinstance(known, tuple):
-                        continue
-                    fingerprint = known
-                else:
-                    fingerprint = read_fingerprint(value)
-            except DecodeError:
-                continue
-            stale |= fingerprint not in self.schemas.store.schemas and fingerprint not in self.schemas.refused
+            fingerprint = name.fingerprint
+            if name.schema_id is not None:
+                known = registry_ids.get(name.schema_id)
+                if known is None:
+                    known = registry_ids[name.schema_id] = self._registered(name.schema_id)
+                if isinstance(known, tuple):
+                    continue
+                fingerprint = known
+            stale |= fingerprint not in self.schemas.texts and fingerprint not in self.schemas.refused
         if stale:
             self.schemas.refresh()
         if not stale and registry_ids == context.registry_ids:
             return None
         learnt = self._context(context.now_micros)
         return replace(learnt, registry_ids={**registry_ids, **learnt.registry_ids})
-
-    @staticmethod
-    def _json_name(value: bytes) -> tuple[str, str] | None:
-        try:
-            document = json.loads(value)
-        except (ValueError, RecursionError):
-            return None
-        return json_version_name(document) if isinstance(document, dict) else None
 
     def refuted(
         self, seen: list[WatermarkSeen], context: DecodeContext
@@ -192,7 +177,7 @@ class BatchDecoder:
         """Rows held on the driver (``kafka_rows.DECODE_SCHEMA``), read, learnt from and checked."""
         context = self.start_batch()
         batch = MessageReader(context).read(rows)
-        unknown = [q.value for q in batch.quarantined if q.reason in LEARNABLE and q.value]
+        unknown = {q.unknown for q in batch.quarantined if q.unknown is not None}
         learnt = self.learn(context, unknown) if unknown else None
         if learnt is not None:
             context, batch = learnt, MessageReader(learnt).read(rows)

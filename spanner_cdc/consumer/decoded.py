@@ -54,6 +54,18 @@ class DecodedBatch:
 
 
 @dataclass(frozen=True)
+class Unknown:
+    """What a message names that its batch's context did not know, and the driver may learn
+    before the batch is read again (consumer.decode): one of a writer schema's fingerprint, a
+    Schema Registry id or a JSON event's (table, schema_key). A few bytes, whatever the
+    message's size: the driver learns from the name, never from the message."""
+
+    fingerprint: int | None = None
+    schema_id: int | None = None
+    table_version: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
 class Quarantined:
     topic: str
     partition: int
@@ -62,3 +74,5 @@ class Quarantined:
     value: bytes | None
     reason: str
     detail: str
+    #: Set when the reason is one the driver can do something about (consumer.message_reader).
+    unknown: Unknown | None = None

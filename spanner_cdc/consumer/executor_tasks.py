@@ -3,9 +3,10 @@ rows through the one gate (consumer.message_reader) on an executor.
 
 - :func:`outline` — every message as one narrow row: what it is (event, watermark, quarantined,
   tombstone) and, for an event, what deduplication and the metrics need (uuid, commit time,
-  table, change type). Only this crosses to the driver; bytes only for the few watermarks,
-  which the driver checks, for messages naming a schema the driver may learn — and for events
-  when a replica is written (its merge still runs on the driver). The task stages the messages
+  table, change type); for a message naming a schema, registry id or table version the batch's
+  context lacks, that name (``decoded.Unknown``). Only this crosses to the driver; bytes only
+  for the few watermarks, which the driver checks — and for events when a replica is written
+  (its merge still runs on the driver). The task stages the messages
   its gate refused, bytes and all, in the batch's quarantine staging directory; with a
   changelog, its events' changelog files in the changelog's (one file per table, commit date
   and task). The driver publishes both.
@@ -20,12 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from pyspark import TaskContext
 
-from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent, Quarantined
-from spanner_cdc.consumer.message_reader import LEARNABLE, DecodeContext, MessageReader
+from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent, Quarantined, Unknown
+from spanner_cdc.consumer.message_reader import DecodeContext, MessageReader
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.contents import by_table
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
@@ -33,6 +35,7 @@ from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
 ArrowTask = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 EVENT, WATERMARK, QUARANTINED, TOMBSTONE = "event", "watermark", "quarantined", "tombstone"
+UNKNOWN_COLUMNS = ["unknown_fingerprint", "unknown_schema_id", "unknown_table", "unknown_schema_key"]
 OUTLINE_SCHEMA = pa.schema(
     [
         ("topic", pa.string()),
@@ -45,6 +48,11 @@ OUTLINE_SCHEMA = pa.schema(
         ("change_type", pa.string()),
         ("reason", pa.string()),
         ("detail", pa.string()),
+        # What a quarantined message names that the driver may learn (decoded.Unknown).
+        ("unknown_fingerprint", pa.string()),
+        ("unknown_schema_id", pa.int64()),
+        ("unknown_table", pa.string()),
+        ("unknown_schema_key", pa.string()),
         ("key", pa.binary()),
         ("value", pa.binary()),
     ]
@@ -65,13 +73,12 @@ def outline(
         reader = MessageReader(context)
         events: list[DecodedEvent] = []
         refused: list[Quarantined] = []
-        named: set[tuple[str, str]] = set()
         for rows in batches:
             decoded = reader.read(rows)
             refused.extend(decoded.quarantined)
             if staging is not None:
                 events.extend(decoded.events)
-            yield pa.RecordBatch.from_pylist(outlined(decoded, with_bytes, named), schema=OUTLINE_SCHEMA)
+            yield pa.RecordBatch.from_pylist(outlined(decoded, with_bytes), schema=OUTLINE_SCHEMA)
         part = task_partition()
         if quarantine is not None:
             QuarantineSink.stage(quarantine, batch_id, part, refused)
@@ -81,14 +88,12 @@ def outline(
     return task
 
 
-def outlined(decoded: DecodedBatch, with_bytes: bool, named: set[tuple[str, str]]) -> list[dict[str, object]]:
+def outlined(decoded: DecodedBatch, with_bytes: bool) -> list[dict[str, object]]:
     """One row per message of ``decoded``; the columns a kind does not use stay null.
 
-    A quarantined message's bytes stay with the task (it stages them), except for the first
-    message of the task naming each schema, registry id or table version the driver does not
-    know (``LEARNABLE``; ``named`` holds the reasons and details already sent): the driver learns
-    as much from one as from a thousand, and a flood of them costs it one message's bytes each
-    name, not each message."""
+    A quarantined message's bytes stay with the task (it stages them); what the driver may
+    learn from it travels as its name, so a flood of messages naming new schemas costs the
+    driver a few bytes each, not each message's size."""
     return [
         *(
             {
@@ -122,7 +127,7 @@ def outlined(decoded: DecodedBatch, with_bytes: bool, named: set[tuple[str, str]
                 "kind": QUARANTINED,
                 "reason": q.reason,
                 "detail": q.detail,
-                **({"key": q.key, "value": q.value} if _first_naming(q, named) else {}),
+                **unknown_columns(q.unknown),
             }
             for q in decoded.quarantined
         ),
@@ -130,13 +135,28 @@ def outlined(decoded: DecodedBatch, with_bytes: bool, named: set[tuple[str, str]
     ]
 
 
-def _first_naming(message: Quarantined, named: set[tuple[str, str]]) -> bool:
-    """Whether ``message`` is the first of the task to name something the driver may learn."""
-    name = (message.reason, message.detail)
-    if message.reason not in LEARNABLE or name in named:
-        return False
-    named.add(name)
-    return True
+def unknown_columns(unknown: Unknown | None) -> dict[str, object]:
+    """The outline's ``unknown_*`` columns of a name (the fingerprint in hex: Spark has no
+    unsigned 64-bit type)."""
+    if unknown is None:
+        return {}
+    table, schema_key = unknown.table_version or (None, None)
+    return {
+        "unknown_fingerprint": None if unknown.fingerprint is None else f"{unknown.fingerprint:016x}",
+        "unknown_schema_id": unknown.schema_id,
+        "unknown_table": table,
+        "unknown_schema_key": schema_key,
+    }
+
+
+def unknown_from_columns(row: dict[str, Any]) -> Unknown:
+    """The name an outline row's ``unknown_*`` columns hold (:func:`unknown_columns`)."""
+    fingerprint, table = row["unknown_fingerprint"], row["unknown_table"]
+    return Unknown(
+        None if fingerprint is None else int(fingerprint, 16),
+        row["unknown_schema_id"],
+        None if table is None else (table, row["unknown_schema_key"]),
+    )
 
 
 def drop_from_staged(duplicates: pa.Table) -> ArrowTask:

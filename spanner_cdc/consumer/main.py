@@ -126,7 +126,12 @@ class ConsumerJob:
             else None
         )
         decoder = BatchDecoder(
-            SchemaTopic(config.client_config, config.topic_prefix, config.checkpoint_dir / "schemas"),
+            SchemaTopic(
+                config.client_config,
+                config.topic_prefix,
+                config.checkpoint_dir / "schemas",
+                config.max_writer_schemas,
+            ),
             config.topics,
             BrokerPartitions(functools.partial(partition_counts, config.client_config)),
             registry,

@@ -4,8 +4,9 @@ It reads with what the driver knows at the start of a batch (:class:`DecodeConte
 schemas by fingerprint, the schemas refused and why, the Schema Registry ids resolved, the JSON
 table versions) and asks nothing of Kafka, the registry or the broker, so Spark's executors run
 it on their share of a batch as well as the driver does. A message that names something the
-context does not know yet is quarantined with one of :data:`LEARNABLE`; the driver then reads
-the schema topic or asks the registry once (consumer.decode) and the batch is read again.
+context does not know yet is quarantined with that name (:class:`UnknownNameError`,
+``Quarantined.unknown``); the driver then reads the schema topic or asks the registry once
+(consumer.decode) and the batch is read again.
 
 The line between the two kinds of failure is drawn here, once: everything about one message's
 bytes and content is that message's fault (quarantined, the batch goes on) — whatever exception
@@ -28,8 +29,8 @@ from typing import Any
 import pyarrow as pa
 from fastavro.validation import validate
 
-from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent, Quarantined, WatermarkSeen
-from spanner_cdc.consumer.event_rules import check_event, check_version
+from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent, Quarantined, Unknown, WatermarkSeen
+from spanner_cdc.consumer.event_rules import MAX_NAME_CHARS, check_event, check_version
 from spanner_cdc.consumer.table_version import TableVersion
 from spanner_cdc.schemas.errors import ContractError, DecodeError
 from spanner_cdc.schemas.json_events import avro_event, avro_watermark
@@ -47,11 +48,12 @@ from spanner_cdc.schemas.wire import (
     read_schema_id,
 )
 
-#: A registry-framed message whose schema id the driver has not resolved yet.
-UNRESOLVED_SCHEMA_ID = "unresolved-schema-id"
-#: Reasons the driver can do something about (read the schema topic, ask the registry) before
-#: the batch is read again; after that they are final.
-LEARNABLE = frozenset({"unknown-fingerprint", "unknown-table-version", UNRESOLVED_SCHEMA_ID})
+#: A JSON event's table or schema_key longer than this is not sent to the driver to learn: a
+#: qualified Spanner name (schema.table) has at most 2 x 128 + 1 characters.
+MAX_LEARNABLE_NAME = 2 * MAX_NAME_CHARS + 1
+#: A quarantine reason's detail is cut here: an exception's text can quote the message, and
+#: the detail travels to the driver in the outline.
+MAX_DETAIL_CHARS = 1_000
 #: Writer schemas parsed per process, by their text (a worker serves many batches and queries).
 PARSED_SCHEMAS = 4_096
 
@@ -71,6 +73,16 @@ class DecodeContext:
     registry_ids: Mapping[int, int | tuple[str, str]] = field(default_factory=dict)
     #: (table, schema_key) → the table version JSON events of it are read with.
     json_versions: Mapping[tuple[str, str], TableSchema] = field(default_factory=dict)
+
+
+class UnknownNameError(DecodeError):
+    """A message names something the batch's context does not know (:class:`Unknown`): the
+    driver can learn it (read the schema topic, ask the registry) and read the batch again;
+    after that the reason is final."""
+
+    def __init__(self, reason: str, detail: str, unknown: Unknown) -> None:
+        super().__init__(reason, detail)
+        self.unknown = unknown
 
 
 @functools.lru_cache(maxsize=PARSED_SCHEMAS)
@@ -107,12 +119,14 @@ class MessageReader:
                 version = self._version(writer, record)
                 order = check_event(self.context.topics, topic, record, version, now)
             except DecodeError as exc:
+                unknown = exc.unknown if isinstance(exc, UnknownNameError) else None
+                detail = exc.detail[:MAX_DETAIL_CHARS]
                 batch.quarantined.append(
-                    Quarantined(topic, partition, offset, key, value, exc.reason, exc.detail)
+                    Quarantined(topic, partition, offset, key, value, exc.reason, detail, unknown)
                 )
                 continue
             except Exception as exc:  # the content provoked it; see the module docstring
-                detail = f"{type(exc).__name__}: {exc}"
+                detail = f"{type(exc).__name__}: {exc}"[:MAX_DETAIL_CHARS]
                 batch.quarantined.append(
                     Quarantined(topic, partition, offset, key, value, "not-an-event", detail)
                 )
@@ -131,7 +145,11 @@ class MessageReader:
             raise DecodeError(*unreadable)
         text = self.context.schemas.get(fingerprint)
         if text is None:
-            raise DecodeError("unknown-fingerprint", f"no writer schema with fingerprint {fingerprint:016x}")
+            raise UnknownNameError(
+                "unknown-fingerprint",
+                f"no writer schema with fingerprint {fingerprint:016x}",
+                Unknown(fingerprint=fingerprint),
+            )
         writer = parsed_schema(text)
         return read_body(writer, value, body_start), writer
 
@@ -162,10 +180,10 @@ class MessageReader:
         named = json_version_name(document)
         version = self.context.json_versions.get(named)
         if version is None:
-            raise DecodeError(
-                "unknown-table-version",
-                f"no table version {named[1][:64]!r} of {named[0][:120]!r} on the schema topic",
-            )
+            detail = f"no table version {named[1][:64]!r} of {named[0][:120]!r} on the schema topic"
+            if max(map(len, named)) > MAX_LEARNABLE_NAME:  # no checked version has such a name
+                raise DecodeError("unknown-table-version", detail)
+            raise UnknownNameError("unknown-table-version", detail, Unknown(table_version=named))
         return version
 
     def _json_writer(self, table: TableSchema) -> WriterSchema:
@@ -183,7 +201,11 @@ class MessageReader:
         schema_id = read_schema_id(value)
         known = self.context.registry_ids.get(schema_id)
         if known is None:
-            raise DecodeError(UNRESOLVED_SCHEMA_ID, f"schema id {schema_id} not resolved for this batch")
+            raise UnknownNameError(
+                "unresolved-schema-id",
+                f"schema id {schema_id} not resolved for this batch",
+                Unknown(schema_id=schema_id),
+            )
         if isinstance(known, tuple):
             raise DecodeError(*known)
         return known, REGISTRY_HEADER_LENGTH

@@ -3,20 +3,24 @@ publishes before the first event that uses them, read incrementally and checked 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer
 
 from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
-from spanner_cdc.schemas.errors import ContractError
+from spanner_cdc.consumer.config import MAX_WRITER_SCHEMAS
+from spanner_cdc.consumer.message_reader import parsed_schema
+from spanner_cdc.schemas.errors import ContractError, DecodeError
 from spanner_cdc.schemas.json_events import VERSION_KEY_PREFIX, version_from_record
 from spanner_cdc.schemas.schema_check import SchemaRejectedError, check_writer_schema, reading_form
 from spanner_cdc.schemas.table import TableSchema
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import WATERMARK_SCHEMA, WATERMARK_WRITER
-from spanner_cdc.schemas.wire import SchemaStore, WriterSchema
+from spanner_cdc.schemas.wire import HEADER_LENGTH, WriterSchema, read_body, read_fingerprint
 
 log = logging.getLogger("spanner_cdc.consumer")
 
@@ -43,12 +47,22 @@ class SchemaTopic:
     compaction left as the only record under a fingerprint is still told apart.
     """
 
-    def __init__(self, client_config: dict[str, str], prefix: str, remember_in: Path | None = None) -> None:
+    def __init__(
+        self,
+        client_config: dict[str, str],
+        prefix: str,
+        remember_in: Path | None = None,
+        max_schemas: int = MAX_WRITER_SCHEMAS,
+    ) -> None:
         self.topic = Topics(prefix).schemas
-        self.store = SchemaStore({WATERMARK_WRITER.fingerprint: WATERMARK_WRITER})
+        #: Fingerprint → the text of its schema, for schemas that passed the checks (the text,
+        #: not the parsed schema: a tenth of the memory; readers parse what they use).
+        self.texts = {WATERMARK_WRITER.fingerprint: WATERMARK_WRITER.schema_json}
         #: Fingerprint → why events written with it cannot be read (reason, detail).
         self.refused: dict[int, tuple[str, str]] = {}
-        self._reading_forms = {WATERMARK_WRITER.fingerprint: reading_form(WATERMARK_SCHEMA)}
+        #: Fingerprint → a digest of its schema's reading form (a lookalike's differs).
+        self._reading_forms = {WATERMARK_WRITER.fingerprint: _digest(reading_form(WATERMARK_SCHEMA))}
+        self._max_schemas = max_schemas
         #: (table, schema_key) → the table version JSON events of it are read with.
         self.versions: dict[tuple[str, str], TableSchema] = {}
         self._client_config = client_config
@@ -98,7 +112,16 @@ class SchemaTopic:
         if writer.fingerprint != fingerprint:
             self._reject(fingerprint, f"the schema under key {fingerprint:016x} has another fingerprint")
             return
-        form = reading_form(schema)
+        if fingerprint not in self.texts and len(self.texts) >= self._max_schemas:
+            self._warn(
+                "%s: more than %d writer schemas (--max-writer-schemas); %016x and later ones are "
+                "ignored and their events quarantined as unknown-fingerprint",
+                self.topic,
+                self._max_schemas,
+                fingerprint,
+            )
+            return
+        form = _digest(reading_form(schema))
         known = self._reading_forms.setdefault(fingerprint, form)
         if known != form:
             detail = f"two valid schemas with fingerprint {fingerprint:016x} read differently"
@@ -106,7 +129,7 @@ class SchemaTopic:
                 self._warn("%s: %s; its events are quarantined", self.topic, detail)
             self.refused[fingerprint] = ("ambiguous-schema", detail)
             return
-        self.store.schemas.setdefault(fingerprint, writer)
+        self.texts.setdefault(fingerprint, writer.schema_json)
         self._remember(fingerprint, value)
 
     def _accept_version(self, key: bytes, value: bytes) -> None:
@@ -140,11 +163,18 @@ class SchemaTopic:
     def why_unreadable(self, fingerprint: int) -> tuple[str, str] | None:
         """(reason, detail) when events of this fingerprint must not be read; None when they may."""
         refused = self.refused.get(fingerprint)
-        if refused is not None and (
-            refused[0] == "ambiguous-schema" or fingerprint not in self.store.schemas
-        ):
+        if refused is not None and (refused[0] == "ambiguous-schema" or fingerprint not in self.texts):
             return refused
         return None
+
+    def decode(self, message: bytes) -> dict[str, Any]:
+        """A single-object-encoded message → its record, with a schema from the topic (the
+        demo's sample event; the consumer reads through consumer.message_reader)."""
+        fingerprint = read_fingerprint(message)
+        text = self.texts.get(fingerprint)
+        if text is None:
+            raise DecodeError("unknown-fingerprint", f"no writer schema with fingerprint {fingerprint:016x}")
+        return read_body(parsed_schema(text), message, HEADER_LENGTH)
 
     def _remember(self, fingerprint: int, value: bytes) -> None:
         if self._remember_in is None:
@@ -154,3 +184,8 @@ class SchemaTopic:
             partial = path.with_suffix(".partial")
             partial.write_bytes(value)
             partial.replace(path)
+
+
+def _digest(form: str) -> bytes:
+    """A reading form kept as its SHA-256 (forms are as long as their schemas)."""
+    return hashlib.sha256(form.encode()).digest()

@@ -56,7 +56,7 @@ def decoded(decoder: BatchDecoder, records: list[dict[str, Any]], partition: int
     values = []
     for event in events:
         writer = WriterSchema.from_schema(event.table.event_schema)
-        decoder.schemas.store.add(writer.schema_json)
+        decoder.schemas.accept(writer.fingerprint_hex.encode(), writer.schema_json.encode())
         values.append(encode(writer, event.value))
     rows = pa.table(
         {

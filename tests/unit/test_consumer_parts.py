@@ -1,10 +1,13 @@
 """Consumer parts that need no services: the uuid memory, configuration, error extraction, the
 changelog's written-rows check and staged files, the quarantine's staged files and what of it
-reaches the driver."""
+reaches the driver, the schema topic's bound."""
 
 from __future__ import annotations
 
+import json
+import logging
 import re
+import struct
 import threading
 import time
 from collections import Counter
@@ -15,18 +18,23 @@ import pyarrow.parquet as pq
 import pytest
 
 from spanner_cdc.common.config import ConfigError
-from spanner_cdc.consumer.batch import check_written, per_table
+from spanner_cdc.consumer.batch import Outline, check_written, per_table
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.decode import BrokerPartitions
-from spanner_cdc.consumer.decoded import DecodedBatch, Quarantined
+from spanner_cdc.consumer.decoded import DecodedBatch, Quarantined, Unknown
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import ChangelogShortfallError
-from spanner_cdc.consumer.executor_tasks import outlined
+from spanner_cdc.consumer.executor_tasks import OUTLINE_SCHEMA, outlined
 from spanner_cdc.consumer.graceful_stop import BatchGate, StoppingBeforeBatchError, StopRequest, python_error
+from spanner_cdc.consumer.message_reader import MAX_DETAIL_CHARS, DecodeContext, MessageReader
+from spanner_cdc.consumer.schema_topic import SchemaTopic
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
 from spanner_cdc.schemas.errors import DecodeError
+from spanner_cdc.schemas.table import TableSchema
+from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import Watermark
+from spanner_cdc.schemas.wire import MAGIC, WriterSchema
 
 pytestmark = pytest.mark.unit
 HOUR = 3_600_000_000
@@ -274,28 +282,73 @@ def test_a_batch_quarantine_is_what_its_last_attempt_staged_and_refuted(tmp_path
     }
 
 
-def test_only_the_first_message_naming_an_unknown_schema_brings_its_bytes_to_the_driver() -> None:
-    """Quarantined bytes stay with the task, but for one message per name the driver may learn."""
-    unknown = "no writer schema with fingerprint 00000000000000aa"
-    other = "no writer schema with fingerprint 00000000000000bb"
-    messages = [
-        Quarantined("P.A", 0, 1, b"k1", b"v1", "unknown-fingerprint", unknown),
-        Quarantined("P.A", 0, 2, b"k2", b"v2", "unknown-fingerprint", unknown),
-        Quarantined("P.A", 0, 3, b"k3", b"v3", "corrupt", "a long past the end"),
-        Quarantined("P.A", 0, 4, b"k4", b"v4", "unknown-fingerprint", other),
-        Quarantined("P.A", 0, 5, b"k5", b"v5", "unknown-fingerprint", unknown),
+def test_the_driver_learns_from_the_names_quarantined_messages_give_never_from_their_bytes() -> None:
+    """Quarantined bytes stay with the task; what the driver may learn travels as a name, each
+    name once however many messages (and tasks) gave it."""
+    fingerprint = Unknown(fingerprint=0xF0000000000000AA)  # above 2**63: hex, not a Spark long
+    schema_id, version = Unknown(schema_id=7), Unknown(table_version=("Accounts", "ab" * 32))
+
+    def refused(offset: int, reason: str, unknown: Unknown | None) -> Quarantined:
+        return Quarantined("P.A", 0, offset, b"k", b"\x00" * 1000, reason, "detail", unknown)
+
+    tasks = [
+        [
+            refused(1, "unknown-fingerprint", fingerprint),
+            refused(2, "unknown-fingerprint", fingerprint),
+            refused(3, "corrupt", None),
+            refused(4, "unresolved-schema-id", schema_id),
+        ],
+        [refused(5, "unknown-table-version", version), refused(6, "unknown-fingerprint", fingerprint)],
     ]
-    named: set[tuple[str, str]] = set()
-    first = outlined(DecodedBatch([], [], messages[:3]), False, named)
-    later = outlined(DecodedBatch([], [], messages[3:]), False, named)  # the task's next rows
-    rows = [(row["offset"], row["reason"], row.get("value")) for row in first + later]
-    assert rows == [
-        (1, "unknown-fingerprint", b"v1"),
-        (2, "unknown-fingerprint", None),
+    rows = [row for task in tasks for row in outlined(DecodedBatch([], [], task), with_bytes=True)]
+    outline_table = pa.Table.from_pylist(rows, schema=OUTLINE_SCHEMA)
+    assert outline_table.column("value").null_count == len(rows)
+    found = Outline(outline_table)
+    assert sorted(found.unknown(), key=repr) == sorted([fingerprint, schema_id, version], key=repr)
+    assert [(q.offset, q.reason, q.value) for q in found.quarantined()][2:4] == [
         (3, "corrupt", None),
-        (4, "unknown-fingerprint", b"v4"),
-        (5, "unknown-fingerprint", None),
+        (4, "unresolved-schema-id", None),
     ]
+
+
+def test_the_schema_topic_keeps_at_most_its_bound_of_writer_schemas(caplog: pytest.LogCaptureFixture) -> None:
+    """A flood of valid-looking schemas stops at ``--max-writer-schemas``: later ones are not
+    kept (their events are quarantined as unknown-fingerprint), the kept ones stay readable and
+    a lookalike of one of them is still refused."""
+    key = {"name": "odd name", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1}
+    tables = [TableSchema.from_column_types(f"T{i}", [key]) for i in range(4)]
+    writers = [WriterSchema.from_schema(table.event_schema) for table in tables]
+    topic = SchemaTopic({}, "P", max_schemas=3)  # the watermark's and two more
+    with caplog.at_level(logging.WARNING, logger="spanner_cdc"):
+        for writer in [*writers, writers[0]]:
+            topic.accept(writer.fingerprint_hex.encode(), writer.schema_json.encode())
+    kept = [w.fingerprint for w in writers if w.fingerprint in topic.texts]
+    assert kept == [writers[0].fingerprint, writers[1].fingerprint]
+    assert topic.why_unreadable(writers[2].fingerprint) is None  # unknown, as if never published
+    assert "more than 3 writer schemas (--max-writer-schemas)" in caplog.text
+
+    lookalike = json.loads(writers[1].schema_json)
+    lookalike["fields"][-1]["doc"] = "ignored"  # not what makes a lookalike: the reading form is the same
+    topic.accept(writers[1].fingerprint_hex.encode(), json.dumps(lookalike).encode())
+    assert topic.why_unreadable(writers[1].fingerprint) is None
+    renamed = writers[1].schema_json.replace('"sqlName":"odd name"', '"sqlName":"odd_name"', 1)
+    assert renamed != writers[1].schema_json
+    topic.accept(writers[1].fingerprint_hex.encode(), renamed.encode())
+    assert topic.why_unreadable(writers[1].fingerprint) == (
+        "ambiguous-schema",
+        f"two valid schemas with fingerprint {writers[1].fingerprint_hex} read differently",
+    )
+
+
+def test_a_quarantine_detail_reaches_the_driver_cut_to_a_bound() -> None:
+    """A refused schema's reason can quote what it refused; the outline carries at most
+    MAX_DETAIL_CHARS of it per message."""
+    fingerprint = 0xAB
+    context = DecodeContext(Topics("P"), 0, unreadable={fingerprint: ("rejected-schema", "x" * 50_000)})
+    value = MAGIC + struct.pack("<Q", fingerprint) + b"\x00"
+    rows = pa.table({"key": [b"k"], "value": [value], "topic": ["P.A"], "partition": [0], "offset": [7]})
+    [refused] = MessageReader(context).read(rows).quarantined
+    assert (refused.reason, refused.detail) == ("rejected-schema", "x" * MAX_DETAIL_CHARS)
 
 
 def test_a_changelog_that_differs_from_what_the_batch_kept_fails_the_batch() -> None:

@@ -23,7 +23,7 @@ import functools
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -101,6 +101,30 @@ class Outline:
 
 
 @dataclass
+class ContextBroadcast:
+    """A batch's :class:`DecodeContext` as the tasks get it: its lookups (schema texts, table
+    versions, refused fingerprints, registry ids) broadcast by Spark, once to each executor,
+    and sent again only when the driver has learnt something. With thousands of tables the
+    lookups are tens of MB; in the task's closure they were pickled again for every batch
+    (Spark broadcasts a closure over 1 MB once per job) and unpickled by every task. Measured
+    on local[2] with 10,000 texts of 6 KB and 8 tasks a batch: 0.80-1.11 s a batch in the
+    closure, 0.47-0.69 s broadcast (a scratch script, two rounds of three batches)."""
+
+    _sent: Any = None
+    _lookups: DecodeContext | None = None
+
+    def share(self, spark_context: Any, context: DecodeContext) -> Any:
+        """The broadcast holding ``context``'s lookups (``now_micros`` left out: it changes
+        every batch, and the task is given it apart)."""
+        lookups = replace(context, now_micros=0)
+        if lookups != self._lookups:
+            if self._sent is not None:
+                self._sent.unpersist()  # the executors' copies; no running task reads it any more
+            self._sent, self._lookups = spark_context.broadcast(lookups), lookups
+        return self._sent
+
+
+@dataclass
 class BatchProcessor:
     decoder: BatchDecoder
     delivered: DeliveredChanges
@@ -114,6 +138,7 @@ class BatchProcessor:
     metrics: ConsumerMetrics
     #: The first batch after a start is the only one that can be a replay (see ChangelogSink).
     _started: bool = False
+    _context: ContextBroadcast = field(default_factory=ContextBroadcast)
 
     def __call__(self, batch: Any, batch_id: int) -> None:
         """The ``foreachBatch`` function: a Spark DataFrame of Kafka rows and its batch id."""
@@ -179,11 +204,12 @@ class BatchProcessor:
         if staged is not None:
             staged.clear()
         task = outline(
-            context,
+            self._context.share(rows.sparkSession.sparkContext, context),
+            context.now_micros,
             batch_id,
-            staged.root if staged is not None else None,
-            None if self.fail_on_bad_message else self.quarantine.staging(batch_id),
-            self.replica is not None,
+            staging=staged.root if staged is not None else None,
+            quarantine=None if self.fail_on_bad_message else self.quarantine.staging(batch_id),
+            with_bytes=self.replica is not None,
         )
         return Outline(
             rows.mapInArrow(task, from_arrow_schema(OUTLINE_SCHEMA)).toArrow().cast(OUTLINE_SCHEMA)

@@ -14,14 +14,17 @@ rows through the one gate (consumer.message_reader) on an executor.
   staged files, by Kafka coordinates, each file by one task (nothing decoded again).
 
 The outline takes the batch's :class:`DecodeContext`, fixed by the driver for the batch, so
-every task (and a replay) decides exactly as the others.
+every task (and a replay) decides exactly as the others. Its lookups (the writer schemas' texts
+and JSON table versions: tens of MB for thousands of tables) reach the executors as a Spark
+broadcast, sent to each executor once while they stay the same, not with every task.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -33,6 +36,14 @@ from spanner_cdc.consumer.sinks.contents import by_table
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
 
 ArrowTask = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+
+class Shared(Protocol):
+    """A value the tasks read where it was sent to their executor (a pyspark ``Broadcast``)."""
+
+    @property
+    def value(self) -> DecodeContext: ...
+
 
 EVENT, WATERMARK, QUARANTINED, TOMBSTONE = "event", "watermark", "quarantined", "tombstone"
 UNKNOWN_COLUMNS = ["unknown_fingerprint", "unknown_schema_id", "unknown_table", "unknown_schema_key"]
@@ -60,17 +71,24 @@ OUTLINE_SCHEMA = pa.schema(
 
 
 def outline(
-    context: DecodeContext, batch_id: int, staging: Path | None, quarantine: Path | None, with_bytes: bool
+    lookups: Shared,
+    now_micros: int,
+    batch_id: int,
+    *,
+    staging: Path | None,
+    quarantine: Path | None,
+    with_bytes: bool,
 ) -> ArrowTask:
     """The ``mapInArrow`` function that outlines its share of the batch (see the module
-    docstring). With ``quarantine`` it stages what its gate refused, bytes and all, there
+    docstring), read with the context ``lookups`` holds at the batch's ``now_micros``. With
+    ``quarantine`` it stages what its gate refused, bytes and all, there
     (``QuarantineSink.stage``; none with ``--on-bad-message fail``, which stops the query
-    instead); with ``staging``, it also writes the changelog of every event it
-    read there, so a batch is decoded once (consumer.batch). With ``with_bytes``, events keep
-    their key and value (the replica is merged on the driver)."""
+    instead); with ``staging``, it also writes the changelog of every event it read there, so
+    a batch is decoded once (consumer.batch). With ``with_bytes``, events keep their key and
+    value (the replica is merged on the driver)."""
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        reader = MessageReader(context)
+        reader = MessageReader(replace(lookups.value, now_micros=now_micros))
         events: list[DecodedEvent] = []
         refused: list[Quarantined] = []
         for rows in batches:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import re
 import tracemalloc
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pytest
 
+from spanner_cdc.consumer.batch import ContextBroadcast
+from spanner_cdc.consumer.message_reader import DecodeContext
 from spanner_cdc.consumer.readers import changelog_rows
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
+from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import committed_batches, consumer_config, run_consumer, unique_prefix
 from testkit.synthetic import ChangeFactory, publish, random_history
@@ -89,3 +93,18 @@ def test_a_large_batch_passes_the_driver_by(spark: Any, stack: EmbeddedStack, tm
     uuids = {row[0] for row in changelog_rows(config, "Accounts", '"envelope$uuid"')}
     assert {e.value["uuid"] for e in events} <= uuids and len(uuids) == LARGE_BATCH + 300
     assert peak < DRIVER_HEAP_BOUND, f"the driver's heap grew by {peak / 2**20:.1f} MiB"
+
+
+def test_the_batch_context_reaches_the_executors_once_until_the_driver_learns_something(spark: Any) -> None:
+    """The writer schemas' texts travel as one broadcast, reused by every batch until a new
+    one is learnt."""
+    sharing = ContextBroadcast()
+    known = DecodeContext(Topics("P"), 1, {1: "schema one"})
+    sent = sharing.share(spark.sparkContext, known)
+    assert sharing.share(spark.sparkContext, replace(known, now_micros=2)) is sent  # the next batch
+    learnt = replace(known, now_micros=3, schemas={1: "schema one", 2: "schema two"})
+    resent = sharing.share(spark.sparkContext, learnt)
+    assert resent is not sent
+    read = spark.range(4, numPartitions=4).rdd.map(lambda _: sorted(resent.value.schemas.values())).collect()
+    assert read == [["schema one", "schema two"]] * 4  # what the tasks read: the lookups, not the closure
+    assert resent.value.now_micros == 0  # each task is given its batch's time apart

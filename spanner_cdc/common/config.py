@@ -246,6 +246,13 @@ def choice(*allowed: str) -> Callable[[str], str]:
 #: Options every long-running command has.
 SERVICE_OPTIONS = (
     Option(
+        "connect-timeout-seconds",
+        "how long Spanner and Kafka may take to answer a command's first requests before it stops "
+        "with one line (raise it where services start slowly)",
+        positive_float,
+        default=30.0,
+    ),
+    Option(
         "metrics-port",
         "HTTP port of Prometheus /metrics and the status page at / (0: off)",
         integer_in(0, 65535),

@@ -158,6 +158,7 @@ class ConsumerConfig:
     source: str = "auto"
     spark_master: str = "local[2]"
     spark_conf: dict[str, str] = field(default_factory=dict)
+    connect_timeout_seconds: float = 30.0
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     log_format: str = "text"

@@ -55,11 +55,9 @@ def source_format(spark: Any, wanted: str) -> str:
 
 def check_kafka(config: ConsumerConfig) -> None:
     """Kafka answers, and the prefix's schemas are where this version reads them."""
-    consumer = Consumer(
-        {**config.client_config, "group.id": "spanner-cdc-check", "socket.timeout.ms": 10_000}
-    )
+    consumer = Consumer({**config.client_config, "group.id": "spanner-cdc-check"})
     try:
-        existing = consumer.list_topics(timeout=15).topics
+        existing = consumer.list_topics(timeout=config.connect_timeout_seconds).topics
     except KafkaException as exc:
         raise ConsumerError(f"Kafka at {config.kafka_bootstrap} is unreachable: {exc}") from None
     finally:

@@ -236,6 +236,7 @@ class PublishSettings:
     on_oversize_event: str = "dead-letter"
     #: avro or json (schemas.json_events).
     format: str = "avro"
+    connect_timeout_seconds: float = 30.0
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     log_format: str = "text"

@@ -71,7 +71,7 @@ class KafkaClient:
 
     # --- topics and schemas ---------------------------------------------------------------
 
-    async def check_reachable(self, timeout: float = 10.0) -> set[str]:
+    async def check_reachable(self, timeout: float) -> set[str]:
         """The topics on the broker now (the answer that shows it is reachable)."""
         try:
             metadata = await call_with_deadline(lambda: self.admin.list_topics(timeout=timeout), timeout + 5)

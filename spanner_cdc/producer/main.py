@@ -24,7 +24,7 @@ from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.partitions import PartitionScheduler, PartitionState
 from spanner_cdc.producer.publisher import EventPublisher, EventSender
 from spanner_cdc.producer.service import ProducerService
-from spanner_cdc.producer.spanner_source import CONNECT_TIMEOUT_SECONDS, SpannerSource
+from spanner_cdc.producer.spanner_source import SpannerSource
 from spanner_cdc.producer.status import publish_status_periodically
 from spanner_cdc.producer.topic_move import move_control_topics
 from spanner_cdc.producer.whole_rows import RowFiller, partial_payloads
@@ -47,7 +47,7 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
     source = await SpannerSource.open(config)
     await source.check_change_stream(config.change_stream)
     catalog = TableCatalog(source.dialect, source.load_catalog)
-    await call_with_deadline(catalog.refresh, CONNECT_TIMEOUT_SECONDS)
+    await call_with_deadline(catalog.refresh, config.connect_timeout_seconds)
     kafka, existing = await open_kafka(config)
     refuse_polled_prefix(kafka, existing)
     await kafka.ensure_topic(kafka.topics.schemas, compacted=True)
@@ -58,7 +58,7 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
     for pattern in table_filter.unmatched(list(catalog.columns)):
         log.warning("table filter %r matches no table of %s", pattern, config.database)
     watched = await call_with_deadline(
-        lambda: source.watched_tables(config.change_stream), CONNECT_TIMEOUT_SECONDS
+        lambda: source.watched_tables(config.change_stream), config.connect_timeout_seconds
     )
     tables = [
         table
@@ -121,7 +121,7 @@ async def open_kafka(settings: PublishSettings) -> tuple[KafkaClient, set[str]]:
         settings.topic_partitions,
         settings.replication_factor,
     )
-    return kafka, await kafka.check_reachable()
+    return kafka, await kafka.check_reachable(settings.connect_timeout_seconds)
 
 
 def refuse_polled_prefix(kafka: KafkaClient, existing: set[str]) -> None:
@@ -140,7 +140,8 @@ async def row_filler(config: ProducerConfig, source: SpannerSource) -> RowFiller
     if config.payload == "whole-row":
         return RowFiller(source.database, source.primary_keys)
     capture = await call_with_deadline(
-        lambda: source.stream_option(config.change_stream, "value_capture_type"), CONNECT_TIMEOUT_SECONDS
+        lambda: source.stream_option(config.change_stream, "value_capture_type"),
+        config.connect_timeout_seconds,
     )
     lacking = partial_payloads(capture)
     if lacking:
@@ -178,7 +179,7 @@ async def tables_to_backfill(
     ]
     if not wanted:
         return [], resumed
-    keys = await call_with_deadline(source.primary_keys, CONNECT_TIMEOUT_SECONDS)
+    keys = await call_with_deadline(source.primary_keys, config.connect_timeout_seconds)
     return [BackfillTable.from_catalog(catalog, table, keys.get(table, [])) for table in wanted], resumed
 
 

@@ -76,6 +76,7 @@ POLL_OPTIONS = (
         "watermark-interval",
         "watermark-records",
         "on-oversize-event",
+        "connect-timeout-seconds",
         "metrics-port",
         "metrics-host",
         "log-format",

@@ -21,7 +21,7 @@ from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.poll import Poller
 from spanner_cdc.producer.poll_config import PollConfig
 from spanner_cdc.producer.poll_store import PollPosition, poll_store
-from spanner_cdc.producer.spanner_source import CONNECT_TIMEOUT_SECONDS, SpannerSource
+from spanner_cdc.producer.spanner_source import SpannerSource
 from spanner_cdc.producer.watermarks import WatermarkEmitter, publish_periodically
 from spanner_cdc.schemas.timestamps import clock_text, seconds_behind
 
@@ -33,7 +33,7 @@ async def build_poller(config: PollConfig, metrics: ProducerMetrics) -> Poller:
     """Spanner and Kafka checked, the table's position restored or started."""
     source = await SpannerSource.open(config)
     catalog = TableCatalog(source.dialect, source.load_catalog)
-    await call_with_deadline(catalog.refresh, CONNECT_TIMEOUT_SECONDS)
+    await call_with_deadline(catalog.refresh, config.connect_timeout_seconds)
     table, column = config.table, config.commit_timestamp_column
     if table not in catalog.columns:
         raise UsageError(f"--table {table}: no such table in {source.database_path}")
@@ -54,7 +54,7 @@ async def build_poller(config: PollConfig, metrics: ProducerMetrics) -> Poller:
         start = config.start_timestamp_micros
         # The row versions of the first poll are compared with the table just before the start.
         position = PollPosition(table, column, max(start - 1, 0), start)
-    keys = await call_with_deadline(source.primary_keys, CONNECT_TIMEOUT_SECONDS)
+    keys = await call_with_deadline(source.primary_keys, config.connect_timeout_seconds)
     return Poller(
         database=source.database,
         dialect=source.dialect,

@@ -27,7 +27,6 @@ from spanner_cdc.schemas.records import ChangeStreamRecord, DataChangeRecord, re
 
 log = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT_SECONDS = 30.0
 PRIORITIES = {
     "low": RequestOptions.Priority.PRIORITY_LOW,
     "medium": RequestOptions.Priority.PRIORITY_MEDIUM,
@@ -47,6 +46,8 @@ class SpannerSource:
     database_path: str
     #: Sent with every query (its priority); None leaves Spanner's default.
     request_options: RequestOptions | None = None
+    #: How long the start's requests may take (``--connect-timeout-seconds``).
+    answer_seconds: float = 30.0
 
     @classmethod
     async def open(cls, config: PublishSettings) -> SpannerSource:
@@ -77,10 +78,10 @@ class SpannerSource:
         handle = client.instance(instance).database(database, database_role=role)
         path = f"projects/{project}/instances/{instance}/databases/{database}"
         try:
-            await call_with_deadline(handle.reload, CONNECT_TIMEOUT_SECONDS)
+            await call_with_deadline(handle.reload, config.connect_timeout_seconds)
         except TimeoutError:
             raise SpannerSetupError(
-                f"Spanner does not answer within {CONNECT_TIMEOUT_SECONDS:.0f}s ({path})"
+                f"Spanner does not answer within {config.connect_timeout_seconds:.0f}s ({path})"
             ) from None
         except google_exceptions.NotFound:
             raise SpannerSetupError(f"database {path} does not exist") from None
@@ -89,14 +90,14 @@ class SpannerSource:
         options = None
         if config.rpc_priority is not None:
             options = RequestOptions(priority=PRIORITIES[config.rpc_priority])
-        probe = cls(handle, GOOGLE_STANDARD_SQL, path, options)
-        [[dialect]] = await call_with_deadline(lambda: probe._query(DIALECT_SQL), CONNECT_TIMEOUT_SECONDS)
+        probe = cls(handle, GOOGLE_STANDARD_SQL, path, options, config.connect_timeout_seconds)
+        [[dialect]] = await call_with_deadline(lambda: probe._query(DIALECT_SQL), probe.answer_seconds)
         # The emulator's GetDatabase leaves the dialect unset, and the client re-reads the
         # database on every access while it is unset: give the handle the dialect we found.
         handle = client.instance(instance).database(
             database, database_dialect=DIALECTS[dialect], database_role=role
         )
-        return cls(handle, dialect, path, options)
+        return cls(handle, dialect, path, options, config.connect_timeout_seconds)
 
     def _query(self, sql: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
         types = {name: spanner.param_types.STRING for name in params or {}}
@@ -114,10 +115,10 @@ class SpannerSource:
         else:
             sql = "SELECT 1 FROM INFORMATION_SCHEMA.CHANGE_STREAMS WHERE CHANGE_STREAM_NAME = @s"
             params = {"s": stream}
-        if not await call_with_deadline(lambda: self._query(sql, params), CONNECT_TIMEOUT_SECONDS):
+        if not await call_with_deadline(lambda: self._query(sql, params), self.answer_seconds):
             raise SpannerSetupError(f"change stream {stream!r} does not exist in {self.database_path}")
         mode = await call_with_deadline(
-            lambda: self.stream_option(stream, "partition_mode"), CONNECT_TIMEOUT_SECONDS
+            lambda: self.stream_option(stream, "partition_mode"), self.answer_seconds
         )
         refuse_partition_mode(stream, mode)
 

@@ -53,7 +53,10 @@ def test_bad_options_fail_fast_with_one_line(tmp_path: Path, args: list[str], me
 
 
 def test_unreachable_kafka_is_one_line(tmp_path: Path) -> None:
-    result = consume(tmp_path, "--kafka-bootstrap", f"127.0.0.1:{free_port()}", "--topic-prefix", "P")
+    unreachable = f"127.0.0.1:{free_port()}"
+    result = consume(
+        tmp_path, "--kafka-bootstrap", unreachable, "--topic-prefix", "P", "--connect-timeout-seconds", "3"
+    )
     assert result.returncode == EXIT_FAILURE
     assert "unreachable" in result.stderr
     assert "Traceback" not in result.stderr

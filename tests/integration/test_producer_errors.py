@@ -179,15 +179,17 @@ def test_a_table_filter_that_matches_no_table_is_a_warning(stack: EmbeddedStack,
 
 
 def test_unreachable_broker(stack: EmbeddedStack, bank: Any) -> None:
-    command = produce_command(stack.endpoint("spanner"), f"127.0.0.1:{free_port()}", bank, "Bank", "x")
+    command = produce_command(stack.endpoint("spanner"), f"127.0.0.1:{free_port()}", bank, "Bank", "x",
+                              "--connect-timeout-seconds", "3")  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert_one_line_error(result, 1, "does not answer")
 
 
 def test_unreachable_spanner(stack: EmbeddedStack, bank: Any) -> None:
-    command = produce_command(f"127.0.0.1:{free_port()}", stack.endpoint("kafka"), bank, "Bank", "x")
+    command = produce_command(f"127.0.0.1:{free_port()}", stack.endpoint("kafka"), bank, "Bank", "x",
+                              "--connect-timeout-seconds", "3")  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
-    assert_one_line_error(result, 1, "Spanner")
+    assert_one_line_error(result, 1, "Spanner does not answer within 3s")
 
 
 def test_sigterm_flushes_checkpoints_and_exits_0(stack: EmbeddedStack, bank: Any) -> None:

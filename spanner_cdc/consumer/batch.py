@@ -28,6 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import cloudpickle
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from spanner_cdc.consumer.decode import BatchDecoder
@@ -120,8 +121,21 @@ class ContextBroadcast:
         if lookups != self._lookups:
             if self._sent is not None:
                 self._sent.unpersist()  # the executors' copies; no running task reads it any more
-            self._sent, self._lookups = spark_context.broadcast(lookups), lookups
+            self._sent, self._lookups = spark_context.broadcast(CloudPickled(lookups)), lookups
         return self._sent
+
+
+@dataclass(frozen=True)
+class CloudPickled:
+    """A value that pickles through cloudpickle. Spark pickles broadcasts with the standard
+    pickle, which cannot pickle the converters a JSON table version holds (functions made per
+    column); cloudpickle, which Spark pickles tasks with, can. Unpickled, it is the value
+    itself — once per executor process, where the broadcast keeps it."""
+
+    value: Any
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        return cloudpickle.loads, (cloudpickle.dumps(self.value),)  # type: ignore[no-untyped-call]  # pyspark ships it untyped
 
 
 @dataclass

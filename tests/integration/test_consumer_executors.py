@@ -15,6 +15,7 @@ from spanner_cdc.consumer.batch import ContextBroadcast
 from spanner_cdc.consumer.message_reader import DecodeContext
 from spanner_cdc.consumer.readers import changelog_rows
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
+from spanner_cdc.schemas.table import TableSchema
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import committed_batches, consumer_config, run_consumer, unique_prefix
@@ -99,12 +100,19 @@ def test_the_batch_context_reaches_the_executors_once_until_the_driver_learns_so
     """The writer schemas' texts travel as one broadcast, reused by every batch until a new
     one is learnt."""
     sharing = ContextBroadcast()
-    known = DecodeContext(Topics("P"), 1, {1: "schema one"})
+    key = {"name": "Id", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1}
+    version = TableSchema.from_column_types("T", [key])  # its converters need cloudpickle
+    known = DecodeContext(Topics("P"), 1, {1: "schema one"}, json_versions={("T", "k"): version})
     sent = sharing.share(spark.sparkContext, known)
     assert sharing.share(spark.sparkContext, replace(known, now_micros=2)) is sent  # the next batch
     learnt = replace(known, now_micros=3, schemas={1: "schema one", 2: "schema two"})
     resent = sharing.share(spark.sparkContext, learnt)
     assert resent is not sent
-    read = spark.range(4, numPartitions=4).rdd.map(lambda _: sorted(resent.value.schemas.values())).collect()
-    assert read == [["schema one", "schema two"]] * 4  # what the tasks read: the lookups, not the closure
+
+    def read(_: int) -> tuple[list[str], int | None]:
+        version = resent.value.json_versions[("T", "k")]
+        return sorted(resent.value.schemas.values()), version.converters["Id"]("42")
+
+    read_by_tasks = spark.range(4, numPartitions=4).rdd.map(read).collect()
+    assert read_by_tasks == [(["schema one", "schema two"], 42)] * 4  # from the broadcast, not the closure
     assert resent.value.now_micros == 0  # each task is given its batch's time apart

@@ -243,6 +243,8 @@ def choice(*allowed: str) -> Callable[[str], str]:
     return parse
 
 
+#: How long services may take to answer a command's first requests (``--connect-timeout-seconds``).
+CONNECT_TIMEOUT_SECONDS = 30.0
 #: Options every long-running command has.
 SERVICE_OPTIONS = (
     Option(
@@ -250,7 +252,7 @@ SERVICE_OPTIONS = (
         "how long Spanner and Kafka may take to answer a command's first requests before it stops "
         "with one line (raise it where services start slowly)",
         positive_float,
-        default=30.0,
+        default=CONNECT_TIMEOUT_SECONDS,
     ),
     Option(
         "metrics-port",

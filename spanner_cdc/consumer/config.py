@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from spanner_cdc.common.config import (
+    CONNECT_TIMEOUT_SECONDS,
     SERVICE_OPTIONS,
     ConfigError,
     Option,
@@ -158,7 +159,7 @@ class ConsumerConfig:
     source: str = "auto"
     spark_master: str = "local[2]"
     spark_conf: dict[str, str] = field(default_factory=dict)
-    connect_timeout_seconds: float = 30.0
+    connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     log_format: str = "text"

@@ -46,7 +46,15 @@ class Shared(Protocol):
 
 
 EVENT, WATERMARK, QUARANTINED, TOMBSTONE = "event", "watermark", "quarantined", "tombstone"
-UNKNOWN_COLUMNS = ["unknown_fingerprint", "unknown_schema_id", "unknown_table", "unknown_schema_key"]
+#: What a quarantined message names that the driver may learn (decoded.Unknown; the fingerprint
+#: in hex: Spark has no unsigned 64-bit type).
+UNKNOWN_FIELDS = [
+    pa.field("unknown_fingerprint", pa.string()),
+    pa.field("unknown_schema_id", pa.int64()),
+    pa.field("unknown_table", pa.string()),
+    pa.field("unknown_schema_key", pa.string()),
+]
+UNKNOWN_COLUMNS = [f.name for f in UNKNOWN_FIELDS]
 OUTLINE_SCHEMA = pa.schema(
     [
         ("topic", pa.string()),
@@ -59,11 +67,7 @@ OUTLINE_SCHEMA = pa.schema(
         ("change_type", pa.string()),
         ("reason", pa.string()),
         ("detail", pa.string()),
-        # What a quarantined message names that the driver may learn (decoded.Unknown).
-        ("unknown_fingerprint", pa.string()),
-        ("unknown_schema_id", pa.int64()),
-        ("unknown_table", pa.string()),
-        ("unknown_schema_key", pa.string()),
+        *UNKNOWN_FIELDS,
         ("key", pa.binary()),
         ("value", pa.binary()),
     ]
@@ -154,8 +158,7 @@ def outlined(decoded: DecodedBatch, with_bytes: bool) -> list[dict[str, object]]
 
 
 def unknown_columns(unknown: Unknown | None) -> dict[str, object]:
-    """The outline's ``unknown_*`` columns of a name (the fingerprint in hex: Spark has no
-    unsigned 64-bit type)."""
+    """The outline's ``unknown_*`` columns of a name."""
     if unknown is None:
         return {}
     table, schema_key = unknown.table_version or (None, None)

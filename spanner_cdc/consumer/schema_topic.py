@@ -7,20 +7,19 @@ import hashlib
 import logging
 from contextlib import closing
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka import Consumer
 
 from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
 from spanner_cdc.consumer.config import MAX_WRITER_SCHEMAS
 from spanner_cdc.consumer.message_reader import parsed_schema
-from spanner_cdc.schemas.errors import ContractError, DecodeError
+from spanner_cdc.schemas.errors import ContractError
 from spanner_cdc.schemas.json_events import VERSION_KEY_PREFIX, version_from_record
 from spanner_cdc.schemas.schema_check import SchemaRejectedError, check_writer_schema, reading_form
 from spanner_cdc.schemas.table import TableSchema
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import WATERMARK_SCHEMA, WATERMARK_WRITER
-from spanner_cdc.schemas.wire import HEADER_LENGTH, WriterSchema, read_body, read_fingerprint
+from spanner_cdc.schemas.wire import SchemaStore, WriterSchema
 
 log = logging.getLogger("spanner_cdc.consumer")
 
@@ -167,14 +166,10 @@ class SchemaTopic:
             return refused
         return None
 
-    def decode(self, message: bytes) -> dict[str, Any]:
-        """A single-object-encoded message → its record, with a schema from the topic (the
-        demo's sample event; the consumer reads through consumer.message_reader)."""
-        fingerprint = read_fingerprint(message)
-        text = self.texts.get(fingerprint)
-        if text is None:
-            raise DecodeError("unknown-fingerprint", f"no writer schema with fingerprint {fingerprint:016x}")
-        return read_body(parsed_schema(text), message, HEADER_LENGTH)
+    def store(self) -> SchemaStore:
+        """The accepted schemas, parsed, to decode single-object messages with (the demo's
+        sample event; the consumer reads through consumer.message_reader)."""
+        return SchemaStore({fingerprint: parsed_schema(text) for fingerprint, text in self.texts.items()})
 
     def _remember(self, fingerprint: int, value: bytes) -> None:
         if self._remember_in is None:

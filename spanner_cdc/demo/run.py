@@ -237,7 +237,8 @@ def save_sample_event(config: ConsumerConfig, table: str) -> Path:
     reader = Consumer({**SHORT_FETCH_WAIT, **config.client_config, "group.id": "spanner-cdc-demo"})
     try:
         with closing(read_to_end(reader, config.topics.event(table), {})) as messages:
-            events = (schemas.decode(value) for _, _, key, value in messages if key is not None and value)
+            store = schemas.store()
+            events = (store.decode(value) for _, _, key, value in messages if key is not None and value)
             newest = max(events, key=lambda event: tuple(event["sort_keys"]))
     finally:
         reader.close()

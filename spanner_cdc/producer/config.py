@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from spanner_cdc.common.config import (
+    CONNECT_TIMEOUT_SECONDS,
     SERVICE_OPTIONS,
     ConfigError,
     Option,
@@ -236,7 +237,7 @@ class PublishSettings:
     on_oversize_event: str = "dead-letter"
     #: avro or json (schemas.json_events).
     format: str = "avro"
-    connect_timeout_seconds: float = 30.0
+    connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     log_format: str = "text"

@@ -44,10 +44,10 @@ class SpannerSource:
     database: Any
     dialect: str
     database_path: str
+    #: How long the start's requests may take (``--connect-timeout-seconds``).
+    answer_seconds: float
     #: Sent with every query (its priority); None leaves Spanner's default.
     request_options: RequestOptions | None = None
-    #: How long the start's requests may take (``--connect-timeout-seconds``).
-    answer_seconds: float = 30.0
 
     @classmethod
     async def open(cls, config: PublishSettings) -> SpannerSource:
@@ -90,14 +90,14 @@ class SpannerSource:
         options = None
         if config.rpc_priority is not None:
             options = RequestOptions(priority=PRIORITIES[config.rpc_priority])
-        probe = cls(handle, GOOGLE_STANDARD_SQL, path, options, config.connect_timeout_seconds)
+        probe = cls(handle, GOOGLE_STANDARD_SQL, path, config.connect_timeout_seconds, options)
         [[dialect]] = await call_with_deadline(lambda: probe._query(DIALECT_SQL), probe.answer_seconds)
         # The emulator's GetDatabase leaves the dialect unset, and the client re-reads the
         # database on every access while it is unset: give the handle the dialect we found.
         handle = client.instance(instance).database(
             database, database_dialect=DIALECTS[dialect], database_role=role
         )
-        return cls(handle, dialect, path, options, config.connect_timeout_seconds)
+        return cls(handle, dialect, path, config.connect_timeout_seconds, options)
 
     def _query(self, sql: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
         types = {name: spanner.param_types.STRING for name in params or {}}

@@ -48,7 +48,7 @@ def test_a_flood_of_refused_schema_records_is_bounded(
         schemas.refresh()
 
     event = next(value for _, _, key, value in read_all(bootstrap, topics.event("Accounts")) if key and value)
-    assert schemas.decode(event)["payload"]["Id"] == "a"  # the real schema, published after the flood
+    assert schemas.store().decode(event)["payload"]["Id"] == "a"  # the real schema, published after the flood
     assert len(schemas.refused) == MAX_REFUSED_SCHEMAS
     assert len([r for r in caplog.records if r.name.startswith("spanner_cdc")]) == MAX_SCHEMA_WARNINGS + 1
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 
 import pytest
@@ -126,6 +128,20 @@ def test_uuid_is_deterministic_and_distinguishes_identity() -> None:
     assert backfill_uuid(STREAM_NAME, 5, "T", {"a": 1, "b": "x"}) == backfill_uuid(
         STREAM_NAME, 5, "T", {"b": "x", "a": 1}
     )
+
+
+def test_uuids_are_the_standard_uuid5_of_the_change_identity() -> None:
+    """The uuids come from ``uuid_utils`` (for speed); they must be exactly RFC 4122's uuid5, as
+    the standard library computes it, for every kind of name: the events already on Kafka carry
+    them, and the consumer deduplicates by them."""
+    namespace = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/spanner-cdc/spanner-cdc/event")
+    rng = random.Random(5)
+    alphabet = "aZ0_-\x1f\x00é中𝄞 \"'"
+    for _ in range(500):
+        parts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40))) for _ in range(3)]
+        mod_index = rng.randrange(0, 100_000)
+        expected = uuid.uuid5(namespace, "\x1f".join([*parts, str(mod_index)]))
+        assert change_uuid(parts[0], parts[1], parts[2], mod_index) == str(expected)
 
 
 STABILITY_SCRIPT = textwrap.dedent(

@@ -43,12 +43,18 @@ def cloud_client(project: str, credentials_file: Path | None, endpoint: str | No
     """A client for Cloud Spanner: credentials from ``credentials_file`` or else application
     default credentials; ``endpoint`` for a regional endpoint or Private Service Connect instead
     of spanner.googleapis.com. Raises CredentialsFileError for a file it cannot use, and
-    ``google.auth.exceptions.DefaultCredentialsError`` when there are no credentials at all."""
+    ``google.auth.exceptions.DefaultCredentialsError`` when there are no credentials at all.
+
+    The client library's built-in metrics are off: they are exported to Cloud Monitoring every
+    minute with these same credentials, which a credentials file here scopes to Spanner's data
+    alone, so each export would fail and log an error line (seen at the end of a test run that
+    only made a client); the producer's own metrics are on its Prometheus endpoint."""
     credentials = None if credentials_file is None else _credentials_from(credentials_file)
     return spanner.Client(
         project=project,
         credentials=credentials,
         client_options={"api_endpoint": endpoint} if endpoint else None,
+        disable_builtin_metrics=True,
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import google.cloud.spanner_v1.client
 import pytest
 from google.oauth2.credentials import Credentials as UserCredentials
 
@@ -23,6 +24,8 @@ def test_a_credentials_file_and_an_endpoint_make_the_client(tmp_path: Path) -> N
     assert isinstance(client.credentials, UserCredentials)
     assert client.credentials.scopes == [SPANNER_DATA_SCOPE]
     assert client._client_options.api_endpoint == "spanner.europe-west1.rep.googleapis.com"
+    # No exporter to Cloud Monitoring: with Spanner-only credentials it would log an error a minute.
+    assert not google.cloud.spanner_v1.client._metrics_monitor_initialized
 
 
 @pytest.mark.parametrize(

@@ -54,6 +54,13 @@ def main() -> None:
         help="heartbeat intervals of the latency measurements (c), each with every rate",
     )
     parser.add_argument(
+        "--release-orders",
+        nargs="+",
+        choices=["commit", "partition"],
+        default=["commit", "partition"],
+        help="--release-order of the latency measurements (c), each with every heartbeat and rate",
+    )
+    parser.add_argument(
         "--seconds", type=float, default=20.0, help="length of the latency measurements ((c) and pipeline)"
     )
     parser.add_argument(
@@ -180,7 +187,12 @@ def producer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
         f"JSON/Avro pipeline {as_json.per_second / pipeline.per_second:.2f}x"
     )
     alone, backlog, runs = producer.emulator_figures(
-        stack, args.rows, args.rates, args.heartbeats_ms, args.seconds
+        stack,
+        args.rows,
+        rates=args.rates,
+        heartbeats_ms=args.heartbeats_ms,
+        seconds=args.seconds,
+        release_orders=args.release_orders,
     )
     print_figures([alone, backlog])
     print(f"  (b) producer/client alone {backlog.per_second / alone.per_second:.2f}x (target 0.8x)")
@@ -188,7 +200,8 @@ def producer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
         p50, p99 = percentile(run.samples, 0.5) * 1000, percentile(run.samples, 0.99) * 1000
         verdict = "reached" if p99 <= LATENCY_TARGET_P99_MS else "not reached"
         print(
-            f"  (c) commit → ack, heartbeat {run.heartbeat_ms:,} ms, at {run.rate:,.0f} tx/s "
+            f"  (c) commit → ack, release order {run.release_order}, heartbeat {run.heartbeat_ms:,} ms, "
+            f"at {run.rate:,.0f} tx/s "
             f"({run.achieved_rate:,.0f} committed/s) for "
             f"{args.seconds:.0f} s: p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(run.samples)} events "
             f"(target p99 {LATENCY_TARGET_P99_MS:,} ms: {verdict})"

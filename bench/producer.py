@@ -177,10 +177,16 @@ async def publish_all(publisher: EventPublisher, records: list[DataChangeRecord]
 
 
 def emulator_figures(
-    stack: EmbeddedStack, rows: int, rates: list[float], heartbeats_ms: list[int], seconds: float
+    stack: EmbeddedStack,
+    rows: int,
+    *,
+    rates: list[float],
+    heartbeats_ms: list[int],
+    seconds: float,
+    release_orders: list[str],
 ) -> tuple[Figure, Figure, list[LatencyRun]]:
     """(b) backlog read throughput beside its baseline, and (c) latency samples under each of
-    ``rates`` transactions/s with each heartbeat interval."""
+    ``rates`` transactions/s with each heartbeat interval and release order."""
     spanner, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
     database = accounts_database(spanner)
     start = int(time.time() * 1_000_000)
@@ -211,9 +217,16 @@ def emulator_figures(
     latencies = [
         asyncio.run(
             steady_latency(
-                accounts_database(spanner), spanner, kafka, rate=rate, seconds=seconds, heartbeat_ms=heartbeat
+                accounts_database(spanner),
+                spanner,
+                kafka,
+                rate=rate,
+                seconds=seconds,
+                heartbeat_ms=heartbeat,
+                release_order=order,
             )
         )
+        for order in release_orders
         for heartbeat in heartbeats_ms
         for rate in rates
     ]
@@ -395,23 +408,33 @@ def bench_config(spanner: str, kafka: str, database: str, **overrides: Any) -> P
 
 @dataclass(frozen=True)
 class LatencyRun:
-    """(c) at one rate and heartbeat interval: every event's commit → ack seconds, and the rate
-    the writer reached."""
+    """(c) at one rate, heartbeat interval and release order: every event's commit → ack seconds,
+    and the rate the writer reached."""
 
     rate: float
     heartbeat_ms: int
+    release_order: str
     samples: list[float]
     achieved_rate: float
 
 
 async def steady_latency(
-    database: Any, spanner: str, kafka: str, *, rate: float, seconds: float, heartbeat_ms: int
+    database: Any,
+    spanner: str,
+    kafka: str,
+    *,
+    rate: float,
+    seconds: float,
+    heartbeat_ms: int,
+    release_order: str,
 ) -> LatencyRun:
     """Transactions at up to ``rate`` per second for ``seconds`` while a producer reads them. One
     writer: the emulator runs one transaction at a time (it aborts a second one), so the rate it
     reaches is reported beside the rate asked for."""
     metrics = SampledMetrics()
-    config = bench_config(spanner, kafka, database.database_id, heartbeat_ms=heartbeat_ms)
+    config = bench_config(
+        spanner, kafka, database.database_id, heartbeat_ms=heartbeat_ms, release_order=release_order
+    )
     service = await build_service(config, metrics)
     stop = threading.Event()
     committed = 0
@@ -439,7 +462,7 @@ async def steady_latency(
         await asyncio.to_thread(writer.join)
         writing = time.monotonic() - began
         await asyncio.sleep(2.0)
-    return LatencyRun(rate, heartbeat_ms, metrics.samples, committed / writing)
+    return LatencyRun(rate, heartbeat_ms, release_order, metrics.samples, committed / writing)
 
 
 class SampledMetrics(ProducerMetrics):

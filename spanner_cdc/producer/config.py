@@ -24,6 +24,8 @@ from spanner_cdc.common.schema_registry import REGISTRY_OPTIONS
 from spanner_cdc.producer.change_stream_rules import MAX_HEARTBEAT_MS, MIN_HEARTBEAT_MS, validate_stream_name
 from spanner_cdc.schemas.timestamps import parse_timestamp_micros, timestamp_micros
 
+#: --release-order: wait for the low watermark (every key in commit order), or not.
+RELEASE_ORDERS = ("commit", "partition")
 #: How far in the future a start timestamp may be before it is an error (clock skew).
 FUTURE_START_TOLERANCE_MICROS = 5_000_000
 #: The shortest silence after which a partition query counts as stalled (``stall_seconds``).
@@ -110,10 +112,19 @@ PRODUCE_OPTIONS = (
     ),
     Option(
         "heartbeat-ms",
-        "heartbeat interval of the change-stream queries: commit → Kafka waits up to one interval "
-        "(shorter: less latency, more heartbeat rows per partition)",
+        "heartbeat interval of the change-stream queries: with --release-order commit, commit → "
+        "Kafka waits up to one interval (shorter: less latency, more heartbeat rows per partition)",
         integer_in(MIN_HEARTBEAT_MS, MAX_HEARTBEAT_MS),
         default=2000,
+    ),
+    Option(
+        "release-order",
+        "commit: every key's changes reach Kafka in commit order, each change waiting until every "
+        "partition has read past it (up to one heartbeat interval); partition: each partition's "
+        "changes as soon as read, in commit order within the partition only (a key's changes "
+        "from two partitions may arrive out of order; sort_keys order them)",
+        choice(*RELEASE_ORDERS),
+        default="commit",
     ),
     Option(
         "include-tables", "only these tables (comma-separated names or globs)", table_pattern, repeated=True
@@ -277,6 +288,8 @@ class ProducerConfig(PublishSettings):
     start_timestamp_micros: int
     end_timestamp_micros: int | None = None
     heartbeat_ms: int = 2000
+    #: commit or partition (producer.release).
+    release_order: str = "commit"
     include_tables: tuple[str, ...] = ()
     exclude_tables: tuple[str, ...] = ()
     payload: str = "captured"
@@ -314,6 +327,8 @@ class ProducerConfig(PublishSettings):
             raise ConfigError("--end-timestamp is before --start-timestamp")
         if not MIN_HEARTBEAT_MS <= self.heartbeat_ms <= MAX_HEARTBEAT_MS:
             raise ConfigError(f"--heartbeat-ms must be {MIN_HEARTBEAT_MS}-{MAX_HEARTBEAT_MS}")
+        if self.release_order not in RELEASE_ORDERS:
+            raise ConfigError(f"--release-order must be one of {', '.join(RELEASE_ORDERS)}")
         if self.backfill_tables and not self.backfill:
             raise ConfigError("--backfill-tables chooses the tables of a backfill: give --backfill too")
         if self.backfill_snapshot_micros is not None:

@@ -1,5 +1,7 @@
 """Commit-order release: held data change records go to the publisher once the low watermark
-passes them (the buffer and the reasons are in ``producer.ordering``).
+passes them (the buffer and the reasons are in ``producer.ordering``) — or, with
+``--release-order partition``, as soon as they are read: commit order within each partition only,
+and no wait for the other partitions' heartbeats (docs/producer.md, Latency).
 
 Every release runs under one lock, so a watermark or a shutdown never sees a release half done:
 a record taken from the buffer but not yet handed to Kafka would be in neither place, and a
@@ -24,9 +26,14 @@ _POLL_SECONDS = 0.02
 
 
 class CommitOrderRelease:
-    def __init__(self, scheduler: PartitionScheduler, publisher: EventPublisher) -> None:
+    def __init__(
+        self, scheduler: PartitionScheduler, publisher: EventPublisher, *, across_partitions: bool = True
+    ) -> None:
         self.scheduler = scheduler
         self.publisher = publisher
+        #: Wait for the low watermark (every key's changes in commit order), or release what
+        #: each partition read at once (``--release-order partition``).
+        self.across_partitions = across_partitions
         self.buffer = CommitOrderBuffer()
         self._lock = asyncio.Lock()
 
@@ -42,7 +49,7 @@ class CommitOrderRelease:
 
     async def release_locked(self) -> None:
         """The same, for a caller already inside :meth:`locked`."""
-        up_to = self.scheduler.low_watermark_micros()
+        up_to = self.scheduler.low_watermark_micros() if self.across_partitions else None
         while (held := self.buffer.ready(up_to)) is not None:
             await self.publisher.publish(held.record, held.partition.query_token, held.tracker)
             self.buffer.published(held)

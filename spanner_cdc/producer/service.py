@@ -57,7 +57,9 @@ class ProducerService:
         self.checkpoints = checkpoints
         self.scheduler = scheduler
         self.metrics = metrics
-        self.release = CommitOrderRelease(scheduler, publisher)
+        self.release = CommitOrderRelease(
+            scheduler, publisher, across_partitions=config.release_order == "commit"
+        )
         actions = RecordActions(
             DataChangeAction(
                 self.release, TableFilter(config.include_tables, config.exclude_tables), metrics

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import pytest
@@ -9,7 +10,9 @@ import pytest
 from spanner_cdc.producer.acks import AckTracker
 from spanner_cdc.producer.low_watermark import advanced_checkpoint
 from spanner_cdc.producer.ordering import CommitOrderBuffer, Held
-from spanner_cdc.producer.partitions import Partition
+from spanner_cdc.producer.partitions import Partition, PartitionScheduler
+from spanner_cdc.producer.publisher import EventPublisher
+from spanner_cdc.producer.release import CommitOrderRelease
 from spanner_cdc.schemas.records import DataChangeRecord
 from testkit.records import account_transfer_records
 
@@ -97,3 +100,39 @@ def test_a_run_discarded_while_its_record_is_published_leaves_the_others_intact(
     buffer.published(held)
     assert not buffer.holds(old) and [h.tracker for h in release(buffer, None)] == [other]
     assert len(buffer) == 0
+
+
+class RecordingPublisher(EventPublisher):
+    """What the release hands the publisher, in order (a unit test has no Kafka to publish to)."""
+
+    def __init__(self) -> None:
+        self.published: list[tuple[int, str | None]] = []
+
+    async def publish(
+        self, record: DataChangeRecord, partition_token: str | None, tracker: AckTracker
+    ) -> None:
+        self.published.append((record.commit_timestamp_micros, partition_token))
+        tracker.sent(record.commit_timestamp_micros)
+
+
+@pytest.mark.parametrize(
+    ("release_order", "expected"),
+    [("commit", [(10, "a")]), ("partition", [(10, "a"), (30, "a"), (35, "a")])],
+)
+def test_the_release_order_decides_whether_a_change_waits_for_the_other_partitions(
+    release_order: str, expected: list[tuple[int, str]]
+) -> None:
+    """Partition a has read up to 40, partition b (idle) only up to 15, its last heartbeat: in
+    commit order a's changes after 15 wait for b; in partition order they go at once."""
+    a, b = Partition("a", (), 0, watermark_micros=40), Partition("b", (), 0, watermark_micros=15)
+    scheduler = PartitionScheduler({"a": a, "b": b})
+    for partition in (a, b):
+        scheduler.mark_running(partition)
+    publisher = RecordingPublisher()
+    release = CommitOrderRelease(scheduler, publisher, across_partitions=release_order == "commit")
+    tracker = AckTracker()
+    for commit in (10, 30, 35):
+        release.hold(record(commit), a, tracker)
+    asyncio.run(release.release())
+    assert publisher.published == expected
+    assert release.buffer.oldest(tracker) == (30 if release_order == "commit" else None)

@@ -12,6 +12,7 @@ from bench import consumer, producer
 from bench.producer import Figure, percentile
 from spanner_cdc.demo import DEFAULT_TRANSFERS_PER_SECOND
 from spanner_cdc.demo.run import run_bank
+from spanner_cdc.producer.config import RELEASE_ORDERS
 from spanner_cdc.stack import EmbeddedStack, stop_on_signals
 
 PRODUCER_TARGET_EVENTS_PER_SECOND = 60_000
@@ -56,8 +57,8 @@ def main() -> None:
     parser.add_argument(
         "--release-orders",
         nargs="+",
-        choices=["commit", "partition"],
-        default=["commit", "partition"],
+        choices=RELEASE_ORDERS,
+        default=list(RELEASE_ORDERS),
         help="--release-order of the latency measurements (c), each with every heartbeat and rate",
     )
     parser.add_argument(

@@ -1,7 +1,7 @@
 """Commit-order release: held data change records go to the publisher once the low watermark
 passes them (the buffer and the reasons are in ``producer.ordering``) — or, with
 ``--release-order partition``, as soon as they are read: commit order within each partition only,
-and no wait for the other partitions' heartbeats (docs/producer.md, Latency).
+and no wait for the other partitions' heartbeats (docs/producer.md, Performance).
 
 Every release runs under one lock, so a watermark or a shutdown never sees a release half done:
 a record taken from the buffer but not yet handed to Kafka would be in neither place, and a
@@ -27,7 +27,7 @@ _POLL_SECONDS = 0.02
 
 class CommitOrderRelease:
     def __init__(
-        self, scheduler: PartitionScheduler, publisher: EventPublisher, *, across_partitions: bool = True
+        self, scheduler: PartitionScheduler, publisher: EventPublisher, *, across_partitions: bool
     ) -> None:
         self.scheduler = scheduler
         self.publisher = publisher

@@ -305,6 +305,11 @@ class ProducerConfig(PublishSettings):
     delete_tombstones: bool = False
 
     @property
+    def in_commit_order(self) -> bool:
+        """``--release-order commit``: every change waits for the low watermark (producer.release)."""
+        return self.release_order == "commit"
+
+    @property
     def stall_seconds(self) -> float:
         """How long a partition query may stay silent before it is restarted: ``stall_heartbeats``
         intervals, but never under :data:`MIN_STALL_SECONDS` — with a short heartbeat interval a

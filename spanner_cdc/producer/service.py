@@ -57,9 +57,7 @@ class ProducerService:
         self.checkpoints = checkpoints
         self.scheduler = scheduler
         self.metrics = metrics
-        self.release = CommitOrderRelease(
-            scheduler, publisher, across_partitions=config.release_order == "commit"
-        )
+        self.release = CommitOrderRelease(scheduler, publisher, across_partitions=config.in_commit_order)
         actions = RecordActions(
             DataChangeAction(
                 self.release, TableFilter(config.include_tables, config.exclude_tables), metrics

@@ -1,10 +1,11 @@
 """One micro-batch, start to finish: decode, quarantine, dedupe, order, write every sink.
 
 Spark's executors do the per-event work (consumer.executor_tasks): every task reads its share of
-the batch's Kafka rows through the one gate (consumer.message_reader) and hands the driver an
-outline — one narrow row per message; the driver deduplicates on it, checks watermarks, and the
-tasks write the changelog. The replica (one database, one transaction per batch) is still fed on
-the driver: the kept events are brought there and merged (docs/consumer.md, "Where the work runs").
+the batch's Kafka rows through the one gate (consumer.message_reader), writes the changelog's
+files and the replica's stage rows of what it read, and hands the driver an outline — one
+narrow row per message (consumer.outline_rows). The driver deduplicates on it, checks
+watermarks, publishes the changelog's files and hands the kept stage rows to the replica's one
+database transaction (docs/consumer.md, "Where the work runs").
 
 The order of writes is what makes a crash at any point harmless. Spark replays an unfinished
 batch with the same offsets, and every step repeats its first attempt's result:
@@ -35,23 +36,22 @@ from spanner_cdc.consumer.decode import BatchDecoder
 from spanner_cdc.consumer.decoded import DecodedBatch, Quarantined, Unknown
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import BadMessageError, ChangelogShortfallError
-from spanner_cdc.consumer.executor_tasks import (
+from spanner_cdc.consumer.executor_tasks import drop_from_staged, outline
+from spanner_cdc.consumer.kafka_rows import DECODE_COLUMNS, DECODE_SCHEMA
+from spanner_cdc.consumer.message_reader import DecodeContext, MessageReader
+from spanner_cdc.consumer.metrics import ConsumerMetrics
+from spanner_cdc.consumer.outline_rows import (
     EVENT,
     OUTLINE_SCHEMA,
     QUARANTINED,
     TOMBSTONE,
     UNKNOWN_COLUMNS,
     WATERMARK,
-    drop_from_staged,
-    outline,
     unknown_from_columns,
 )
-from spanner_cdc.consumer.kafka_rows import DECODE_COLUMNS, DECODE_SCHEMA
-from spanner_cdc.consumer.message_reader import DecodeContext, MessageReader
-from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
-from spanner_cdc.consumer.sinks.contents import BatchContents, Sink
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
+from spanner_cdc.consumer.sinks.replica.sink import BatchContents, ReplicaSink
 from spanner_cdc.consumer.status import BatchSeen
 from spanner_cdc.schemas.timestamps import now_micros, seconds_behind
 
@@ -144,9 +144,9 @@ class BatchProcessor:
     delivered: DeliveredChanges
     #: Written by the executors, first.
     changelog: ChangelogSink | None
-    #: Written on the driver, in this order, after the changelog; each must make a replay of
-    #: the same batch id harmless. The replica needs the batch's kept events on the driver.
-    replica: Sink | None
+    #: Merged from the driver, after the changelog, from the stage rows the tasks staged; its
+    #: transaction records the batch id, so a replay of the same batch id is harmless.
+    replica: ReplicaSink | None
     quarantine: QuarantineSink
     fail_on_bad_message: bool
     metrics: ConsumerMetrics
@@ -168,6 +168,8 @@ class BatchProcessor:
             self.quarantine.remove_batch(batch_id)
             if self.changelog is not None:
                 self.changelog.remove_batch(batch_id)
+            if self.replica is not None:
+                self.replica.clear_staging()
         context = self.decoder.start_batch()
         staged = self.changelog.staging(batch_id) if self.changelog is not None else None
         outlined = self._outline(rows, context, batch_id, staged)
@@ -191,9 +193,11 @@ class BatchProcessor:
         if self.changelog is not None:
             self._write_changelog(self.changelog, rows, duplicates, batch_id, kept=per_table(fresh))
         self._started = True
-        if self.replica is not None:  # the outline carried the events' bytes
-            kept = MessageReader(context).read(fresh.select(DECODE_COLUMNS).cast(DECODE_SCHEMA)).events
-            self.replica.write(batch_id, BatchContents(kept, quarantined, watermarks))
+        if self.replica is not None:
+            staging = self.replica.staging(batch_id)
+            contents = BatchContents(fresh, staging.read(), staging.messages(), quarantined, watermarks)
+            self.replica.write(batch_id, contents)
+            staging.clear()
         self.quarantine.publish(batch_id, refuted)
         horizon = self.delivered.oldest_remembered(batch_id)
         self.delivered.remember(batch_id, fresh)
@@ -211,19 +215,21 @@ class BatchProcessor:
     def _outline(
         self, rows: Any, context: DecodeContext, batch_id: int, staged: ChangelogSink | None
     ) -> Outline:
-        """The tasks' outline of ``rows``; with a replica, events' bytes come along (the driver
-        reads the kept ones again for the merge)."""
+        """The tasks' outline of ``rows``."""
         # What an earlier attempt staged, or this batch before it learnt a schema.
         self.quarantine.discard_staged(batch_id)
         if staged is not None:
             staged.clear()
+        replica = self.replica.staging(batch_id) if self.replica is not None else None
+        if replica is not None:
+            replica.clear()
         task = outline(
             self._context.share(rows.sparkSession.sparkContext, context),
             context.now_micros,
             batch_id,
             staging=staged.root if staged is not None else None,
             quarantine=None if self.fail_on_bad_message else self.quarantine.staging(batch_id),
-            with_bytes=self.replica is not None,
+            replica=replica.root if replica is not None else None,
         )
         return Outline(
             rows.mapInArrow(task, from_arrow_schema(OUTLINE_SCHEMA)).toArrow().cast(OUTLINE_SCHEMA)

@@ -55,7 +55,7 @@ CONSUME_OPTIONS = (
     ),
     Option(
         "output-dir",
-        "where the changelog, quarantine and DuckDB replica go",
+        "where the changelog, quarantine, DuckDB replica and the replica's staged rows go",
         Path,
         default="spanner-cdc-data",
     ),
@@ -188,6 +188,12 @@ class ConsumerConfig:
     @property
     def quarantine_dir(self) -> Path:
         return self.output_dir / "quarantine"
+
+    @property
+    def replica_staging_dir(self) -> Path:
+        """Where the tasks stage each batch's replica rows for the driver (on a cluster: a
+        directory the executors and the driver share, as for the changelog)."""
+        return self.output_dir / "replica-staging"
 
     @property
     def duckdb_path(self) -> Path:

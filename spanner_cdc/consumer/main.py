@@ -151,7 +151,9 @@ class ConsumerJob:
                 else None
             )
             merge = ReplicaMerge(backend, history)
-            replica = ReplicaSink(merge, metrics, config.spark_checkpoint, cut, on_replica_commit)
+            replica = ReplicaSink(
+                merge, metrics, config.spark_checkpoint, config.replica_staging_dir, cut, on_replica_commit
+            )
             backend.release()  # until the first batch: stream commands may use a DuckDB replica
         processor = BatchProcessor(
             decoder=decoder,

@@ -10,17 +10,19 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from spanner_cdc.consumer.decode import BatchDecoder, BrokerPartitions
 from spanner_cdc.consumer.decoded import DecodedEvent, WatermarkSeen
+from spanner_cdc.consumer.outline_rows import event_rows
 from spanner_cdc.consumer.schema_topic import SchemaTopic
 from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend
-from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut, Release, incomplete_transactions
+from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut, Release, Slice, incomplete_transactions
+from spanner_cdc.consumer.sinks.replica.staged import event_messages
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark
-from spanner_cdc.schemas.wire import SchemaStore, WriterSchema, encode
+from spanner_cdc.schemas.wire import SchemaStore
+from testkit.decoding import decoded_events
 from testkit.synthetic import STREAM, ChangeFactory
 
 pytestmark = pytest.mark.unit
@@ -41,33 +43,19 @@ def cut(tmp_path: Path, decoder: BatchDecoder) -> ConsistentCut:
 
 def release(
     cut: ConsistentCut, fresh: list[DecodedEvent], marks: list[WatermarkSeen]
-) -> tuple[Release, list[list[DecodedEvent]]]:
-    """The release, and the slices it handed over to be applied."""
-    slices: list[list[DecodedEvent]] = []
-    return cut.release(fresh, marks, lambda events, _cut: slices.append(events)), slices
+) -> tuple[Release, list[Slice]]:
+    """The release of ``fresh`` (as the batch's outline rows), and the slices it handed over."""
+    slices: list[Slice] = []
+    outlined, messages = event_rows(fresh), event_messages(fresh)
+    return cut.release(outlined, messages, marks, lambda piece, _cut: slices.append(piece)), slices
 
 
-def uuids(slices: list[list[DecodedEvent]]) -> list[str]:
-    return [e.record["uuid"] for events in slices for e in events]
+def uuids(slices: list[Slice]) -> list[str]:
+    return [u for piece in slices for u in piece.rows.column("uuid").to_pylist()]
 
 
 def decoded(decoder: BatchDecoder, records: list[dict[str, Any]], partition: int = 0) -> list[DecodedEvent]:
-    events = ChangeFactory().events(*records)
-    values = []
-    for event in events:
-        writer = WriterSchema.from_schema(event.table.event_schema)
-        decoder.schemas.accept(writer.fingerprint_hex.encode(), writer.schema_json.encode())
-        values.append(encode(writer, event.value))
-    rows = pa.table(
-        {
-            "key": pa.array([b"k"] * len(values), pa.binary()),
-            "value": pa.array(values, pa.binary()),
-            "topic": [TOPIC] * len(values),
-            "partition": pa.array([partition] * len(values), pa.int32()),
-            "offset": pa.array(range(len(values)), pa.int64()),
-        }
-    )
-    return decoder.decode(rows).events
+    return decoded_events(decoder, records, TOPIC, partition)
 
 
 def mark(partition: int, micros: int, topics: dict[str, int] | None = None) -> WatermarkSeen:
@@ -132,7 +120,7 @@ def test_a_held_backlog_comes_back_in_slices_that_never_split_a_transaction(
 
     after, slices = release(cut, fresh, [mark(0, newest + 10_000, {TOPIC: 1})])
 
-    commits = [[e.commit_micros for e in events] for events in slices]
+    commits = [piece.rows.column("commit_micros").to_pylist() for piece in slices]
     assert [len(c) for c in commits] == [2, 2, 4, 1], "2 held, 2 held, 1 + the 3-record transaction, fresh"
     assert all(max(a) < min(b) for a, b in itertools.pairwise(commits)), "oldest commits first"
     assert sorted(uuids(slices)) == sorted(e.record["uuid"] for e in [*held, *fresh])
@@ -150,7 +138,7 @@ def test_transactions_missing_records_or_mods_are_reported(decoder: BatchDecoder
         factory.record("INSERT", {"Id": "d"}, {"Balance": "1"}),
     )
     events = decoded(decoder, [*whole, cut_short[0]])
-    assert incomplete_transactions(events) == [cut_short[0]["server_transaction_id"]]
+    assert incomplete_transactions(event_rows(events)) == [cut_short[0]["server_transaction_id"]]
 
 
 def test_watermark_records_decode_to_what_was_encoded() -> None:

@@ -24,9 +24,9 @@ from spanner_cdc.consumer.decode import BrokerPartitions
 from spanner_cdc.consumer.decoded import DecodedBatch, Quarantined, Unknown
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import ChangelogShortfallError
-from spanner_cdc.consumer.executor_tasks import OUTLINE_SCHEMA, outlined
 from spanner_cdc.consumer.graceful_stop import BatchGate, StoppingBeforeBatchError, StopRequest, python_error
 from spanner_cdc.consumer.message_reader import MAX_DETAIL_CHARS, DecodeContext, MessageReader
+from spanner_cdc.consumer.outline_rows import OUTLINE_SCHEMA, outlined
 from spanner_cdc.consumer.schema_topic import SchemaTopic
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
@@ -300,7 +300,7 @@ def test_the_driver_learns_from_the_names_quarantined_messages_give_never_from_t
         ],
         [refused(5, "unknown-table-version", version), refused(6, "unknown-fingerprint", fingerprint)],
     ]
-    rows = [row for task in tasks for row in outlined(DecodedBatch([], [], task), with_bytes=True)]
+    rows = [row for task in tasks for row in outlined(DecodedBatch([], [], task))]
     outline_table = pa.Table.from_pylist(rows, schema=OUTLINE_SCHEMA)
     assert outline_table.column("value").null_count == len(rows)
     found = Outline(outline_table)

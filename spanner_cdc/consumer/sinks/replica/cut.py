@@ -11,12 +11,15 @@ Per micro-batch, inside the replica's transaction (so a replay repeats it exactl
 
 1. merge the batch's watermarks into ``cdc$watermarks`` (one row per expected partition; the
    newest record's topic list says which partitions are expected) and compute the cut;
-2. events committed after the cut are held in ``cdc$pending`` (their Kafka bytes);
+2. events committed after the cut are held in ``cdc$pending`` (their Kafka bytes, from the
+   batch's outline: nothing is decoded to hold them);
 3. events committed at or before it — from this batch and from ``cdc$pending`` — are applied
    together, so every transaction up to the cut lands whole, in one database transaction, and
    none after it lands at all. They are handed to the merge in commit-time order, in slices of
    at most ``slice_events`` held events (a slice never splits a commit timestamp, so never a
-   transaction): a backlog held for hours is not brought into memory at once;
+   transaction): a backlog held for hours is not brought into memory at once. This batch's
+   events are named by their outline rows (the tasks staged their stage rows); held ones are
+   decoded from their bytes on the driver when the cut passes them;
 4. ``cdc$consistent_cut`` records the cut: the replica equals the source as of that commit
    timestamp.
 
@@ -29,25 +32,41 @@ arrived: counted and logged, never waited for. An event at or before a cut alrea
 from __future__ import annotations
 
 import logging
-from bisect import bisect_right
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent, WatermarkSeen
 from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.kafka_rows import DECODE_SCHEMA
+from spanner_cdc.consumer.outline_rows import event_rows
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table, quote
+from spanner_cdc.consumer.sinks.replica.staged import MESSAGES_SCHEMA, OUTLINE_COORDINATES, taken
 from spanner_cdc.schemas.timestamps import datetime_from_micros
 
 log = logging.getLogger("spanner_cdc.consumer")
 PENDING = "cdc$pending"
 WATERMARKS = "cdc$watermarks"
 CUT = "cdc$consistent_cut"
-#: Held events: the columns decoding reads, plus the commit timestamp the cut selects by.
-_PENDING_ARROW = DECODE_SCHEMA.append(pa.field("commit_micros", pa.int64()))
+_COMMIT = "commit_micros"
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Events the cut lets through together: this batch's, as outline rows
+    (consumer.outline_rows), and held ones brought back, decoded."""
+
+    fresh: pa.Table
+    held: list[DecodedEvent]
+
+    @property
+    def rows(self) -> pa.Table:
+        """Outline rows of every event of the slice."""
+        if not self.held:
+            return self.fresh
+        return pa.concat_tables([self.fresh, event_rows(self.held).select(self.fresh.column_names)])
 
 
 @dataclass(frozen=True)
@@ -92,29 +111,33 @@ class ConsistentCut:
 
     def release(
         self,
-        fresh: list[DecodedEvent],
+        fresh: pa.Table,
+        messages: pa.Table,
         watermarks: Sequence[WatermarkSeen],
-        apply: Callable[[list[DecodedEvent], int], None],
+        apply: Callable[[Slice, int], None],
     ) -> Release:
-        """Call inside the replica transaction of the batch that delivered ``fresh``; ``apply``
-        is called with each slice of what may be applied now, oldest commits first, and the cut
-        they are applied up to."""
+        """Call inside the replica transaction of the batch that delivered ``fresh`` (outline
+        rows of its kept events); ``messages`` (``staged.MESSAGES_SCHEMA``) has their Kafka
+        messages, and maybe others', for the ones held. ``apply`` is called with each slice of
+        what may be applied now, oldest commits first, and the cut they are applied up to."""
         previous, topics_from = self._stored()
         computed, topics_from = self._merge_watermarks(watermarks, topics_from)
         known = [c for c in (previous, computed) if c is not None]
+        commits = fresh.column(_COMMIT)
         if not known:
-            self._hold(fresh)
+            self._hold(messages, fresh)
             return Release(None, self._held_count(), 0, 0, previous)
         cut = max(known)
-        self._hold([e for e in fresh if e.commit_micros > cut])
-        behind = sum(1 for e in fresh if previous is not None and e.commit_micros <= previous)
-        due = [e for e in fresh if e.commit_micros <= cut]
+        self._hold(messages, fresh.filter(pc.greater(commits, cut)))
+        behind = 0 if previous is None else pc.sum(pc.less_equal(commits, previous)).as_py() or 0
+        due = fresh.filter(pc.less_equal(commits, cut))
         held_up_to = cut if previous is None or cut > previous else None
         incomplete: list[str] = []
-        for events in self._slices(due, held_up_to):
-            newly_cut = events if previous is None else [e for e in events if e.commit_micros > previous]
+        for piece in self._slices(due, held_up_to):
+            rows = piece.rows
+            newly_cut = rows if previous is None else rows.filter(pc.greater(rows.column(_COMMIT), previous))
             incomplete += incomplete_transactions(newly_cut)
-            apply(events, cut)
+            apply(piece, cut)
         if incomplete:
             log.warning(
                 "%d transaction(s) applied without all their records (first: %s); the cut passed them",
@@ -126,19 +149,19 @@ class ConsistentCut:
         self._record(cut, topics_from)
         return Release(cut, self._held_count(), len(incomplete), behind, previous)
 
-    def _slices(self, due: list[DecodedEvent], held_up_to: int | None) -> Iterator[list[DecodedEvent]]:
+    def _slices(self, due: pa.Table, held_up_to: int | None) -> Iterator[Slice]:
         """``due`` with the held events committed at or before ``held_up_to``, in slices that end
         at a commit timestamp: each has at most ``slice_events`` held events, unless one commit
         timestamp alone has more (a transaction is never split)."""
-        due = sorted(due, key=_commit)
+        commits = due.column(_COMMIT)
         after = -1  # every event committed at or before it has been handed over
         while held_up_to is not None and (upper := self._slice_end(after, held_up_to)) is not None:
-            fresh = due[bisect_right(due, after, key=_commit) : bisect_right(due, upper, key=_commit)]
-            yield fresh + self._take_held(after, upper)
+            between = pc.and_(pc.greater(commits, after), pc.less_equal(commits, upper))
+            yield Slice(due.filter(between), self._take_held(after, upper))
             after = upper
-        rest = due[bisect_right(due, after, key=_commit) :]
-        if rest:
-            yield rest
+        rest = due.filter(pc.greater(commits, after))
+        if rest.num_rows:
+            yield Slice(rest, [])
 
     # --- watermarks and the cut -------------------------------------------------------------
 
@@ -191,21 +214,11 @@ class ConsistentCut:
 
     # --- held events ------------------------------------------------------------------------
 
-    def _hold(self, events: list[DecodedEvent]) -> None:
-        if not events:
-            return
-        rows = pa.table(
-            {
-                "topic": [e.topic for e in events],
-                "partition": [e.partition for e in events],
-                "offset": [e.offset for e in events],
-                "commit_micros": [e.commit_micros for e in events],
-                "key": [e.key for e in events],
-                "value": [e.value for e in events],
-            },
-            schema=_PENDING_ARROW,
-        )
-        self.backend.load(PENDING, rows)
+    def _hold(self, messages: pa.Table, events: pa.Table) -> None:
+        """Keep the messages of ``events`` (outline rows) in ``cdc$pending``."""
+        if events.num_rows:
+            held = taken(messages, OUTLINE_COORDINATES, events)
+            self.backend.load(PENDING, held.select(MESSAGES_SCHEMA.names).cast(MESSAGES_SCHEMA))
 
     def _slice_end(self, after: int, up_to: int) -> int | None:
         """The commit timestamp of the ``slice_events``-th held event committed after ``after``
@@ -259,30 +272,28 @@ def recorded_cut(backend: SqlBackend) -> int | None:
     return int(rows[0][0]) if rows else None
 
 
-def _commit(event: DecodedEvent) -> int:
-    return event.commit_micros
-
-
 def _bytes(value: bytes | memoryview | None) -> bytes | None:
     """PostgreSQL hands BYTEA back as memoryview, DuckDB as bytes."""
     return None if value is None else bytes(value)
 
 
-def incomplete_transactions(events: Sequence[DecodedEvent]) -> list[str]:
-    """Transaction ids among ``events`` with fewer records, or fewer mods in a record, than announced
-    (a count the contract leaves null, as for snapshot rows, announces nothing)."""
-    records: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    announced: dict[str, int | None] = {}
-    mods: dict[tuple[str, str], int | None] = {}
-    for event in events:
-        metadata = event.record["source_metadata"]
-        tx_id, sequence = metadata["tx_id"], metadata["record_sequence"]
-        records[tx_id][sequence] += 1
-        announced[tx_id] = metadata["number_of_records_in_transaction"]
-        mods[tx_id, sequence] = metadata["number_of_mods_in_record"]
-    return sorted(
-        tx_id
-        for tx_id, seen in records.items()
-        if len(seen) < (announced[tx_id] or 0)
-        or any(count < (mods[tx_id, seq] or 0) for seq, count in seen.items())
+def incomplete_transactions(events: pa.Table) -> list[str]:
+    """Transaction ids among ``events`` (outline rows) with fewer records, or fewer mods in a
+    record, than announced (a count the contract leaves null, as for snapshot rows, announces
+    nothing). Counted in Arrow."""
+    if not events.num_rows:
+        return []
+    records = events.group_by(["tx_id", "record_sequence"], use_threads=False).aggregate(
+        [("offset", "count"), ("mods_in_record", "max"), ("records_in_transaction", "max")]
     )
+    short = pc.less(records.column("offset_count"), pc.fill_null(records.column("mods_in_record_max"), 0))
+    transactions = (
+        records.append_column("short", short)
+        .group_by("tx_id", use_threads=False)
+        .aggregate([("record_sequence", "count"), ("records_in_transaction_max", "max"), ("short", "any")])
+    )
+    announced = pc.fill_null(transactions.column("records_in_transaction_max_max"), 0)
+    incomplete = pc.or_(
+        pc.less(transactions.column("record_sequence_count"), announced), transactions.column("short_any")
+    )
+    return sorted(transactions.filter(incomplete).column("tx_id").to_pylist())

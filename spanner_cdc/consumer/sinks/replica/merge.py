@@ -37,12 +37,10 @@ from spanner_cdc.consumer.change_rows import (
     REPLICA_ROW_ID,
     SET_PREFIX,
     SORT_COLUMNS,
-    TableChanges,
 )
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, quote
 from spanner_cdc.consumer.sinks.replica.generations import (
     Generation,
-    by_primary_key,
     create_generations_table,
     record_generation,
     table_generations,
@@ -55,6 +53,7 @@ from spanner_cdc.consumer.sinks.replica.history import (
     RowHistory,
 )
 from spanner_cdc.consumer.sinks.replica.names import NAMES_TABLE, REPLICA_PREFIX, ReplicaNames, TableNames
+from spanner_cdc.consumer.sinks.replica.staged import StagedPart
 from spanner_cdc.consumer.table_version import PayloadColumn
 
 log = logging.getLogger("spanner_cdc.consumer")
@@ -72,15 +71,15 @@ _N, _LAST, _LAST_DELETE = "cdc$n", "cdc$last", "cdc$last_delete"
 
 @dataclass(frozen=True)
 class ReplicaTable:
-    """One table's changes as the replica names them."""
+    """One table's staged changes (of one primary key) as the replica names them."""
 
-    changes: TableChanges
+    changes: StagedPart
     names: TableNames
     key: tuple[str, ...]
     columns: tuple[PayloadColumn, ...]
 
     @classmethod
-    def of(cls, changes: TableChanges, names: ReplicaNames) -> ReplicaTable:
+    def of(cls, changes: StagedPart, names: ReplicaNames) -> ReplicaTable:
         columns = tuple(replace(c, name=names.column(c.name)) for c in changes.columns)
         key = tuple(names.column(k) for k in changes.key)
         return cls(changes, names.of(changes.table), key, columns)
@@ -91,7 +90,7 @@ class ReplicaTable:
 
     def stage_rows(self) -> pa.Table:
         """The stage rows (change_rows), their columns renamed as the replica names them."""
-        rows = self.changes.replica_stage()
+        rows = self.changes.stage_rows()
         renamed = {c.name: r.name for c, r in zip(self.changes.columns, self.columns, strict=True)}
         renamed |= {SET_PREFIX + source: SET_PREFIX + name for source, name in renamed.items()}
         return rows.rename_columns([renamed.get(n, n) for n in rows.column_names])
@@ -158,14 +157,14 @@ class ReplicaMerge:
             self._generations.clear()
             raise
 
-    def write(self, tables: Sequence[TableChanges], cut: int | None = None) -> None:
-        """Merge each table's changes; call inside :meth:`batch`. ``cut`` is the consistent cut
+    def write(self, parts: Sequence[StagedPart], cut: int | None = None) -> None:
+        """Merge each table's staged changes (staged.combined: one part per table and key, a
+        table's keys in commit order); call inside :meth:`batch`. ``cut`` is the consistent cut
         the batch applies up to (the new row versions begin there); None without whole transactions."""
-        for changes in tables:
-            for part in by_primary_key(changes):
-                current = self._current_generation(ReplicaTable.of(part, self.names))
-                if current is not None:
-                    self._apply_table(current, cut)
+        for part in parts:
+            current = self._current_generation(ReplicaTable.of(part, self.names))
+            if current is not None:
+                self._apply_table(current, cut)
 
     # --- per table ---------------------------------------------------------------------------
 
@@ -173,30 +172,30 @@ class ReplicaMerge:
         """``changes`` as far as they belong to the table's current generation (generations.py).
         Events with another primary key start the table over when committed after the current
         generation began, and are skipped when committed before it; None when none is left."""
-        table, events = changes.changes.table, changes.changes.events
+        table, events = changes.changes.table, changes.changes.rows.num_rows
         current = self._generation(changes)
         if current is None:
-            self._start_generation(Generation(table, events[0].commit_micros, changes.key, None))
+            self._start_generation(Generation(table, changes.changes.first_commit, changes.key, None))
             return changes
         catalog_key = self.names.catalog_key
         if tuple(map(catalog_key, current.key)) == tuple(map(catalog_key, changes.key)):
             return changes
-        newer = [e for e in events if e.commit_micros >= current.started_micros]
-        if len(newer) < len(events):
+        newer = changes.changes.committed_from(current.started_micros)
+        if newer.rows.num_rows < events:
             log.warning(
                 "table %s: %d event(s) with primary key (%s), committed before the table was created "
                 "again with key (%s), skipped",
                 table,
-                len(events) - len(newer),
+                events - newer.rows.num_rows,
                 ", ".join(changes.key),
                 ", ".join(current.key),
             )
-        if not newer:
+        if not newer.rows.num_rows:
             return None
         for name in astuple(changes.names):
             self.backend.execute(f"DROP TABLE IF EXISTS {quote(name)}")
         self._known_columns.clear()
-        self._start_generation(Generation(table, newer[0].commit_micros, changes.key, current.key))
+        self._start_generation(Generation(table, newer.first_commit, changes.key, current.key))
         log.warning(
             "table %s was dropped and created again in Spanner (primary key (%s), was (%s)): its "
             "replica tables start over, and streams created on it before are invalid",
@@ -204,7 +203,7 @@ class ReplicaMerge:
             ", ".join(changes.key),
             ", ".join(current.key),
         )
-        return ReplicaTable.of(TableChanges(table, newer), self.names)
+        return ReplicaTable.of(newer, self.names)
 
     def _generation(self, changes: ReplicaTable) -> Generation | None:
         """The table's current generation; None when the replica does not have the table. A

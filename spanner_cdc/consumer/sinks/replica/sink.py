@@ -3,23 +3,50 @@
 The transaction records the batch id with the data (``ReplicaMerge.batch``), so a replayed
 batch is skipped; with whole transactions (``cut``) it also holds back events past the
 consistent cut and records the cut, so the replica is always a consistent cut of the source.
+The batch's stage rows were built by the tasks that decoded its events (staged.py); the driver
+hands them to the database.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spanner_cdc.consumer.decoded import DecodedEvent
+import pyarrow as pa
+
+from spanner_cdc.consumer.decoded import Quarantined, WatermarkSeen
 from spanner_cdc.consumer.metrics import ConsumerMetrics
-from spanner_cdc.consumer.sinks.contents import BatchContents, by_table
-from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut
+from spanner_cdc.consumer.sinks.parquet_files import batch_file_name
+from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut, Slice
 from spanner_cdc.consumer.sinks.replica.merge import ReplicaMerge
+from spanner_cdc.consumer.sinks.replica.staged import ReplicaStaging, StagedPart, combined, staged_parts
 from spanner_cdc.consumer.status import StreamSeen
 from spanner_cdc.consumer.streams.catalog import existing_streams
+
+
+@dataclass(frozen=True)
+class BatchContents:
+    """What one micro-batch hands the replica."""
+
+    #: Events delivered for the first time (duplicates dropped): outline rows
+    #: (consumer.outline_rows), bytes and all.
+    fresh: pa.Table
+    #: The stage rows the batch's tasks staged: of every event they read, duplicates too.
+    staged: list[StagedPart]
+    #: Those events' Kafka messages (``staged.MESSAGES_SCHEMA``), which the cut holds.
+    messages: pa.Table
+    quarantined: list[Quarantined]
+    watermarks: list[WatermarkSeen]
+
+    def staged_among(self, events: pa.Table) -> list[StagedPart]:
+        """The staged rows of ``events`` (outline rows, some of ``fresh``)."""
+        if events.num_rows == sum(p.rows.num_rows for p in self.staged):
+            return self.staged  # every staged row is one of them: nothing to take apart
+        return [p.among(events) for p in self.staged]
 
 
 @dataclass(frozen=True)
@@ -49,6 +76,8 @@ class ReplicaSink:
     metrics: ConsumerMetrics
     #: Spark's checkpoint of the query; its ``metadata`` file holds the query id.
     spark_checkpoint: Path
+    #: Where the tasks stage each batch's stage rows (a directory per batch).
+    staging_root: Path
     #: Whole transactions up to a consistent cut; None applies every batch as it comes.
     cut: ConsistentCut | None = None
     on_commit: Callable[[ReplicaCommit], None] | None = None
@@ -64,6 +93,15 @@ class ReplicaSink:
         if self._query_id is None:
             self._query_id = str(json.loads((self.spark_checkpoint / "metadata").read_text())["id"])
         return self._query_id
+
+    def staging(self, batch_id: int) -> ReplicaStaging:
+        """Where the tasks stage ``batch_id``'s stage rows; removed once the batch is written."""
+        return ReplicaStaging(self.staging_root / batch_file_name(batch_id).removesuffix(".parquet"))
+
+    def clear_staging(self) -> None:
+        """Remove whatever earlier runs staged (a batch staged before a crash, committed or not:
+        a replay stages it again)."""
+        shutil.rmtree(self.staging_root, ignore_errors=True)
 
     def write(self, batch_id: int, contents: BatchContents) -> None:
         """One replica transaction; with whole transactions, only what the cut lets through.
@@ -82,16 +120,17 @@ class ReplicaSink:
             if not new:
                 return
             if self.cut is None:
-                self.merge.write(contents.tables)
-                commit = ReplicaCommit(batch_id, None, [e.commit_micros for e in fresh], 0, query)
+                self.merge.write(combined(contents.staged_among(fresh)))
+                commit = ReplicaCommit(batch_id, None, _commits(fresh), 0, query)
             else:
                 applied: list[int] = []
 
-                def apply(events: list[DecodedEvent], cut: int) -> None:
-                    self.merge.write(by_table(events), cut)
-                    applied.extend(e.commit_micros for e in events)
+                def apply(piece: Slice, cut: int) -> None:
+                    parts = [*contents.staged_among(piece.fresh), *staged_parts(piece.held)]
+                    self.merge.write(combined(parts), cut)
+                    applied.extend(_commits(piece.rows))
 
-                release = self.cut.release(fresh, contents.watermarks, apply)
+                release = self.cut.release(fresh, contents.messages, contents.watermarks, apply)
                 if self.merge.history is not None and release.cut_micros is not None:
                     self.merge.history.record(release.cut_micros, release.previous_cut_micros)
                 commit = ReplicaCommit(batch_id, release.cut_micros, applied, release.held, query)
@@ -104,3 +143,8 @@ class ReplicaSink:
                 )
         if self.on_commit is not None:
             self.on_commit(commit)
+
+
+def _commits(events: pa.Table) -> list[int]:
+    commits: list[int] = events.column("commit_micros").to_pylist()
+    return commits

@@ -1,0 +1,143 @@
+"""The outline of a micro-batch: every Kafka message as one narrow row (``OUTLINE_SCHEMA``).
+
+The executors' tasks outline their share of a batch (consumer.executor_tasks) and only the
+outline crosses to the driver: what a message is (event, watermark, quarantined, tombstone) and,
+for an event, what deduplication, the metrics and the consistent cut decide by (uuid, commit
+time, table, change type, its transaction's counts); for a message naming a schema, registry id
+or table version the batch's context lacks, that name (``decoded.Unknown``). Bytes travel only
+for the few watermarks, which the driver checks: a task stages what else needs its events'
+bytes (the changelog's files, the replica's stage rows and messages: sinks.replica.staged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent, Unknown
+
+EVENT, WATERMARK, QUARANTINED, TOMBSTONE = "event", "watermark", "quarantined", "tombstone"
+#: What a quarantined message names that the driver may learn (decoded.Unknown; the fingerprint
+#: in hex: Spark has no unsigned 64-bit type).
+UNKNOWN_FIELDS = [
+    pa.field("unknown_fingerprint", pa.string()),
+    pa.field("unknown_schema_id", pa.int64()),
+    pa.field("unknown_table", pa.string()),
+    pa.field("unknown_schema_key", pa.string()),
+]
+UNKNOWN_COLUMNS = [f.name for f in UNKNOWN_FIELDS]
+OUTLINE_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("kind", pa.string()),
+        ("uuid", pa.string()),
+        ("commit_micros", pa.int64()),
+        ("object", pa.string()),
+        ("change_type", pa.string()),
+        # The transaction's completeness, which the consistent cut checks (sinks.replica.cut).
+        ("tx_id", pa.string()),
+        ("record_sequence", pa.string()),
+        ("records_in_transaction", pa.int64()),
+        ("mods_in_record", pa.int64()),
+        ("reason", pa.string()),
+        ("detail", pa.string()),
+        *UNKNOWN_FIELDS,
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+    ]
+)
+
+
+def outlined(decoded: DecodedBatch) -> list[dict[str, object]]:
+    """One row per message of ``decoded``; the columns a kind does not use stay null.
+
+    A quarantined message's bytes stay with the task (it stages them); what the driver may
+    learn from it travels as its name, so a flood of messages naming new schemas costs the
+    driver a few bytes each, not each message's size."""
+    return [
+        *(
+            {
+                "topic": e.topic,
+                "partition": e.partition,
+                "offset": e.offset,
+                "kind": EVENT,
+                "uuid": e.record["uuid"],
+                "commit_micros": e.commit_micros,
+                "object": e.record["object"],
+                **transaction_columns(e.record["source_metadata"]),
+            }
+            for e in decoded.events
+        ),
+        *(
+            {
+                "topic": w.topic,
+                "partition": w.partition,
+                "offset": w.offset,
+                "kind": WATERMARK,
+                "value": w.value,
+            }
+            for w in decoded.watermarks
+        ),
+        *(
+            {
+                "topic": q.topic,
+                "partition": q.partition,
+                "offset": q.offset,
+                "kind": QUARANTINED,
+                "reason": q.reason,
+                "detail": q.detail,
+                **unknown_columns(q.unknown),
+            }
+            for q in decoded.quarantined
+        ),
+        *({"kind": TOMBSTONE} for _ in range(decoded.tombstones)),
+    ]
+
+
+def unknown_columns(unknown: Unknown | None) -> dict[str, object]:
+    """The outline's ``unknown_*`` columns of a name."""
+    if unknown is None:
+        return {}
+    table, schema_key = unknown.table_version or (None, None)
+    return {
+        "unknown_fingerprint": None if unknown.fingerprint is None else f"{unknown.fingerprint:016x}",
+        "unknown_schema_id": unknown.schema_id,
+        "unknown_table": table,
+        "unknown_schema_key": schema_key,
+    }
+
+
+def unknown_from_columns(row: dict[str, Any]) -> Unknown:
+    """The name an outline row's ``unknown_*`` columns hold (:func:`unknown_columns`)."""
+    fingerprint, table = row["unknown_fingerprint"], row["unknown_table"]
+    return Unknown(
+        None if fingerprint is None else int(fingerprint, 16),
+        row["unknown_schema_id"],
+        None if table is None else (table, row["unknown_schema_key"]),
+    )
+
+
+def transaction_columns(metadata: dict[str, Any]) -> dict[str, object]:
+    """An event's change type and where it stands in its transaction (its ``source_metadata``)."""
+    return {
+        "change_type": metadata["change_type"],
+        "tx_id": metadata["tx_id"],
+        "record_sequence": metadata["record_sequence"],
+        "records_in_transaction": metadata["number_of_records_in_transaction"],
+        "mods_in_record": metadata["number_of_mods_in_record"],
+    }
+
+
+def outline_batch(decoded: DecodedBatch) -> pa.RecordBatch:
+    """:func:`outlined` as one Arrow record batch."""
+    return pa.RecordBatch.from_pylist(outlined(decoded), schema=OUTLINE_SCHEMA)
+
+
+def event_rows(events: Sequence[DecodedEvent]) -> pa.Table:
+    """Outline rows of ``events``: for events decoded on the driver (held ones the consistent
+    cut brings back)."""
+    return pa.Table.from_batches([outline_batch(DecodedBatch(list(events), [], []))])

@@ -1,0 +1,231 @@
+"""The replica's stage rows, built where the events were decoded: in the executors' tasks.
+
+A task that decoded a share of a micro-batch builds, per table and primary key
+(generations.by_primary_key), the rows the merge loads into its stage table
+(change_rows.TableChanges.replica_stage) with each event's Kafka coordinates, and writes them
+to the batch's replica staging directory as Arrow IPC files (:class:`ReplicaStaging`). The driver
+maps the files into memory and hands their rows to the database (DuckDB reads Arrow in place;
+PostgreSQL takes them by COPY): the kept events are not decoded a second time on the driver, nor
+held there as Python objects. The task also stages its events' Kafka messages, which the
+consistent cut holds (in ``cdc$pending``) for the events past the cut; those are decoded on the
+driver, from their bytes, when the cut passes them (:func:`staged_parts`).
+
+A task stages every event it read, duplicates too: the driver decides what is kept after the
+tasks ran, and takes the kept rows by their coordinates (:meth:`StagedPart.among`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spanner_cdc.consumer.change_rows import SET_PREFIX, SORT_COLUMNS, TableChanges
+from spanner_cdc.consumer.decoded import DecodedEvent
+from spanner_cdc.consumer.sinks.contents import by_table
+from spanner_cdc.consumer.sinks.replica.generations import by_primary_key
+from spanner_cdc.consumer.table_version import ColumnType, PayloadColumn
+
+#: The columns naming the Kafka message a stage row came from (as in the changelog).
+COORDINATES = ("kafka$topic", "kafka$partition", "kafka$offset")
+#: The outline's names of the same (consumer.outline_rows).
+OUTLINE_COORDINATES = ("topic", "partition", "offset")
+#: A staged event's Kafka message, as the consistent cut holds it (sinks.replica.cut).
+MESSAGES_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("commit_micros", pa.int64()),
+    ]
+)
+#: The schema metadata key of a staged file's table, key and columns.
+_HEADER = b"spanner_cdc.staged_part"
+_ROW = "cdc$row"
+
+
+@dataclass(frozen=True)
+class StagedPart:
+    """One table's stage rows of one primary key (a table created again with another key is
+    another part), with their Kafka coordinates."""
+
+    table: str
+    key: tuple[str, ...]
+    columns: tuple[PayloadColumn, ...]
+    rows: pa.Table
+
+    @classmethod
+    def of(cls, changes: TableChanges) -> StagedPart:
+        events = changes.events
+        rows = changes.replica_stage()
+        rows = rows.append_column(COORDINATES[0], pa.array([e.topic for e in events], pa.string()))
+        rows = rows.append_column(COORDINATES[1], pa.array([e.partition for e in events], pa.int32()))
+        rows = rows.append_column(COORDINATES[2], pa.array([e.offset for e in events], pa.int64()))
+        return cls(changes.table, changes.key, changes.columns, rows)
+
+    @property
+    def value_columns(self) -> tuple[PayloadColumn, ...]:
+        return tuple(c for c in self.columns if c.name not in self.key)
+
+    @property
+    def commits(self) -> pa.ChunkedArray:
+        return self.rows.column(SORT_COLUMNS[0])
+
+    @property
+    def first_commit(self) -> int:
+        return int(pc.min(self.commits).as_py())
+
+    def stage_rows(self) -> pa.Table:
+        """The rows as the stage table takes them: without their coordinates."""
+        return self.rows.drop_columns(list(COORDINATES))
+
+    def committed_from(self, micros: int) -> StagedPart:
+        """The rows committed at or after ``micros``."""
+        return self.with_rows(self.rows.filter(pc.greater_equal(self.commits, micros)))
+
+    def among(self, messages: pa.Table) -> StagedPart:
+        """The rows of the messages ``messages`` names (outline rows), in this part's order."""
+        return self.with_rows(taken(self.rows, COORDINATES, messages))
+
+    def with_rows(self, rows: pa.Table) -> StagedPart:
+        return StagedPart(self.table, self.key, self.columns, rows)
+
+
+def taken(rows: pa.Table, coordinates: Sequence[str], messages: pa.Table) -> pa.Table:
+    """The ``rows`` (their Kafka coordinates in the columns ``coordinates``) of the messages
+    ``messages`` names (columns ``topic``, ``partition``, ``offset``), in their order. Arrow's
+    join on the coordinates and a row number (it carries no list or struct columns), then one
+    ``take``."""
+    numbered = rows.select(list(coordinates)).rename_columns(list(OUTLINE_COORDINATES))
+    numbered = numbered.append_column(_ROW, pa.array(range(rows.num_rows), pa.int64()))
+    named = messages.select(list(OUTLINE_COORDINATES))
+    kept = numbered.join(named, keys=list(OUTLINE_COORDINATES), join_type="left semi").column(_ROW)
+    return rows.take(pc.take(kept, pc.array_sort_indices(kept)))
+
+
+def staged_parts(events: Sequence[DecodedEvent]) -> list[StagedPart]:
+    """The stage rows of decoded ``events``, per table and primary key."""
+    return parts_of_tables(by_table(events))
+
+
+def parts_of_tables(tables: Sequence[TableChanges]) -> list[StagedPart]:
+    """The stage rows of each table's changes (a table's key generations apart)."""
+    return [StagedPart.of(part) for changes in tables for part in by_primary_key(changes)]
+
+
+def combined(parts: Sequence[StagedPart]) -> list[StagedPart]:
+    """``parts`` of the same table and key (from several tasks, or held and fresh) as one part
+    each: the columns of every part (first seen first), a column a part lacks null and not set.
+    Tables in name order; a table's keys in the order of their first commit."""
+    grouped: dict[tuple[str, tuple[str, ...]], list[StagedPart]] = {}
+    for part in sorted(parts, key=lambda p: p.first_commit if p.rows.num_rows else 0):
+        if part.rows.num_rows:
+            grouped.setdefault((part.table, part.key), []).append(part)
+    merged = [_concatenated(group) for group in grouped.values()]
+    return sorted(merged, key=lambda p: (p.table, p.first_commit))
+
+
+def _concatenated(parts: list[StagedPart]) -> StagedPart:
+    if len(parts) == 1:
+        return parts[0]
+    columns: dict[str, PayloadColumn] = {}
+    for part in parts:
+        for column in part.columns:
+            columns.setdefault(column.name, column)
+    first = parts[0]
+    own = {c.name for c in first.columns}  # a Spanner name has no "$": set$ columns are ours
+    names = [
+        *(c.name for c in columns.values()),
+        *(SET_PREFIX + c.name for c in columns.values() if c.name not in first.key),
+        *(n for n in first.rows.column_names if n not in own and not n.startswith(SET_PREFIX)),
+    ]
+    types = {c.name: c.type.arrow for c in columns.values()}
+    aligned = []
+    for part in parts:
+        rows = part.rows
+        arrays = []
+        for name in names:
+            if name in rows.column_names:
+                arrays.append(rows.column(name).cast(types.get(name, rows.column(name).type)))
+            elif name.startswith(SET_PREFIX):
+                arrays.append(pa.array([False] * rows.num_rows, pa.bool_()))
+            else:
+                arrays.append(pa.nulls(rows.num_rows, types[name]))
+        aligned.append(pa.table(arrays, names=names))
+    return StagedPart(first.table, first.key, tuple(columns.values()), pa.concat_tables(aligned))
+
+
+def event_messages(events: Sequence[DecodedEvent]) -> pa.Table:
+    """The Kafka messages of ``events`` (``MESSAGES_SCHEMA``): what the consistent cut holds."""
+    return pa.table(
+        {
+            "key": [e.key for e in events],
+            "value": [e.value for e in events],
+            "topic": [e.topic for e in events],
+            "partition": [e.partition for e in events],
+            "offset": [e.offset for e in events],
+            "commit_micros": [e.commit_micros for e in events],
+        },
+        schema=MESSAGES_SCHEMA,
+    )
+
+
+class ReplicaStaging:
+    """One micro-batch's staged rows: a directory of Arrow IPC files, per task the stage rows of
+    each table and key, and its events' Kafka messages. Files appear whole (written under a
+    temporary name, then renamed)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def write(self, task: int, parts: Sequence[StagedPart], messages: pa.Table) -> None:
+        """Task ``task``'s stage rows and the messages they came from (``MESSAGES_SCHEMA``)."""
+        for number, part in enumerate(parts):
+            header = {
+                "table": part.table,
+                "key": list(part.key),
+                "columns": [[c.name, c.field, c.type.avro] for c in part.columns],
+            }
+            rows = part.rows.replace_schema_metadata({_HEADER: json.dumps(header).encode()})
+            self._write(f"part-{task:05d}-{number:05d}.arrow", rows)
+        self._write(f"messages-{task:05d}.arrow", messages)
+
+    def messages(self) -> pa.Table:
+        """Every task's messages, memory-mapped."""
+        tables = [_mapped(path) for path in sorted(self.root.glob("messages-*.arrow"))]
+        return pa.concat_tables(tables) if tables else MESSAGES_SCHEMA.empty_table()
+
+    def _write(self, name: str, rows: pa.Table) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / name
+        temporary = path.with_name(f".{path.name}.tmp")
+        with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_file(sink, rows.schema) as writer:
+            writer.write_table(rows)
+        os.replace(temporary, path)
+
+    def read(self) -> list[StagedPart]:
+        """Every staged part, memory-mapped (their rows are not copied into the driver's heap)."""
+        parts = []
+        for path in sorted(self.root.glob("part-*.arrow")):
+            rows = _mapped(path)
+            header = json.loads(rows.schema.metadata[_HEADER])
+            columns = tuple(PayloadColumn(n, f, ColumnType(avro)) for n, f, avro in header["columns"])
+            parts.append(
+                StagedPart(header["table"], tuple(header["key"]), columns, rows.replace_schema_metadata(None))
+            )
+        return parts
+
+    def clear(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _mapped(path: Path) -> pa.Table:
+    return pa.ipc.open_file(pa.memory_map(str(path))).read_all()

@@ -1,0 +1,39 @@
+"""Events decoded by the consumer from the bytes the producer would write: no broker, no Spark."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from spanner_cdc.consumer.decode import BatchDecoder
+from spanner_cdc.consumer.decoded import DecodedEvent
+from spanner_cdc.schemas.wire import WriterSchema, encode
+from testkit.synthetic import ChangeFactory
+
+
+def decoded_events(
+    decoder: BatchDecoder,
+    records: list[dict[str, Any]],
+    topic: str,
+    partition: int = 0,
+    first_offset: int = 0,
+) -> list[DecodedEvent]:
+    """``records`` (data change records) as the producer's events, encoded, then decoded as one
+    partition's messages from ``first_offset`` on. The decoder's schema store is filled directly,
+    so it needs no schema topic."""
+    values = []
+    for event in ChangeFactory().events(*records):
+        writer = WriterSchema.from_schema(event.table.event_schema)
+        decoder.schemas.accept(writer.fingerprint_hex.encode(), writer.schema_json.encode())
+        values.append(encode(writer, event.value))
+    rows = pa.table(
+        {
+            "key": pa.array([b"k"] * len(values), pa.binary()),
+            "value": pa.array(values, pa.binary()),
+            "topic": [topic] * len(values),
+            "partition": pa.array([partition] * len(values), pa.int32()),
+            "offset": pa.array(range(first_offset, first_offset + len(values)), pa.int64()),
+        }
+    )
+    return decoder.decode(rows).events

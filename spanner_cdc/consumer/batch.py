@@ -195,7 +195,7 @@ class BatchProcessor:
         self._started = True
         if self.replica is not None:
             staging = self.replica.staging(batch_id)
-            contents = BatchContents(fresh, staging.read(), staging.messages(), quarantined, watermarks)
+            contents = BatchContents(fresh, staging.read(), staging.messages(), watermarks)
             self.replica.write(batch_id, contents)
             staging.clear()
         self.quarantine.publish(batch_id, refuted)

@@ -11,8 +11,8 @@ Per micro-batch, inside the replica's transaction (so a replay repeats it exactl
 
 1. merge the batch's watermarks into ``cdc$watermarks`` (one row per expected partition; the
    newest record's topic list says which partitions are expected) and compute the cut;
-2. events committed after the cut are held in ``cdc$pending`` (their Kafka bytes, from the
-   batch's outline: nothing is decoded to hold them);
+2. events committed after the cut are held in ``cdc$pending``: their Kafka messages, as the
+   tasks staged them (sinks.replica.staged), so nothing is decoded to hold them;
 3. events committed at or before it — from this batch and from ``cdc$pending`` — are applied
    together, so every transaction up to the cut lands whole, in one database transaction, and
    none after it lands at all. They are handed to the merge in commit-time order, in slices of

@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from spanner_cdc.consumer.decoded import Quarantined, WatermarkSeen
+from spanner_cdc.consumer.decoded import WatermarkSeen
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.sinks.parquet_files import batch_file_name
 from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut, Slice
@@ -39,7 +39,6 @@ class BatchContents:
     staged: list[StagedPart]
     #: Those events' Kafka messages (``staged.MESSAGES_SCHEMA``), which the cut holds.
     messages: pa.Table
-    quarantined: list[Quarantined]
     watermarks: list[WatermarkSeen]
 
     def staged_among(self, events: pa.Table) -> list[StagedPart]:

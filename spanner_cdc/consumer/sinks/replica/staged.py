@@ -72,10 +72,6 @@ class StagedPart:
         return cls(changes.table, changes.key, changes.columns, rows)
 
     @property
-    def value_columns(self) -> tuple[PayloadColumn, ...]:
-        return tuple(c for c in self.columns if c.name not in self.key)
-
-    @property
     def commits(self) -> pa.ChunkedArray:
         return self.rows.column(SORT_COLUMNS[0])
 

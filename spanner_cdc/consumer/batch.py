@@ -41,6 +41,7 @@ from spanner_cdc.consumer.kafka_rows import DECODE_COLUMNS, DECODE_SCHEMA
 from spanner_cdc.consumer.message_reader import DecodeContext, MessageReader
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.outline_rows import (
+    COORDINATES,
     EVENT,
     OUTLINE_SCHEMA,
     QUARANTINED,
@@ -56,8 +57,6 @@ from spanner_cdc.consumer.status import BatchSeen
 from spanner_cdc.schemas.timestamps import now_micros, seconds_behind
 
 log = logging.getLogger("spanner_cdc.consumer")
-#: A message's coordinates: what identifies it across the tasks and attempts of a batch.
-COORDINATES = ["topic", "partition", "offset"]
 
 
 @dataclass(frozen=True)
@@ -189,7 +188,7 @@ class BatchProcessor:
         events = outlined.events
         keep = self.delivered.fresh(batch_id, events)
         fresh = events.filter(keep)
-        duplicates = events.filter(pc.invert(keep)).select(COORDINATES)
+        duplicates = events.filter(pc.invert(keep)).select(list(COORDINATES))
         if self.changelog is not None:
             self._write_changelog(self.changelog, rows, duplicates, batch_id, kept=per_table(fresh))
         self._started = True

@@ -18,6 +18,8 @@ import pyarrow as pa
 
 from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent, Unknown
 
+#: A message's coordinates: what identifies it across the tasks and attempts of a batch.
+COORDINATES = ("topic", "partition", "offset")
 EVENT, WATERMARK, QUARANTINED, TOMBSTONE = "event", "watermark", "quarantined", "tombstone"
 #: What a quarantined message names that the driver may learn (decoded.Unknown; the fingerprint
 #: in hex: Spark has no unsigned 64-bit type).

@@ -13,8 +13,8 @@ from spanner_cdc.consumer.decode import BatchDecoder, BrokerPartitions
 from spanner_cdc.consumer.decoded import DecodedEvent
 from spanner_cdc.consumer.outline_rows import event_rows
 from spanner_cdc.consumer.schema_topic import SchemaTopic
+from spanner_cdc.consumer.sinks.changelog import COORDINATES
 from spanner_cdc.consumer.sinks.replica.staged import (
-    COORDINATES,
     ReplicaStaging,
     combined,
     event_messages,

@@ -41,9 +41,9 @@ import pyarrow.compute as pc
 from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent, WatermarkSeen
 from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.kafka_rows import DECODE_SCHEMA
-from spanner_cdc.consumer.outline_rows import event_rows
+from spanner_cdc.consumer.outline_rows import COORDINATES, event_rows
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table, quote
-from spanner_cdc.consumer.sinks.replica.staged import MESSAGES_SCHEMA, OUTLINE_COORDINATES, taken
+from spanner_cdc.consumer.sinks.replica.staged import MESSAGES_SCHEMA, taken
 from spanner_cdc.schemas.timestamps import datetime_from_micros
 
 log = logging.getLogger("spanner_cdc.consumer")
@@ -217,7 +217,7 @@ class ConsistentCut:
     def _hold(self, messages: pa.Table, events: pa.Table) -> None:
         """Keep the messages of ``events`` (outline rows) in ``cdc$pending``."""
         if events.num_rows:
-            held = taken(messages, OUTLINE_COORDINATES, events)
+            held = taken(messages, COORDINATES, events)
             self.backend.load(PENDING, held.select(MESSAGES_SCHEMA.names).cast(MESSAGES_SCHEMA))
 
     def _slice_end(self, after: int, up_to: int) -> int | None:

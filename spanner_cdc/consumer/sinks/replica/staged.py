@@ -28,14 +28,12 @@ import pyarrow.compute as pc
 
 from spanner_cdc.consumer.change_rows import SET_PREFIX, SORT_COLUMNS, TableChanges
 from spanner_cdc.consumer.decoded import DecodedEvent
+from spanner_cdc.consumer.outline_rows import COORDINATES as OUTLINE_COORDINATES
+from spanner_cdc.consumer.sinks.changelog import COORDINATES
 from spanner_cdc.consumer.sinks.contents import by_table
 from spanner_cdc.consumer.sinks.replica.generations import by_primary_key
 from spanner_cdc.consumer.table_version import ColumnType, PayloadColumn
 
-#: The columns naming the Kafka message a stage row came from (as in the changelog).
-COORDINATES = ("kafka$topic", "kafka$partition", "kafka$offset")
-#: The outline's names of the same (consumer.outline_rows).
-OUTLINE_COORDINATES = ("topic", "partition", "offset")
 #: A staged event's Kafka message, as the consistent cut holds it (sinks.replica.cut).
 MESSAGES_SCHEMA = pa.schema(
     [

@@ -113,14 +113,27 @@ class TableChanges:
     @cached_property
     def payload_arrays(self) -> dict[str, pa.Array]:
         """Each column's values, typed, one per event (both sinks start from these)."""
+        payloads = [event.record["payload"] for event in self.events]
         arrays = {}
         for column in self.columns:
-            values = []
-            for event in self.events:
-                field = event.version.fields_by_name.get(column.name)
-                values.append(event.record["payload"].get(field) if field is not None else None)
+            fields = self._fields_of(column)
+            if len(fields) == 1:  # the common case, one version: every column is in it
+                values = [payload[fields[0]] for payload in payloads]
+            else:  # a column missing from a version is None there (.get(None))
+                versions = self._version_index
+                values = [payload.get(fields[v]) for payload, v in zip(payloads, versions, strict=True)]
             arrays[column.name] = pa.array(values, type=column.type.arrow)
         return arrays
+
+    @cached_property
+    def _version_index(self) -> list[int]:
+        """Each event's table version, as its index in :attr:`versions`."""
+        index = {id(version): number for number, version in enumerate(self.versions)}
+        return [index[id(event.version)] for event in self.events]
+
+    def _fields_of(self, column: PayloadColumn) -> list[str | None]:
+        """The Avro field of ``column`` in each of :attr:`versions` (None: not in that version)."""
+        return [version.fields_by_name.get(column.name) for version in self.versions]
 
     def changelog(self) -> pa.Table:
         columns = dict(self.payload_arrays)
@@ -130,9 +143,8 @@ class TableChanges:
         columns[ROW_ID] = pa.array(self.row_ids, type=pa.string())
         for name, arrow_type in _ENVELOPE_SCALARS:
             columns[f"envelope${name}"] = pa.array([e.record[name] for e in self.events], type=arrow_type)
-        columns["envelope$sort_keys"] = pa.array(
-            [dict(zip(_SORT_KEYS_TYPE.names, e.sort_key, strict=True)) for e in self.events],
-            type=_SORT_KEYS_TYPE,
+        columns["envelope$sort_keys"] = pa.StructArray.from_arrays(
+            list(self.sort_key_arrays), fields=list(_SORT_KEYS_TYPE)
         )
         columns["envelope$source_metadata"] = pa.array(
             [e.record["source_metadata"] for e in self.events], type=_SOURCE_METADATA_TYPE
@@ -146,6 +158,15 @@ class TableChanges:
         columns["kafka$partition"] = pa.array([e.partition for e in self.events], type=pa.int32())
         columns["kafka$offset"] = pa.array([e.offset for e in self.events], type=pa.int64())
         return pa.table(columns)
+
+    @cached_property
+    def sort_key_arrays(self) -> tuple[pa.Array, ...]:
+        """The four parts of each event's sort key as columns, once for both sinks (a dict per
+        event for the changelog's struct cost 0.32 s per 50,000 events)."""
+        parts = zip(*(event.sort_key for event in self.events), strict=True)
+        return tuple(
+            pa.array(values, type=field.type) for values, field in zip(parts, _SORT_KEYS_TYPE, strict=True)
+        )
 
     @cached_property
     def row_ids(self) -> list[str]:
@@ -175,9 +196,9 @@ class TableChanges:
         ]
         columns = dict(self.payload_arrays)
         for column in self.value_columns:
+            fields = self._fields_of(column)
             flags = [
-                e.version.fields_by_name.get(column.name) in fields
-                for e, fields in zip(self.events, changed, strict=True)
+                fields[version] in named for named, version in zip(changed, self._version_index, strict=True)
             ]
             columns[SET_PREFIX + column.name] = pa.array(flags, type=pa.bool_())
         columns[IS_DELETE] = pa.array(deleted, type=pa.bool_())
@@ -185,11 +206,7 @@ class TableChanges:
             [e.record["source_metadata"]["change_type"] == "INSERT" for e in self.events], type=pa.bool_()
         )
         columns[REPLICA_ROW_ID] = pa.array(self.row_ids, type=pa.string())
-        keys = [e.sort_key for e in self.events]
-        for index, (name, arrow_type) in enumerate(
-            zip(SORT_COLUMNS, (pa.int64(), pa.string(), pa.string(), pa.int64()), strict=True)
-        ):
-            columns[name] = pa.array([k[index] for k in keys], type=arrow_type)
+        columns.update(zip(SORT_COLUMNS, self.sort_key_arrays, strict=True))
         columns[COMMIT_TIMESTAMP] = pa.array(
             [e.record["source_metadata"]["commit_timestamp"] for e in self.events],
             type=pa.timestamp("us", tz="UTC"),

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from spanner_cdc.consumer.table_version import TableVersion
+from spanner_cdc.consumer.table_version import PayloadColumn, TableVersion
 from spanner_cdc.schemas.errors import DecodeError
 from spanner_cdc.schemas.timestamps import micros_from_datetime
 from spanner_cdc.schemas.topics import TopicNameError, Topics
@@ -53,12 +54,7 @@ def check_event(
 ) -> SortKey:
     """The event's sort key, once every rule holds; DecodeError naming the first that does not."""
     table = record["object"]
-    for part in str(table).split("."):
-        check_name("table", part)
-    try:
-        own_topic = topics.event(table)
-    except TopicNameError as exc:
-        raise DecodeError("bad-name", str(exc)) from None
+    own_topic = _own_topic(topics, table)
     if own_topic != topic:
         raise DecodeError(
             "wrong-topic", f"an event of table {table!r} on topic {topic!r} (its topic is {own_topic!r})"
@@ -73,10 +69,36 @@ def check_event(
             f"change_type {metadata['change_type']!r:.40} with is_deleted {metadata['is_deleted']!r}",
         )
     order = _sort_key(record["sort_keys"], metadata, now_micros)
-    _check_values(version, record["payload"])
-    if metadata["old_values"] is not None:
-        _check_values(version, metadata["old_values"])
+    parsed = _parsed_text_columns(version)
+    if parsed:
+        _check_values(parsed, record["payload"])
+        if metadata["old_values"] is not None:
+            _check_values(parsed, metadata["old_values"])
     return order
+
+
+@functools.lru_cache(maxsize=4_096)
+def _own_topic(topics: Topics, table: object) -> str:
+    """The topic a table's events belong on, once its name is checked: per table, not per
+    event (a batch has few tables and many events; failures are not cached)."""
+    for part in str(table).split("."):
+        check_name("table", part)
+    try:
+        return topics.event(str(table))
+    except TopicNameError as exc:
+        raise DecodeError("bad-name", str(exc)) from None
+
+
+@functools.lru_cache(maxsize=4_096)
+def _parsed_text_columns(version: TableVersion) -> tuple[tuple[PayloadColumn, str], ...]:
+    """The columns of ``version`` whose text the replica parses, with their logical type (most
+    versions have none: then an event's values are not looked at)."""
+    found = []
+    for column in version.columns:
+        kind = column.type.avro.get("logicalType") if isinstance(column.type.avro, dict) else None
+        if kind in _PARSED_TEXT:
+            found.append((column, kind))
+    return tuple(found)
 
 
 def _sort_key(
@@ -107,11 +129,8 @@ def _sort_key(
     return micros, tx_id, sequence, mod_index
 
 
-def _check_values(version: TableVersion, values: Mapping[str, Any]) -> None:
-    for column in version.columns:
-        kind = column.type.avro.get("logicalType") if isinstance(column.type.avro, dict) else None
-        if kind not in _PARSED_TEXT:
-            continue
+def _check_values(parsed: Sequence[tuple[PayloadColumn, str]], values: Mapping[str, Any]) -> None:
+    for column, kind in parsed:
         value = values.get(column.field)
         if value is None:
             continue

@@ -26,7 +26,7 @@ from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import ChangelogShortfallError
 from spanner_cdc.consumer.graceful_stop import BatchGate, StoppingBeforeBatchError, StopRequest, python_error
 from spanner_cdc.consumer.message_reader import MAX_DETAIL_CHARS, DecodeContext, MessageReader
-from spanner_cdc.consumer.outline_rows import OUTLINE_SCHEMA, outlined
+from spanner_cdc.consumer.outline_rows import outline_batch
 from spanner_cdc.consumer.schema_topic import SchemaTopic
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
@@ -300,9 +300,8 @@ def test_the_driver_learns_from_the_names_quarantined_messages_give_never_from_t
         ],
         [refused(5, "unknown-table-version", version), refused(6, "unknown-fingerprint", fingerprint)],
     ]
-    rows = [row for task in tasks for row in outlined(DecodedBatch([], [], task))]
-    outline_table = pa.Table.from_pylist(rows, schema=OUTLINE_SCHEMA)
-    assert outline_table.column("value").null_count == len(rows)
+    outline_table = pa.Table.from_batches([outline_batch(DecodedBatch([], [], task)) for task in tasks])
+    assert outline_table.column("value").null_count == outline_table.num_rows
     found = Outline(outline_table)
     assert sorted(found.unknown(), key=repr) == sorted([fingerprint, schema_id, version], key=repr)
     assert [(q.offset, q.reason, q.value) for q in found.quarantined()][2:4] == [

@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from spanner_cdc.consumer.change_rows import TableChanges
+from spanner_cdc.consumer.outline_rows import row_numbers
 from spanner_cdc.consumer.sinks.parquet_files import (
     batch_file_name,
     batch_file_patterns,
@@ -42,7 +43,6 @@ from spanner_cdc.consumer.sinks.parquet_files import (
 
 #: The columns naming the Kafka message a changelog row came from.
 COORDINATES = ("kafka$topic", "kafka$partition", "kafka$offset")
-_ROW = "__row"
 
 
 class ChangelogSink:
@@ -84,17 +84,13 @@ class ChangelogSink:
         one, in its row order, and removed when nothing is left. Arrow's join, not Python per
         row; run by the tasks (consumer.executor_tasks.drop_from_staged)."""
         coordinates = pq.read_table(file, columns=list(COORDINATES))
-        numbered = coordinates.append_column(_ROW, pa.array(range(coordinates.num_rows), pa.int64()))
-        kept = numbered.join(
-            messages.rename_columns(list(COORDINATES)), keys=list(COORDINATES), join_type="left anti"
-        ).column(_ROW)
+        kept = row_numbers(coordinates, COORDINATES, messages, named=False)
         if len(kept) == coordinates.num_rows:
             return
         if len(kept) == 0:
             file.unlink()
             return
-        in_order = pc.take(kept, pc.array_sort_indices(kept))
-        write_atomically(file, pq.read_table(file).take(in_order))
+        write_atomically(file, pq.read_table(file).take(kept))
 
     def remove_batch(self, batch_id: int) -> None:
         """Every file an earlier attempt of ``batch_id`` may have written (by any task, or whole

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from spanner_cdc.consumer.change_rows import SET_PREFIX, SORT_COLUMNS, TableChanges
 from spanner_cdc.consumer.decoded import DecodedEvent
-from spanner_cdc.consumer.outline_rows import COORDINATES as OUTLINE_COORDINATES
+from spanner_cdc.consumer.outline_rows import row_numbers
 from spanner_cdc.consumer.sinks.changelog import COORDINATES
 from spanner_cdc.consumer.sinks.contents import by_table
 from spanner_cdc.consumer.sinks.replica.generations import by_primary_key
@@ -47,7 +47,6 @@ MESSAGES_SCHEMA = pa.schema(
 )
 #: The schema metadata key of a staged file's table, key and columns.
 _HEADER = b"spanner_cdc.staged_part"
-_ROW = "cdc$row"
 
 
 @dataclass(frozen=True)
@@ -95,14 +94,8 @@ class StagedPart:
 
 def taken(rows: pa.Table, coordinates: Sequence[str], messages: pa.Table) -> pa.Table:
     """The ``rows`` (their Kafka coordinates in the columns ``coordinates``) of the messages
-    ``messages`` names (columns ``topic``, ``partition``, ``offset``), in their order. Arrow's
-    join on the coordinates and a row number (it carries no list or struct columns), then one
-    ``take``."""
-    numbered = rows.select(list(coordinates)).rename_columns(list(OUTLINE_COORDINATES))
-    numbered = numbered.append_column(_ROW, pa.array(range(rows.num_rows), pa.int64()))
-    named = messages.select(list(OUTLINE_COORDINATES))
-    kept = numbered.join(named, keys=list(OUTLINE_COORDINATES), join_type="left semi").column(_ROW)
-    return rows.take(pc.take(kept, pc.array_sort_indices(kept)))
+    ``messages`` names (columns ``topic``, ``partition``, ``offset``), in their order."""
+    return rows.take(row_numbers(rows, coordinates, messages, named=True))
 
 
 def staged_parts(events: Sequence[DecodedEvent]) -> list[StagedPart]:

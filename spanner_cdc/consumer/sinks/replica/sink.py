@@ -33,7 +33,7 @@ class BatchContents:
     """What one micro-batch hands the replica."""
 
     #: Events delivered for the first time (duplicates dropped): outline rows
-    #: (consumer.outline_rows), bytes and all.
+    #: (consumer.outline_rows), which carry no event bytes (those are in ``messages``).
     fresh: pa.Table
     #: The stage rows the batch's tasks staged: of every event they read, duplicates too.
     staged: list[StagedPart]

@@ -116,13 +116,9 @@ class TableChanges:
         payloads = [event.record["payload"] for event in self.events]
         arrays = {}
         for column in self.columns:
-            fields = self._fields_of(column)
-            if len(fields) == 1:  # the common case, one version: every column is in it
-                values = [payload[fields[0]] for payload in payloads]
-            else:  # a column missing from a version is None there (.get(None))
-                versions = self._version_index
-                values = [payload.get(fields[v]) for payload, v in zip(payloads, versions, strict=True)]
-            arrays[column.name] = pa.array(values, type=column.type.arrow)
+            fields = self._fields_of(column)  # None where a version lacks the column: .get(None)
+            pairs = zip(payloads, self._version_index, strict=True)
+            arrays[column.name] = pa.array([p.get(fields[v]) for p, v in pairs], type=column.type.arrow)
         return arrays
 
     @cached_property

@@ -71,8 +71,6 @@ def outline_batch(decoded: DecodedBatch) -> pa.RecordBatch:
     Events are outlined column by column (a dict per event, then Arrow's conversion of the
     dicts, cost 0.3 s per 50,000 events), the few other messages row by row (:func:`_rows_of_others`)."""
     others = pa.RecordBatch.from_pylist(_rows_of_others(decoded), schema=OUTLINE_SCHEMA)
-    if not decoded.events:
-        return others
     return pa.concat_batches([_event_batch(decoded.events), others])
 
 
@@ -159,7 +157,7 @@ def unknown_from_columns(row: dict[str, Any]) -> Unknown:
 def event_rows(events: Sequence[DecodedEvent]) -> pa.Table:
     """Outline rows of ``events``: for events decoded on the driver (held ones the consistent
     cut brings back)."""
-    return pa.Table.from_batches([outline_batch(DecodedBatch(list(events), [], []))])
+    return pa.Table.from_batches([_event_batch(events)])
 
 
 def row_numbers(rows: pa.Table, coordinates: Sequence[str], messages: pa.Table, *, named: bool) -> pa.Array:

@@ -5,6 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Two pytest workers: the Spark tests in one, the rest beside them (tests/conftest.py).
+PYTEST_WORKERS ?= 2
 
 .PHONY: demo test chaos lint bench clean system-deps
 
@@ -21,7 +23,7 @@ demo: system-deps $(STAMP)
 	$(BIN)/spanner-cdc demo
 
 test: system-deps $(STAMP)
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 chaos: system-deps $(STAMP)
 	CHAOS_SCALE=full $(BIN)/pytest -s -m chaos $(PYTEST_ARGS)

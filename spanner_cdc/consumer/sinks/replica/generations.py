@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from spanner_cdc.consumer.change_rows import TableChanges
-from spanner_cdc.consumer.decoded import DecodedEvent
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table, quote
 
 GENERATIONS_TABLE = "cdc$generations"
@@ -79,15 +77,3 @@ def recreated_since(backend: SqlBackend, table: str, since_micros: int) -> Gener
         if g.previous_key is not None and g.started_micros > since_micros
     ]
     return later[-1] if later else None
-
-
-def by_primary_key(changes: TableChanges) -> list[TableChanges]:
-    """``changes`` split where the primary key differs (events of two generations in one batch),
-    each part in ``sort_keys`` order, parts in the order of their first event."""
-    parts: dict[tuple[str, ...], list[DecodedEvent]] = {}
-    for event in changes.events:
-        parts.setdefault(event.version.key, []).append(event)
-    if len(parts) == 1:
-        return [changes]
-    split = [TableChanges(changes.table, events) for events in parts.values()]
-    return sorted(split, key=lambda part: part.events[0].sort_key)

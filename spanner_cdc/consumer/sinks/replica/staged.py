@@ -1,7 +1,7 @@
 """The replica's stage rows, built where the events were decoded: in the executors' tasks.
 
 A task that decoded a share of a micro-batch builds, per table and primary key
-(generations.by_primary_key), the rows the merge loads into its stage table
+(contents.by_primary_key), the rows the merge loads into its stage table
 (change_rows.TableChanges.replica_stage) with each event's Kafka coordinates, and writes them
 to the batch's replica staging directory as Arrow IPC files (:class:`ReplicaStaging`). The driver
 maps the files into memory and hands their rows to the database (DuckDB reads Arrow in place;
@@ -30,8 +30,7 @@ from spanner_cdc.consumer.change_rows import SET_PREFIX, SORT_COLUMNS, TableChan
 from spanner_cdc.consumer.decoded import DecodedEvent
 from spanner_cdc.consumer.outline_rows import row_numbers
 from spanner_cdc.consumer.sinks.changelog import COORDINATES
-from spanner_cdc.consumer.sinks.contents import by_table
-from spanner_cdc.consumer.sinks.replica.generations import by_primary_key
+from spanner_cdc.consumer.sinks.contents import by_primary_key, by_table
 from spanner_cdc.consumer.table_version import ColumnType, PayloadColumn
 
 #: A staged event's Kafka message, as the consistent cut holds it (sinks.replica.cut).

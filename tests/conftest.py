@@ -27,9 +27,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """With pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``), every ``spark``
     test goes to one worker, in file order: the run keeps one Spark session (and at most one
     test's Spark JVMs at a time), while the other worker runs the producer's, the emulator's and
-    the broker's tests beside it. A serial run used the two cores 57% of one on average
-    (``/usr/bin/time``, 1,808 s): most of it waits for the emulator's churn, Kafka and
-    processes starting."""
+    the broker's tests beside it. A serial run kept on average 57% of one core busy, of two
+    (``/usr/bin/time``, 1,808 s of pytest): most tests wait for the emulator's churn, Kafka and
+    processes starting (docs/design.md, Tests)."""
     if config.pluginmanager.hasplugin("xdist"):
         for item in items:
             if item.get_closest_marker("spark") is not None:
@@ -41,7 +41,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     (pytest-dev/pytest-xdist#1386): the tests would then spread over both workers, two Spark
     sessions at once. Refuse to run rather than do that silently."""
     if getattr(session.config.option, "loadgroup", False):  # set on xdist workers
-        ungrouped = [i.nodeid for i in session.items if i.get_closest_marker("spark") and "@" not in i.nodeid]
+        spark = [item.nodeid for item in session.items if item.get_closest_marker("spark") is not None]
+        ungrouped = [nodeid for nodeid in spark if not nodeid.endswith("@spark")]
         if ungrouped:
             raise pytest.UsageError(f"--dist loadgroup did not group the spark tests: {ungrouped[0]}")
 

@@ -10,10 +10,12 @@ PYTEST_WORKERS ?= 2
 
 .PHONY: demo test chaos lint bench clean system-deps
 
+# -qq: pip's errors only. With -q, setuptools' notice box about editable installs (printed for
+# every strategy by setuptools 84) opened every fresh clone's output.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install -qq --upgrade pip
+	$(BIN)/pip install -qq -e '.[dev]'
 	touch $(STAMP)
 
 system-deps:

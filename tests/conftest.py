@@ -21,19 +21,20 @@ from testkit.consumer_run import (
 )
 from tests.support.spark_class_archive import ArchiveRecording
 
+#: The xdist group of every ``spark`` test; xdist appends it to their node ids as ``@spark``.
+SPARK_GROUP = "spark"
+
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups from the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """With pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``), every ``spark``
     test goes to one worker, in file order: the run keeps one Spark session (and at most one
-    test's Spark JVMs at a time), while the other worker runs the producer's, the emulator's and
-    the broker's tests beside it. A serial run kept on average 57% of one core busy, of two
-    (``/usr/bin/time``, 1,808 s of pytest): most tests wait for the emulator's churn, Kafka and
-    processes starting (docs/design.md, Tests)."""
+    test's Spark JVMs at a time), while the other worker runs the rest beside it — most tests
+    wait rather than compute (docs/design.md, Tests, has the measurements)."""
     if config.pluginmanager.hasplugin("xdist"):
         for item in items:
             if item.get_closest_marker("spark") is not None:
-                item.add_marker(pytest.mark.xdist_group("spark"))
+                item.add_marker(pytest.mark.xdist_group(SPARK_GROUP))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -41,8 +42,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     (pytest-dev/pytest-xdist#1386): the tests would then spread over both workers, two Spark
     sessions at once. Refuse to run rather than do that silently."""
     if getattr(session.config.option, "loadgroup", False):  # set on xdist workers
-        spark = [item.nodeid for item in session.items if item.get_closest_marker("spark") is not None]
-        ungrouped = [nodeid for nodeid in spark if not nodeid.endswith("@spark")]
+        ungrouped = [
+            item.nodeid
+            for item in session.items
+            if item.get_closest_marker("spark") is not None and not item.nodeid.endswith(f"@{SPARK_GROUP}")
+        ]
         if ungrouped:
             raise pytest.UsageError(f"--dist loadgroup did not group the spark tests: {ungrouped[0]}")
 

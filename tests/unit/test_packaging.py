@@ -23,6 +23,12 @@ sys.meta_path.insert(0, Block())
 """
 
 
+def python_without(blocked: set[str], script: str) -> subprocess.CompletedProcess[str]:
+    """``script`` run by a fresh interpreter in which the ``blocked`` packages cannot be imported."""
+    code = BLOCK_IMPORTS.format(blocked=blocked) + script
+    return subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
+
+
 def test_the_wheel_installs_one_top_level_package(tmp_path: Path) -> None:
     source = tmp_path / "source"  # setuptools builds in the source tree: use a copy
     source.mkdir()
@@ -52,12 +58,12 @@ def test_the_wheel_installs_one_top_level_package(tmp_path: Path) -> None:
 )
 def test_each_service_runs_without_the_other_ones_libraries(command: str, absent: tuple[str, ...]) -> None:
     module = {"produce": "spanner_cdc.producer.main", "consume": "spanner_cdc.consumer.main"}[command]
-    script = BLOCK_IMPORTS.format(blocked=set(absent)) + (
+    result = python_without(
+        set(absent),
         f"import {module}\n"
         "from spanner_cdc.cli import main\n"
-        f"try:\n    main([{command!r}, '--help'])\nexcept SystemExit as stop:\n    sys.exit(stop.code)\n"
+        f"try:\n    main([{command!r}, '--help'])\nexcept SystemExit as stop:\n    sys.exit(stop.code)\n",
     )
-    result = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert f"usage: spanner-cdc {command}" in result.stdout
 
@@ -65,7 +71,6 @@ def test_each_service_runs_without_the_other_ones_libraries(command: str, absent
 def test_the_executors_tasks_import_no_database_driver() -> None:
     """Every Python worker Spark starts imports the tasks' modules; DuckDB and psycopg, which only
     the driver uses (the replica's merge), cost a worker about 0.3 s more at each start."""
-    modules = "spanner_cdc.consumer.executor_tasks, spanner_cdc.consumer.kafka_source"
-    script = BLOCK_IMPORTS.format(blocked={"duckdb", "psycopg"}) + f"import {modules}\n"
-    result = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True)
+    tasks = "spanner_cdc.consumer.executor_tasks, spanner_cdc.consumer.kafka_source"
+    result = python_without({"duckdb", "psycopg"}, f"import {tasks}\n")
     assert result.returncode == 0, result.stderr

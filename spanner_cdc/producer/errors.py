@@ -18,6 +18,11 @@ class KafkaSetupError(SpannerCdcError):
     """The broker cannot be reached or refuses a topic."""
 
 
+class KafkaClientLostError(SpannerCdcError):
+    """Kafka's client reported a fatal error: it will deliver nothing more, so retrying through
+    it would loop. The producer stops; a new run (a new client) resumes from the checkpoints."""
+
+
 class CheckpointError(SpannerCdcError):
     """The checkpoint topic holds a record that is not a partition's state: the producer cannot
     know where that partition stands, so it does not guess (which could skip changes)."""

@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from spanner_cdc.common.blocking import call_with_deadline
 from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
-from spanner_cdc.producer.errors import KafkaSetupError
+from spanner_cdc.producer.errors import KafkaClientLostError, KafkaSetupError
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.wire import WriterSchema
 
@@ -38,6 +38,26 @@ TUNED_DEFAULTS = {
     "queue.buffering.max.kbytes": "1048576",
 }
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
+
+
+def lost_for_good(error: KafkaError) -> bool:
+    """Whether the producer's client will deliver nothing more: a fatal error, or fenced.
+
+    Measured on the embedded broker: when a delivery timed out (the broker stopped answering for
+    longer than ``message.timeout.ms``) the idempotent client asks for a new producer epoch, as
+    it must after a timeout, the broker answers PRODUCER_FENCED, and from then on every message
+    fails the same way at once — not flagged fatal, so a retry through the client would loop
+    (docs/facts.md).
+    """
+    return error.fatal() or error.code() in (KafkaError.PRODUCER_FENCED, KafkaError._FENCED)
+
+
+def client_lost(error: KafkaError) -> str:
+    """The one line for a client :func:`lost_for_good` (see KafkaClientLostError)."""
+    return (
+        f"Kafka's client failed for good ({error.str()}): run the producer again, it resumes from "
+        "its checkpoints"
+    )
 
 
 class KafkaClient:
@@ -180,6 +200,10 @@ class KafkaClient:
                 return
             except BufferError:
                 self.producer.poll(0.05)
+            except KafkaException as exc:
+                if lost_for_good(exc.args[0]):
+                    raise KafkaClientLostError(client_lost(exc.args[0])) from None
+                raise
 
     def poll(self) -> int:
         """Serve delivery reports now (on the calling thread, which must be the loop's)."""

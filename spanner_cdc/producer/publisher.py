@@ -27,7 +27,7 @@ from spanner_cdc.common.schema_registry import key_subject, value_subject
 from spanner_cdc.producer.acks import AckTracker
 from spanner_cdc.producer.catalog import TableCatalog
 from spanner_cdc.producer.framing import Framing, SingleObjectFraming
-from spanner_cdc.producer.kafka import KafkaClient
+from spanner_cdc.producer.kafka import KafkaClient, client_lost, lost_for_good
 from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.whole_rows import RowFiller
 from spanner_cdc.schemas.events import READ_METHOD_BACKFILL, Event, EventBuilder
@@ -194,7 +194,7 @@ class EventSender:
                     self._too_large(tracker, outgoing, error.str())
                     return
                 self.metrics.delivery_errors.inc()
-                tracker.delivery_failed(error.str())
+                settle_failure(tracker, error)
                 return
             tracker.acknowledged(commit)
             self.acknowledged += 1
@@ -210,11 +210,20 @@ def _acknowledging(tracker: AckTracker, commit: int) -> Callable[[KafkaError | N
 
     def delivered(error: KafkaError | None, _message: Message) -> None:
         if error is not None:
-            tracker.delivery_failed(error.str())
+            settle_failure(tracker, error)
         else:
             tracker.acknowledged(commit)
 
     return delivered
+
+
+def settle_failure(tracker: AckTracker, error: KafkaError) -> None:
+    """A failed delivery: retried from the checkpoint, unless the client failed for good (then
+    every retry would fail the same way: the producer stops, see KafkaClientLostError)."""
+    if lost_for_good(error):
+        tracker.give_up(client_lost(error))
+    else:
+        tracker.delivery_failed(error.str())
 
 
 class EventPublisher:

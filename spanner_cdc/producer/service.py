@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from confluent_kafka import KafkaException
+
 from spanner_cdc.errors import SpannerCdcError
 from spanner_cdc.producer.actions import (
     ChildPartitionsAction,
@@ -22,7 +24,8 @@ from spanner_cdc.producer.actions import (
 from spanner_cdc.producer.backfill import Backfill
 from spanner_cdc.producer.checkpoints import CheckpointStore
 from spanner_cdc.producer.config import ProducerConfig
-from spanner_cdc.producer.errors import ProducerError
+from spanner_cdc.producer.errors import KafkaClientLostError, ProducerError
+from spanner_cdc.producer.kafka import client_lost, lost_for_good
 from spanner_cdc.producer.low_watermark import advanced_checkpoint, safe_watermark
 from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.partition_run import ChangeStreamSource, PartitionRunner
@@ -140,7 +143,7 @@ class ProducerService:
                     "%d events still undelivered at shutdown; their partitions resume before them",
                     undelivered,
                 )
-            await self._write_checkpoints(force=True)
+            await self._write_last_checkpoints()
             await self._publish_last_watermark()
             poller_stop.set()
             await poller
@@ -220,9 +223,32 @@ class ProducerService:
             log.warning("could not publish the last watermark: %s", exc)
 
     async def _checkpoint_periodically(self) -> None:
+        """Every interval; a round Kafka did not acknowledge is retried at the next one (the
+        checkpoints on Kafka stay behind, which only means a restart repeats events), unless the
+        client failed for good: then the producer stops."""
+        interval = self.config.checkpoint_interval
         while True:
-            await asyncio.sleep(self.config.checkpoint_interval)
-            await self._write_checkpoints(force=False)
+            await asyncio.sleep(interval)
+            try:
+                await self._write_checkpoints(force=False)
+            except KafkaClientLostError as exc:
+                self._fail(exc)
+                return
+            except KafkaException as exc:
+                if lost_for_good(exc.args[0]):
+                    self._fail(KafkaClientLostError(client_lost(exc.args[0])))
+                    return
+                log.warning("writing checkpoints failed (%s); retrying in %.1fs", exc.args[0].str(), interval)
+
+    async def _write_last_checkpoints(self) -> None:
+        """At shutdown: a failure is one line, and the next run resumes from those written before."""
+        try:
+            await self._write_checkpoints(force=True)
+        except (KafkaClientLostError, KafkaException) as exc:
+            reason = exc.args[0].str() if isinstance(exc, KafkaException) else "the client failed"
+            log.warning(
+                "the last checkpoints were not written (%s); the next run resumes from earlier ones", reason
+            )
 
     async def _write_checkpoints(self, force: bool) -> None:
         changed = []

@@ -37,7 +37,15 @@ from spanner_cdc.consumer.kafka_rows import (
     SPARK_DDL,
     SPARK_DDL_WITH_HEADERS,
 )
-from spanner_cdc.consumer.kafka_source_options import KafkaSourceError, Offsets, SourceOptions, resolve
+from spanner_cdc.consumer.kafka_source_options import (
+    KafkaSourceError,
+    Offsets,
+    SourceOptions,
+    TimeSpec,
+    resolve,
+    times_for,
+)
+from spanner_cdc.consumer.offsets_by_time import offsets_at
 
 SOURCE_NAME = "spanner_cdc_kafka"
 ROWS_PER_ARROW_BATCH = 10_000
@@ -149,7 +157,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> Offsets:  # noqa: N802 - Spark's name
         earliest, ends = self._current()
-        return resolve(self.options.starting or "latest", earliest, ends, "startingOffsets")
+        return starting_offsets(self.options, earliest, ends, default="latest")
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:  # noqa: N802
         earliest, ends = self._current()
@@ -211,12 +219,66 @@ class KafkaBatchReader(DataSourceReader):
 
     def partitions(self) -> list[RangeGroup]:
         earliest, ends = KafkaStreamReader(self.options)._current()
-        start = resolve(self.options.starting or "earliest", earliest, ends, "startingOffsets")
-        end = resolve(self.options.ending, earliest, ends, "endingOffsets")
+        start = starting_offsets(self.options, earliest, ends, default="earliest")
+        end = ending_offsets(self.options, earliest, ends)
         return input_partitions(start, end, self.options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from read_group(self.options, partition)
+
+
+def starting_offsets(options: SourceOptions, earliest: Offsets, ends: Offsets, default: str) -> Offsets:
+    """Where a new query starts: by time when asked (``startingTimestamp`` or
+    ``startingOffsetsByTimestamp``), else ``startingOffsets`` (or ``default``). A partition with
+    no record at or after its time fails the query, or with
+    ``startingOffsetsByTimestampStrategy=latest`` starts at its end — Spark's rules."""
+    if options.starting_times is None:
+        return resolve(options.starting or default, earliest, ends, "startingOffsets")
+    name = "startingTimestamp" if isinstance(options.starting_times, int) else "startingOffsetsByTimestamp"
+    found = _by_time(options, options.starting_times, name, earliest, ends)
+    if options.starting_strategy == "error":
+        missing = sorted(
+            f"{topic}[{partition}]" for (topic, partition), offset in found.items() if offset is None
+        )
+        if missing:
+            raise KafkaSourceError(
+                f"{name}: no record at or after the time in {', '.join(missing[:5])}; "
+                "startingOffsetsByTimestampStrategy=latest starts such partitions at their end"
+            )
+    return _offsets(found, ends)
+
+
+def ending_offsets(options: SourceOptions, earliest: Offsets, ends: Offsets) -> Offsets:
+    """Where a batch read ends: by time when asked (a partition with no record at or after its
+    time ends at its end, as in Spark), else ``endingOffsets``."""
+    if options.ending_times is None:
+        return resolve(options.ending, earliest, ends, "endingOffsets")
+    name = "endingTimestamp" if isinstance(options.ending_times, int) else "endingOffsetsByTimestamp"
+    return _offsets(_by_time(options, options.ending_times, name, earliest, ends), ends)
+
+
+def _by_time(
+    options: SourceOptions, spec: TimeSpec, name: str, earliest: Offsets, ends: Offsets
+) -> dict[tuple[str, int], int | None]:
+    """The first offset at or after its time of every partition read (a client of its own: the
+    reads move its assignment)."""
+    partitions = [(topic, int(partition)) for topic, parts in earliest.items() for partition in parts]
+    bounds = {(t, p): (earliest[t][str(p)], ends[t][str(p)]) for t, p in partitions}
+    consumer = options.consumer()
+    try:
+        return offsets_at(consumer, times_for(spec, partitions, name), bounds)
+    finally:
+        consumer.close()
+
+
+def _offsets(found: dict[tuple[str, int], int | None], ends: Offsets) -> Offsets:
+    """Offsets by partition, a partition without one at its end."""
+    offsets: Offsets = {}
+    for (topic, partition), offset in found.items():
+        offsets.setdefault(topic, {})[str(partition)] = (
+            ends[topic][str(partition)] if offset is None else offset
+        )
+    return offsets
 
 
 def offset_ranges(start: Offsets, end: Offsets, min_partitions: int | None) -> list[TopicPartitionRange]:

@@ -22,6 +22,10 @@ from spanner_cdc.errors import SpannerCdcError
 
 #: ``{"topic": {"partition": offset}}``; -2 is earliest and -1 latest, as in Spark's JSON form.
 Offsets = dict[str, dict[str, int]]
+#: A time in milliseconds for every partition read, or ``{"topic": {"partition": millis}}``.
+TimeSpec = int | dict[str, dict[str, int]]
+#: ``startingOffsetsByTimestampStrategy``: what a partition with no record at or after its time does.
+STRATEGIES = ("error", "latest")
 EARLIEST, LATEST = -2, -1
 _JAAS = re.compile(r"""(username|password)\s*=\s*"((?:[^"\\]|\\.)*)\"""")
 #: Java client name → librdkafka name, where only the name differs.
@@ -48,6 +52,12 @@ class SourceOptions:
     assigned: dict[str, tuple[int, ...]] | None
     starting: str
     ending: str
+    #: ``startingTimestamp`` or else ``startingOffsetsByTimestamp`` (both before ``startingOffsets``).
+    starting_times: TimeSpec | None
+    #: ``error`` (Spark's default) or ``latest``.
+    starting_strategy: str
+    #: ``endingTimestamp`` or else ``endingOffsetsByTimestamp`` (batch reads).
+    ending_times: TimeSpec | None
     max_rows: int | None
     min_partitions: int | None
     fail_on_data_loss: bool
@@ -62,12 +72,11 @@ class SourceOptions:
         chosen = [name for name in ("assign", "subscribe", "subscribepattern") if options.get(name)]
         if len(chosen) != 1:
             raise KafkaSourceError("set exactly one of the options assign, subscribe and subscribePattern")
-        for unsupported in ("startingtimestamp", "startingoffsetsbytimestamp", "endingtimestamp"):
-            if unsupported in options:
-                raise KafkaSourceError(
-                    f"option {unsupported} is not supported by spanner_cdc_kafka: use startingOffsets "
-                    "(docs/consumer.md says why)"
-                )
+        strategy = options.get("startingoffsetsbytimestampstrategy", "error").lower()
+        if strategy not in STRATEGIES:
+            raise KafkaSourceError(
+                f"startingOffsetsByTimestampStrategy must be error or latest, got {strategy!r}"
+            )
         pattern = options.get("subscribepattern")
         return cls(
             client=client_settings(options),
@@ -76,6 +85,9 @@ class SourceOptions:
             assigned=_assigned(options["assign"]) if "assign" in options else None,
             starting=options.get("startingoffsets", ""),
             ending=options.get("endingoffsets", "latest"),
+            starting_times=_times(options, "startingTimestamp", "startingOffsetsByTimestamp"),
+            starting_strategy=strategy,
+            ending_times=_times(options, "endingTimestamp", "endingOffsetsByTimestamp"),
             max_rows=_positive(options, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
             min_partitions=_positive(options, "minpartitions", "minPartitions"),
             fail_on_data_loss=_flag(options, "failondataloss", "failOnDataLoss", default=True),
@@ -133,6 +145,49 @@ def _assigned(text: str) -> dict[str, tuple[int, ...]]:
         return {str(topic): tuple(int(p) for p in partitions) for topic, partitions in parsed.items()}
     except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
         raise KafkaSourceError('assign must be JSON like {"topic": [0, 1]}') from None
+
+
+def _times(options: dict[str, str], everywhere: str, by_partition: str) -> TimeSpec | None:
+    """One time for every partition (``everywhere``, which wins, as in Spark) or the JSON of
+    ``by_partition``; None when neither is set."""
+    if everywhere.lower() in options:
+        given = options[everywhere.lower()]
+        if not given.isdigit():
+            raise KafkaSourceError(f"{everywhere} must be milliseconds since the epoch, got {given!r}")
+        return int(given)
+    text = options.get(by_partition.lower())
+    if text is None:
+        return None
+    try:
+        parsed: Any = json.loads(text)
+        times = {
+            str(topic): {str(int(partition)): int(millis) for partition, millis in partitions.items()}
+            for topic, partitions in parsed.items()
+        }
+    except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
+        raise KafkaSourceError(
+            f'{by_partition} must be JSON like {{"topic": {{"0": 1700000000000}}}}'
+        ) from None
+    if any(millis < 0 for partitions in times.values() for millis in partitions.values()):
+        raise KafkaSourceError(f"{by_partition}: times are milliseconds since the epoch, not negative")
+    return times
+
+
+def times_for(spec: TimeSpec, partitions: list[tuple[str, int]], name: str) -> dict[tuple[str, int], int]:
+    """The time of each partition read; with the JSON form every one must be named, as Spark's
+    source requires (a partition left out has no obvious start)."""
+    if isinstance(spec, int):
+        return dict.fromkeys(partitions, spec)
+    missing = [
+        f"{topic}[{partition}]"
+        for topic, partition in partitions
+        if str(partition) not in spec.get(topic, {})
+    ]
+    if missing:
+        raise KafkaSourceError(
+            f"{name} gives no time for {', '.join(missing[:5])}: name every partition read"
+        )
+    return {(topic, partition): spec[topic][str(partition)] for topic, partition in partitions}
 
 
 def _positive(options: dict[str, str], key: str, name: str) -> int | None:

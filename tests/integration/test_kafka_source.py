@@ -204,9 +204,63 @@ def test_batch_reads_between_starting_and_ending_offsets(spark: Any, stack: Embe
 
     assert everything().load().count() == 20
     for option, value, message in (
-        ("startingTimestamp", "1000", "not supported"),
+        ("startingTimestamp", "yesterday", "milliseconds since the epoch"),
+        ("startingOffsetsByTimestampStrategy", "earliest", "error or latest"),
         ("kafka.ssl.truststore.location", "/x.jks", r"ssl\.ca\.location"),
         ("endingOffsets", "earliest", "reads nothing"),
     ):
         with pytest.raises(Exception, match=message):
             everything().option(option, value).load().count()
+
+
+def timed_topic(bootstrap: str) -> str:
+    """Partition 0: ten records at 1,000 … 10,000 ms; partition 1: ten at 500 … 5,000 ms."""
+    topic = make_topic(bootstrap, partitions=2)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for index in range(1, 11):
+        producer.produce(topic, value=f"a{index}".encode(), partition=0, timestamp=index * 1000)
+        producer.produce(topic, value=f"b{index}".encode(), partition=1, timestamp=index * 500)
+    assert producer.flush(30) == 0
+    return topic
+
+
+def test_reads_start_and_end_at_times_as_sparks_source(
+    spark: Any, stack: EmbeddedStack, tmp_path: Path
+) -> None:
+    """``startingTimestamp`` / ``endingTimestamp`` and their per-partition JSON: from the first
+    record at or after the start to before the first at or after the end (none: the partition's
+    end); a partition with no record after the start fails, or starts at its end with the
+    ``latest`` strategy. The broker answers ListOffsets by time wrongly (offset 0), so the
+    offsets come from the records (consumer/offsets_by_time.py)."""
+    bootstrap = stack.endpoint("kafka")
+    topic = timed_topic(bootstrap)
+
+    def read(**options: str) -> list[str]:
+        frame = (
+            spark.read.format(SOURCE_NAME)
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+        )
+        for key, value in options.items():
+            frame = frame.option(key, value)
+        return sorted(row["value"].decode() for row in frame.load().collect())
+
+    assert read(startingTimestamp="3000", endingTimestamp="6000") == [
+        "a3", "a4", "a5", "b10", "b6", "b7", "b8", "b9",
+    ]  # fmt: skip
+    by_partition = json.dumps({topic: {"0": 9000, "1": 4500}})
+    assert read(startingOffsetsByTimestamp=by_partition) == ["a10", "a9", "b10", "b9"]
+    both = {"startingTimestamp": "3000", "startingOffsetsByTimestamp": by_partition}
+    assert read(**both, endingTimestamp="3001") == ["a3", "b6"]  # startingTimestamp wins
+    with pytest.raises(Exception, match=r"gives no time for .*\[1\]"):
+        read(startingOffsetsByTimestamp=json.dumps({topic: {"0": 9000}}))
+    with pytest.raises(Exception, match=r"no record at or after the time in .*\[1\]"):
+        read(startingTimestamp="8000")
+    assert read(startingTimestamp="8000", startingOffsetsByTimestampStrategy="latest") == ["a10", "a8", "a9"]
+    streamed = run_available_now(
+        spark, bootstrap, tmp_path / "cp", subscribe=topic, startingTimestamp="4500",
+        startingOffsetsByTimestampStrategy="latest",
+    )  # fmt: skip
+    assert sorted(row["value"].decode() for batch in streamed for row in batch) == [
+        "a10", "a5", "a6", "a7", "a8", "a9", "b10", "b9",
+    ]  # fmt: skip

@@ -10,6 +10,7 @@ from spanner_cdc.consumer.kafka_source_options import (
     SourceOptions,
     client_settings,
     resolve,
+    times_for,
 )
 
 pytestmark = pytest.mark.unit
@@ -43,6 +44,32 @@ def test_exactly_one_way_to_choose_topics() -> None:
             SourceOptions.parse({**base, **chosen})
     with pytest.raises(KafkaSourceError, match="assign must be JSON"):
         SourceOptions.parse({**base, "assign": "t:0"})
+
+
+def test_times_to_start_and_end_at() -> None:
+    base = {"kafka.bootstrap.servers": "h:1", "subscribe": "t"}
+    by_partition = '{"t": {"0": 5000, "1": 7000}}'
+    assert SourceOptions.parse(base).starting_times is None
+    assert SourceOptions.parse(base).starting_strategy == "error"
+    both = SourceOptions.parse(
+        {**base, "startingTimestamp": "1000", "startingOffsetsByTimestamp": by_partition}
+    )
+    assert both.starting_times == 1000  # startingTimestamp wins, as in Spark
+    timed = SourceOptions.parse({**base, "endingOffsetsByTimestamp": by_partition})
+    assert timed.ending_times == {"t": {"0": 5000, "1": 7000}} and timed.starting_times is None
+    assert times_for(1000, [("t", 0), ("t", 1)], "x") == {("t", 0): 1000, ("t", 1): 1000}
+    assert times_for({"t": {"0": 5, "1": 7}}, [("t", 1)], "x") == {("t", 1): 7}
+    with pytest.raises(KafkaSourceError, match=r"x gives no time for t\[2\]"):
+        times_for({"t": {"0": 5}}, [("t", 0), ("t", 2)], "x")
+    for option, value, message in (
+        ("startingTimestamp", "-5", "milliseconds since the epoch"),
+        ("endingTimestamp", "2026-11-27", "milliseconds since the epoch"),
+        ("startingOffsetsByTimestamp", '{"t": [5000]}', "must be JSON like"),
+        ("startingOffsetsByTimestamp", '{"t": {"0": -1}}', "not negative"),
+        ("startingOffsetsByTimestampStrategy", "earliest", "error or latest"),
+    ):
+        with pytest.raises(KafkaSourceError, match=message):
+            SourceOptions.parse({**base, option: value})
 
 
 def test_json_offsets_and_min_partitions() -> None:

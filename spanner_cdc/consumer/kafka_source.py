@@ -234,7 +234,7 @@ def starting_offsets(options: SourceOptions, earliest: Offsets, ends: Offsets, d
     ``startingOffsetsByTimestampStrategy=latest`` starts at its end — Spark's rules."""
     if options.starting_times is None:
         return resolve(options.starting or default, earliest, ends, "startingOffsets")
-    name = "startingTimestamp" if isinstance(options.starting_times, int) else "startingOffsetsByTimestamp"
+    name = _time_option(options.starting_times, "starting")
     found = _by_time(options, options.starting_times, name, earliest, ends)
     if options.starting_strategy == "error":
         missing = sorted(
@@ -253,8 +253,13 @@ def ending_offsets(options: SourceOptions, earliest: Offsets, ends: Offsets) -> 
     time ends at its end, as in Spark), else ``endingOffsets``."""
     if options.ending_times is None:
         return resolve(options.ending, earliest, ends, "endingOffsets")
-    name = "endingTimestamp" if isinstance(options.ending_times, int) else "endingOffsetsByTimestamp"
+    name = _time_option(options.ending_times, "ending")
     return _offsets(_by_time(options, options.ending_times, name, earliest, ends), ends)
+
+
+def _time_option(spec: TimeSpec, side: str) -> str:
+    """The option that gave ``spec`` (``side`` is starting or ending), for error messages."""
+    return f"{side}Timestamp" if isinstance(spec, int) else f"{side}OffsetsByTimestamp"
 
 
 def _by_time(

@@ -60,6 +60,12 @@ def client_lost(error: KafkaError) -> str:
     )
 
 
+def refusal(error: KafkaError) -> Exception:
+    """What a refused message raises, produced or awaited: KafkaClientLostError when the client
+    is :func:`lost_for_good` (the producer stops with its line), else the client's error."""
+    return KafkaClientLostError(client_lost(error)) if lost_for_good(error) else KafkaException(error)
+
+
 class KafkaClient:
     """One idempotent producer and an admin client for one topic prefix."""
 
@@ -187,7 +193,7 @@ class KafkaClient:
             if error is None:
                 future.set_result(None)
             else:
-                future.set_exception(KafkaException(error))
+                future.set_exception(refusal(error))
 
         self.produce(topic, key, value, settle)
         return future
@@ -201,9 +207,7 @@ class KafkaClient:
             except BufferError:
                 self.producer.poll(0.05)
             except KafkaException as exc:
-                if lost_for_good(exc.args[0]):
-                    raise KafkaClientLostError(client_lost(exc.args[0])) from None
-                raise
+                raise refusal(exc.args[0]) from None
 
     def poll(self) -> int:
         """Serve delivery reports now (on the calling thread, which must be the loop's)."""

@@ -25,7 +25,6 @@ from spanner_cdc.producer.backfill import Backfill
 from spanner_cdc.producer.checkpoints import CheckpointStore
 from spanner_cdc.producer.config import ProducerConfig
 from spanner_cdc.producer.errors import KafkaClientLostError, ProducerError
-from spanner_cdc.producer.kafka import client_lost, lost_for_good
 from spanner_cdc.producer.low_watermark import advanced_checkpoint, safe_watermark
 from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.partition_run import ChangeStreamSource, PartitionRunner
@@ -235,9 +234,6 @@ class ProducerService:
                 self._fail(exc)
                 return
             except KafkaException as exc:
-                if lost_for_good(exc.args[0]):
-                    self._fail(KafkaClientLostError(client_lost(exc.args[0])))
-                    return
                 log.warning("writing checkpoints failed (%s); retrying in %.1fs", exc.args[0].str(), interval)
 
     async def _write_last_checkpoints(self) -> None:

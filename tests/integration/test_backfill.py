@@ -13,7 +13,6 @@ import math
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from tests.support.churn import now_micros, produce_command, produce_since, prod
 from tests.support.kafka_read import Received, read_all, read_events, read_topic
 from tests.support.scrape import fetch
 from tests.support.stopping import stop_with_sigterm
+from tests.support.waiting import wait_for
 from tests.support.workload import AccountWriter
 
 pytestmark = pytest.mark.integration
@@ -281,13 +281,6 @@ def backfill_on_status_page(port: int) -> set[str]:
         if table["title"].startswith("Backfill"):
             return {row[0] for row in table["rows"] if row[3] == "finished"}
     return set()
-
-
-def wait_for(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 @pytest.mark.spark

@@ -1,5 +1,4 @@
-"""The broker stops answering for longer than the producer's delivery timeout, then comes back:
-the producer carries on — events and checkpoints move again — without a restart."""
+"""The broker stops answering for longer than the producer's delivery timeout, then comes back."""
 
 from __future__ import annotations
 
@@ -25,6 +24,7 @@ from tests.support.kafka_read import read_all
 from tests.support.produce_process import published_ids, run_producer_while, upsert_account
 from tests.support.scrape import scrape
 from tests.support.stopping import stop_with_sigterm
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 #: What the producer is told to wait for a delivery; the outage lasts longer.
@@ -53,15 +53,6 @@ def newest_checkpoint_micros(kafka: str, prefix: str) -> int:
     return max((r["checkpoint_micros"] for r in newest.values() if r["state"] == "RUNNING"), default=0)
 
 
-def wait_for(condition: Any, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(1)
-    return False
-
-
 def test_an_outage_longer_than_the_delivery_timeout_loses_nothing(stack: EmbeddedStack) -> None:
     """The broker frozen past the delivery timeout. Either the producer rides it out (events and
     checkpoints move again) or it stops with one line — what the embedded broker makes it do: it
@@ -78,18 +69,18 @@ def test_an_outage_longer_than_the_delivery_timeout_loses_nothing(stack: Embedde
     try:
         scrape(port, "queries_started_total")
         upsert_account(bank, "before")
-        assert wait_for(lambda: "before" in published_ids(stack, prefix), 60), "nothing published"
+        assert eventually(lambda: "before" in published_ids(stack, prefix), 60), "nothing published"
         with broker_frozen(stack):
             upsert_account(bank, "during")
             time.sleep(OUTAGE_SECONDS)
         upsert_account(bank, "after")
         after = now_micros()
         everything = {"before", "during", "after"}
-        wait_for(lambda: process.poll() is not None or everything <= published_ids(stack, prefix), 90)
+        eventually(lambda: process.poll() is not None or everything <= published_ids(stack, prefix), 90)
         rode_it_out = process.poll() is None
         if rode_it_out:
             assert everything <= published_ids(stack, prefix)
-            assert wait_for(lambda: newest_checkpoint_micros(kafka, prefix) > after, 30), (
+            assert eventually(lambda: newest_checkpoint_micros(kafka, prefix) > after, 30), (
                 "the checkpoints stopped moving after the outage"
             )
     finally:

@@ -9,7 +9,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from tests.support.hang_report import HANG_REPORT
 from tests.support.kafka_read import Received, read_all, read_topic
 from tests.support.scrape import scrape, total
 from tests.support.stopping import stop_with_sigterm
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -76,13 +76,6 @@ def versions(kafka: str, prefix: str) -> list[Received]:
 def newest_watermark(kafka: str, prefix: str) -> int:
     watermarks = read_topic(kafka, prefix, "Docs")[1]
     return max((w.watermark_micros for _, _, w in watermarks), default=0)
-
-
-def wait_for(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def position(kafka: str, prefix: str) -> dict[str, Any]:

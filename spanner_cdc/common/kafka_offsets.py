@@ -14,10 +14,21 @@ from collections.abc import Generator, Iterable
 
 from confluent_kafka import Consumer, TopicPartition
 
-#: Settings for consumers that call :func:`end_offsets` or :func:`read_to_end`: the broker
-#: answers a fetch at once instead of holding it open for fetch.wait.max.ms (500 ms by default)
-#: per partition, which made finding the end of 3 partitions take 2 s (measured on Tansu).
-SHORT_FETCH_WAIT = {"fetch.wait.max.ms": "10"}
+#: Settings for consumers that read the project's topics to their end (:func:`end_offsets`,
+#: :func:`read_to_end`, the Spark source). ``fetch.wait.max.ms``: the broker answers a fetch at
+#: once instead of holding it open for 500 ms per partition, which made finding the end of 3
+#: partitions take 2 s (measured on Tansu). ``read_uncommitted`` (librdkafka's default is
+#: read_committed): the producer writes in transactions (producer.transactions), and the
+#: embedded broker answers ListOffsets for read_committed readers with offset 0 while a
+#: transaction is open on the partition — nearly always, with a commit every 100 ms — so such a
+#: reader saw an empty topic (measured; docs/facts.md). Nothing is lost by reading uncommitted:
+#: every message of an aborted transaction is sent again, with the same uuid, and a checkpoint
+#: or watermark record is written only after the events it covers were committed.
+READER_SETTINGS = {"fetch.wait.max.ms": "10", "isolation.level": "read_uncommitted"}
+#: How long one poll waits for a message. Short: the end of a partition a transactional producer
+#: wrote is a marker, never handed over as a message, so reaching it is seen only when a poll
+#: comes back empty and the position has moved — each such poll costs its whole wait.
+POLL_SECONDS = 0.02
 
 
 def end_offsets(
@@ -46,18 +57,22 @@ def end_offsets(
     deadline = time.monotonic() + timeout
     try:
         while unproven and time.monotonic() < deadline:
-            message = consumer.poll(min(1.0, timeout))
-            # Only a message of a partition proves its high watermark is in the cache.
-            if message is None or message.error() is not None:
-                continue
-            found = (message.topic(), message.partition())
-            if found not in unproven:
-                continue
-            proven = TopicPartition(*found)
-            _, fetched = consumer.get_watermark_offsets(proven, cached=True)
-            ends[found] = max(ends[found], fetched)
-            unproven.discard(found)
-            consumer.pause([proven])
+            message = consumer.poll(min(POLL_SECONDS, timeout))
+            # A message of a partition proves its high watermark is in the cache; so does a
+            # position past the last offset when that is a transaction's marker, which is never
+            # handed over (every partition a transactional producer writes ends with one: waiting
+            # for a message took the whole timeout).
+            found: set[tuple[str, int]] = set()
+            if message is not None and message.error() is None:
+                found.add((message.topic() or "", message.partition() or 0))
+            if message is None:
+                found.update(place for place in unproven if _position(consumer, place) >= ends[place])
+            for place in found & unproven:
+                proven = TopicPartition(*place)
+                _, fetched = consumer.get_watermark_offsets(proven, cached=True)
+                ends[place] = max(ends[place], fetched)
+                unproven.discard(place)
+                consumer.pause([proven])
     finally:
         consumer.resume(assigned)  # librdkafka keeps a partition paused across assignments
         consumer.unassign()
@@ -92,8 +107,12 @@ def read_to_end(
         while any(positions[p] < highs[p] for p in wanted):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{topic}: nothing for {timeout:.0f} s at {positions}, expected {highs}")
-            message = consumer.poll(0.5)
-            if message is None or message.error() is not None:
+            message = consumer.poll(POLL_SECONDS)
+            if message is None:  # past transaction markers, which are never handed over
+                for p in wanted:
+                    positions[p] = max(positions[p], _position(consumer, (topic, p)))
+                continue
+            if message.error() is not None:
                 continue
             partition, offset = message.partition(), message.offset()
             if partition is None or offset is None:
@@ -103,3 +122,9 @@ def read_to_end(
             yield partition, offset, message.key(), message.value()
     finally:
         consumer.unassign()
+
+
+def _position(consumer: Consumer, place: tuple[str, int]) -> int:
+    """The consumer's next offset in an assigned partition (-1001 before any fetch)."""
+    offset: int = consumer.position([TopicPartition(*place)])[0].offset
+    return offset

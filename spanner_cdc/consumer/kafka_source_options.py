@@ -17,7 +17,7 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
-from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT
+from spanner_cdc.common.kafka_offsets import READER_SETTINGS
 from spanner_cdc.errors import SpannerCdcError
 
 #: ``{"topic": {"partition": offset}}``; -2 is earliest and -1 latest, as in Spark's JSON form.
@@ -99,7 +99,7 @@ class SourceOptions:
         # jump anywhere; data loss is decided by the driver (failOnDataLoss) before reading.
         return Consumer(
             {
-                **SHORT_FETCH_WAIT,
+                **READER_SETTINGS,
                 **self.client,
                 "group.id": "spanner-cdc-source",
                 "enable.auto.commit": False,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer
 
-from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
+from spanner_cdc.common.kafka_offsets import READER_SETTINGS, read_to_end
 from spanner_cdc.consumer.config import MAX_WRITER_SCHEMAS
 from spanner_cdc.consumer.message_reader import parsed_schema
 from spanner_cdc.schemas.errors import ContractError
@@ -76,7 +76,7 @@ class SchemaTopic:
     def refresh(self) -> None:
         consumer = Consumer(
             {
-                **SHORT_FETCH_WAIT,
+                **READER_SETTINGS,
                 **self._client_config,
                 "group.id": "spanner-cdc-schemas",
                 "enable.auto.commit": False,

@@ -26,7 +26,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
+from spanner_cdc.common.kafka_offsets import READER_SETTINGS, read_to_end
 from spanner_cdc.common.progress import show_progress
 from spanner_cdc.common.spanner_client import create_emulator_database
 from spanner_cdc.consumer.config import ConsumerConfig
@@ -234,7 +234,7 @@ def save_sample_event(config: ConsumerConfig, table: str) -> Path:
     README's example event comes from here)."""
     schemas = SchemaTopic(config.client_config, config.topic_prefix)
     schemas.refresh()
-    reader = Consumer({**SHORT_FETCH_WAIT, **config.client_config, "group.id": "spanner-cdc-demo"})
+    reader = Consumer({**READER_SETTINGS, **config.client_config, "group.id": "spanner-cdc-demo"})
     try:
         with closing(read_to_end(reader, config.topics.event(table), {})) as messages:
             store = schemas.store()

@@ -16,7 +16,9 @@ import json
 from collections.abc import Iterable
 from contextlib import closing
 
-from spanner_cdc.producer.errors import CheckpointError
+from confluent_kafka import KafkaException
+
+from spanner_cdc.producer.errors import CheckpointError, DeliveryFailedError
 from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.producer.partitions import Partition
 
@@ -27,7 +29,9 @@ class CheckpointStore:
         self.topic = kafka.topics.checkpoints
 
     async def write(self, partitions: Iterable[Partition]) -> None:
-        """Write each partition's state and wait until Kafka acknowledged all of them."""
+        """Write each partition's state and wait until Kafka acknowledged all of them (their
+        transaction committed). Not acknowledged: DeliveryFailedError, which a partition retries
+        from its checkpoint; the client failed for good: KafkaClientLostError."""
         await self.kafka.ensure_topic(self.topic, compacted=True)
         futures = [
             self.kafka.produce_acknowledged(
@@ -35,7 +39,10 @@ class CheckpointStore:
             )
             for partition in partitions
         ]
-        await asyncio.gather(*futures)
+        try:
+            await asyncio.gather(*futures)
+        except KafkaException as exc:  # a lost client raised KafkaClientLostError (kafka.refusal)
+            raise DeliveryFailedError(f"checkpoints not acknowledged: {exc.args[0].str()}") from None
 
     def read(self, timeout: float = 30.0) -> list[Partition]:
         """The newest state of every partition token (blocking: call before the loop runs work)."""

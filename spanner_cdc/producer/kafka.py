@@ -1,7 +1,8 @@
 """A thin wrapper over the producer's Kafka clients: settings, topics, and producing with acks.
 
 Delivery reports are served by :meth:`KafkaClient.poll` on the event loop's thread, so the
-callbacks may touch asyncio objects and per-partition trackers without locks.
+callbacks may touch asyncio objects and per-partition trackers without locks. Every message is
+sent in a Kafka transaction and reported delivered once that committed (producer.transactions).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Generator, Sequence
 from contextlib import closing
 from typing import Any
 
@@ -17,15 +18,22 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from spanner_cdc.common.blocking import call_with_deadline
-from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
+from spanner_cdc.common.kafka_offsets import READER_SETTINGS, read_to_end
 from spanner_cdc.producer.errors import KafkaClientLostError, KafkaSetupError
+from spanner_cdc.producer.transactions import (
+    TRANSACTION_SECONDS,
+    DeliveryCallback,
+    TransactionalWriter,
+    client_lost,
+    lost_for_good,
+)
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.wire import WriterSchema
 
 log = logging.getLogger(__name__)
 #: librdkafka settings the ordering and delivery guarantees depend on; users may not override them.
 GUARANTEED_SETTINGS = {
-    "enable.idempotence": "true",
+    "enable.idempotence": "true",  # implied by transactional.id, which __init__ sets per prefix
     "acks": "all",
     "max.in.flight.requests.per.connection": "5",
     "partitioner": "murmur2_random",
@@ -37,27 +45,6 @@ TUNED_DEFAULTS = {
     "queue.buffering.max.messages": "500000",
     "queue.buffering.max.kbytes": "1048576",
 }
-DeliveryCallback = Callable[[KafkaError | None, Message], None]
-
-
-def lost_for_good(error: KafkaError) -> bool:
-    """Whether the producer's client will deliver nothing more: a fatal error, or fenced.
-
-    Measured on the embedded broker: when a delivery timed out (the broker stopped answering for
-    longer than ``message.timeout.ms``) the idempotent client asks for a new producer epoch, as
-    it must after a timeout, the broker answers PRODUCER_FENCED, and from then on every message
-    fails the same way at once — not flagged fatal, so a retry through the client would loop
-    (docs/facts.md).
-    """
-    return error.fatal() or error.code() in (KafkaError.PRODUCER_FENCED, KafkaError._FENCED)
-
-
-def client_lost(error: KafkaError) -> str:
-    """The one line for a client :func:`lost_for_good` (see KafkaClientLostError)."""
-    return (
-        f"Kafka's client failed for good ({error.str()}): run the producer again, it resumes from "
-        "its checkpoints"
-    )
 
 
 def refusal(error: KafkaError) -> Exception:
@@ -87,9 +74,17 @@ class KafkaClient:
             "logger": logging.getLogger("librdkafka"),  # its logs join ours instead of raw stderr
             **extra_settings,
         }
-        self.producer = Producer({**TUNED_DEFAULTS, **self.client_settings, **GUARANTEED_SETTINGS})
-        self.admin = AdminClient(self.client_settings)
         self.topics = Topics(prefix)
+        self.producer = Producer(
+            {
+                **TUNED_DEFAULTS,
+                **self.client_settings,
+                **GUARANTEED_SETTINGS,
+                "transactional.id": self.topics.writer_transactional_id,
+            }
+        )
+        self.transactions = TransactionalWriter(self.producer)
+        self.admin = AdminClient(self.client_settings)
         self.topic_partitions = topic_partitions
         self.replication_factor = replication_factor
         self._created: set[str] = set()
@@ -166,7 +161,7 @@ class KafkaClient:
         nothing for ``timeout`` seconds."""
         consumer = Consumer(
             {
-                **SHORT_FETCH_WAIT,
+                **READER_SETTINGS,
                 **self.client_settings,
                 "group.id": f"{self.topics.prefix}.reader",
                 "enable.auto.commit": False,
@@ -187,7 +182,7 @@ class KafkaClient:
         """Produce one message; the future resolves on the broker's acknowledgement."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-        def settle(error: KafkaError | None, _message: Message) -> None:
+        def settle(error: KafkaError | None, _message: Message | None) -> None:
             if future.done():
                 return
             if error is None:
@@ -199,30 +194,30 @@ class KafkaClient:
         return future
 
     def produce(self, topic: str, key: bytes, value: bytes | None, on_delivery: DeliveryCallback) -> None:
-        """Queue one message; when the local queue is full, serve delivery reports until it is not."""
-        while True:
-            try:
-                self.producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
-                return
-            except BufferError:
-                self.producer.poll(0.05)
-            except KafkaException as exc:
-                raise refusal(exc.args[0]) from None
+        """Queue one message; ``on_delivery`` runs once its transaction committed (or failed)."""
+        self.transactions.produce(topic, key, value, on_delivery)
+
+    async def take_over(self) -> None:
+        """Become the prefix's one writer: the process that wrote before is fenced from now on."""
+        await self.transactions.take_over()
 
     def poll(self) -> int:
         """Serve delivery reports now (on the calling thread, which must be the loop's)."""
-        served: int = self.producer.poll(0)
-        return served
+        return self.transactions.poll()
 
     async def run_poller(self, stop: asyncio.Event) -> None:
+        """Serve delivery reports, and commit the open transaction every TRANSACTION_SECONDS,
+        until ``stop``; then commit once more."""
+        committed_at = time.monotonic()
         while not stop.is_set():
             self.poll()
+            if time.monotonic() - committed_at >= TRANSACTION_SECONDS:
+                await self.transactions.commit()
+                committed_at = time.monotonic()
             await asyncio.sleep(0.005)
+        await self.transactions.commit()
 
     async def flush(self, timeout: float) -> int:
-        """Wait for outstanding messages; returns how many are still undelivered."""
-        deadline = time.monotonic() + timeout
-        while len(self.producer) and time.monotonic() < deadline:
-            self.poll()
-            await asyncio.sleep(0.01)
-        return len(self.producer)
+        """Commit what was sent so far, waiting at most about ``timeout`` seconds for Kafka's
+        acknowledgements (and the commit's own timeout); returns how many messages failed."""
+        return await self.transactions.commit(deadline=time.monotonic() + timeout)

@@ -113,7 +113,9 @@ def backfill_snapshot(config: ProducerConfig, restored: bool) -> int:
 
 
 async def open_kafka(settings: PublishSettings) -> tuple[KafkaClient, set[str]]:
-    """The Kafka side, checked to answer now, and the topics the broker has."""
+    """The Kafka side, checked to answer now, and the topics the broker has. The client takes
+    the topic prefix's transactional id over first: a process still writing to the prefix is
+    fenced before this one reads its checkpoints (producer.transactions)."""
     kafka = KafkaClient(
         settings.kafka_bootstrap,
         settings.topic_prefix,
@@ -121,7 +123,9 @@ async def open_kafka(settings: PublishSettings) -> tuple[KafkaClient, set[str]]:
         settings.topic_partitions,
         settings.replication_factor,
     )
-    return kafka, await kafka.check_reachable(settings.connect_timeout_seconds)
+    existing = await kafka.check_reachable(settings.connect_timeout_seconds)
+    await kafka.take_over()
+    return kafka, existing
 
 
 def refuse_polled_prefix(kafka: KafkaClient, existing: set[str]) -> None:

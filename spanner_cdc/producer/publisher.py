@@ -18,8 +18,9 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
@@ -27,8 +28,9 @@ from spanner_cdc.common.schema_registry import key_subject, value_subject
 from spanner_cdc.producer.acks import AckTracker
 from spanner_cdc.producer.catalog import TableCatalog
 from spanner_cdc.producer.framing import Framing, SingleObjectFraming
-from spanner_cdc.producer.kafka import KafkaClient, client_lost, lost_for_good
+from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.producer.metrics import ProducerMetrics
+from spanner_cdc.producer.transactions import DeliveryCallback, client_lost, lost_for_good
 from spanner_cdc.producer.whole_rows import RowFiller
 from spanner_cdc.schemas.events import READ_METHOD_BACKFILL, Event, EventBuilder
 from spanner_cdc.schemas.json_events import event_document, key_document, version_record
@@ -38,6 +40,8 @@ from spanner_cdc.schemas.timestamps import format_timestamp_micros, seconds_behi
 from spanner_cdc.schemas.wire import WriterSchema, encode
 
 log = logging.getLogger(__name__)
+#: How long the sender may keep the event loop before it lets the other tasks run.
+LOOP_TURN_SECONDS = 0.01
 
 
 @dataclass(frozen=True)
@@ -52,14 +56,37 @@ class Route:
     key_header: bytes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Outgoing:
-    """One event on its way: where it goes, its key, the size of its value."""
+    """One event on its way: what its delivery report and a dead letter need, and not the
+    event itself — a report waits for its transaction's commit, and thousands of whole events
+    kept that long cost the garbage collector more than the producer's own work (measured)."""
 
-    event: Event
     topic: str
     key: bytes
     size: int
+    uuid: str
+    table: str
+    change_type: str
+    commit: int
+    sort_keys: list[Any]
+    changed_live: bool
+
+    @staticmethod
+    def of(event: Event, topic: str, key: bytes, size: int) -> Outgoing:
+        value = event.value
+        metadata = value["source_metadata"]
+        return Outgoing(
+            topic,
+            key,
+            size,
+            value["uuid"],
+            metadata["table"],
+            metadata["change_type"],
+            metadata["commit_timestamp"],
+            value["sort_keys"],
+            value["read_method"] != READ_METHOD_BACKFILL,
+        )
 
 
 class EventSender:
@@ -98,6 +125,7 @@ class EventSender:
         self.acknowledged = 0
         #: By (table, schema_key): one per table version, however often the catalog is reread.
         self._routes: dict[tuple[str, str], Route] = {}
+        self._next_turn = 0.0
 
     async def send(self, events: Sequence[Event], tracker: AckTracker) -> None:
         """Produce ``events``; ``tracker`` counts each until Kafka acknowledges it."""
@@ -110,7 +138,7 @@ class EventSender:
             else:
                 value = encode(route.writer, event.value, route.value_header)
                 key = encode(route.key_writer, event.key, route.key_header)
-            outgoing = Outgoing(event, route.topic, key, len(value))
+            outgoing = Outgoing.of(event, route.topic, key, len(value))
             try:
                 self.kafka.produce(route.topic, outgoing.key, value, self._on_delivery(tracker, outgoing))
             except KafkaException as exc:
@@ -122,12 +150,16 @@ class EventSender:
                 tracker.sent(commit)
                 self.kafka.produce(route.topic, outgoing.key, None, _acknowledging(tracker, commit))
         self.kafka.poll()
+        if time.monotonic() >= self._next_turn:
+            # A partition with a backlog never waits for its reader: without a turn of the loop
+            # now and then the transaction's commit (KafkaClient.run_poller) would wait for the
+            # backlog's end. Not at every event: a turn costs about as much as encoding one.
+            await asyncio.sleep(0)
+            self._next_turn = time.monotonic() + LOOP_TURN_SECONDS
 
     def _too_large(self, tracker: AckTracker, outgoing: Outgoing, reason: str) -> None:
-        value = outgoing.event.value
-        commit = value["source_metadata"]["commit_timestamp"]
         what = (
-            f"event {value['uuid']} of table {value['object']} ({outgoing.size:,} bytes) "
+            f"event {outgoing.uuid} of table {outgoing.table} ({outgoing.size:,} bytes) "
             "is larger than Kafka accepts"
         )
         if self.on_oversize == "fail":
@@ -139,11 +171,11 @@ class EventSender:
         self.metrics.dead_letters.inc()
         log.warning("%s: written to %s instead", what, self.kafka.topics.dead_letters)
         letter = {
-            "uuid": value["uuid"],
+            "uuid": outgoing.uuid,
             "topic": outgoing.topic,
-            "object": value["object"],
-            "commit_timestamp": format_timestamp_micros(commit),
-            "sort_keys": value["sort_keys"],
+            "object": outgoing.table,
+            "commit_timestamp": format_timestamp_micros(outgoing.commit),
+            "sort_keys": outgoing.sort_keys,
             "size_bytes": outgoing.size,
             "reason": reason,
         }
@@ -151,7 +183,7 @@ class EventSender:
             self.kafka.topics.dead_letters,
             outgoing.key,
             json.dumps(letter).encode(),
-            _acknowledging(tracker, commit),
+            _acknowledging(tracker, outgoing.commit),
         )
 
     async def _route(self, table: TableSchema) -> Route:
@@ -180,15 +212,8 @@ class EventSender:
         )
         return route
 
-    def _on_delivery(
-        self, tracker: AckTracker, outgoing: Outgoing
-    ) -> Callable[[KafkaError | None, Message], None]:
-        metadata = outgoing.event.value["source_metadata"]
-        commit = metadata["commit_timestamp"]
-        table, change_type = metadata["table"], metadata["change_type"]
-        changed_live = outgoing.event.value["read_method"] != READ_METHOD_BACKFILL
-
-        def delivered(error: KafkaError | None, _message: Message) -> None:
+    def _on_delivery(self, tracker: AckTracker, outgoing: Outgoing) -> DeliveryCallback:
+        def delivered(error: KafkaError | None, _message: Message | None) -> None:
             if error is not None:
                 if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:  # the broker's limit is lower
                     self._too_large(tracker, outgoing, error.str())
@@ -196,19 +221,19 @@ class EventSender:
                 self.metrics.delivery_errors.inc()
                 settle_failure(tracker, error)
                 return
-            tracker.acknowledged(commit)
+            tracker.acknowledged(outgoing.commit)
             self.acknowledged += 1
-            self.metrics.events.labels(table, change_type).inc()
-            if changed_live:  # a backfill row's "commit" is its snapshot: no latency to report
-                self.metrics.observe_commit_to_ack(seconds_behind(commit))
+            self.metrics.events.labels(outgoing.table, outgoing.change_type).inc()
+            if outgoing.changed_live:  # a backfill row's "commit" is its snapshot: no latency
+                self.metrics.observe_commit_to_ack(seconds_behind(outgoing.commit))
 
         return delivered
 
 
-def _acknowledging(tracker: AckTracker, commit: int) -> Callable[[KafkaError | None, Message], None]:
+def _acknowledging(tracker: AckTracker, commit: int) -> DeliveryCallback:
     """A delivery report that settles one message of the change committed at ``commit``."""
 
-    def delivered(error: KafkaError | None, _message: Message) -> None:
+    def delivered(error: KafkaError | None, _message: Message | None) -> None:
         if error is not None:
             settle_failure(tracker, error)
         else:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from confluent_kafka import KafkaException
-
 from spanner_cdc.errors import SpannerCdcError
 from spanner_cdc.producer.actions import (
     ChildPartitionsAction,
@@ -24,7 +22,7 @@ from spanner_cdc.producer.actions import (
 from spanner_cdc.producer.backfill import Backfill
 from spanner_cdc.producer.checkpoints import CheckpointStore
 from spanner_cdc.producer.config import ProducerConfig
-from spanner_cdc.producer.errors import KafkaClientLostError, ProducerError
+from spanner_cdc.producer.errors import DeliveryFailedError, KafkaClientLostError, ProducerError
 from spanner_cdc.producer.low_watermark import advanced_checkpoint, safe_watermark
 from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.partition_run import ChangeStreamSource, PartitionRunner
@@ -233,17 +231,16 @@ class ProducerService:
             except KafkaClientLostError as exc:
                 self._fail(exc)
                 return
-            except KafkaException as exc:
-                log.warning("writing checkpoints failed (%s); retrying in %.1fs", exc.args[0].str(), interval)
+            except DeliveryFailedError as exc:
+                log.warning("%s; retrying in %.1fs", exc, interval)
 
     async def _write_last_checkpoints(self) -> None:
         """At shutdown: a failure is one line, and the next run resumes from those written before."""
         try:
             await self._write_checkpoints(force=True)
-        except (KafkaClientLostError, KafkaException) as exc:
-            reason = exc.args[0].str() if isinstance(exc, KafkaException) else "the client failed"
+        except (KafkaClientLostError, DeliveryFailedError) as exc:
             log.warning(
-                "the last checkpoints were not written (%s); the next run resumes from earlier ones", reason
+                "the last checkpoints were not written (%s); the next run resumes from earlier ones", exc
             )
 
     async def _write_checkpoints(self, force: bool) -> None:

@@ -37,6 +37,11 @@ class Topics:
         return f"{CONTROL_NAMESPACE}.{self.prefix}.schemas"
 
     @property
+    def writer_transactional_id(self) -> str:
+        """The Kafka transactional id of the prefix's one writer (producer.transactions)."""
+        return f"{CONTROL_NAMESPACE}.{self.prefix}.writer"
+
+    @property
     def checkpoints(self) -> str:
         return f"{CONTROL_NAMESPACE}.{self.prefix}.checkpoints"
 

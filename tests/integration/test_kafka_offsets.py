@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, end_offsets, read_to_end
+from spanner_cdc.common.kafka_offsets import READER_SETTINGS, end_offsets, read_to_end
 from spanner_cdc.stack import EmbeddedStack
 
 pytestmark = pytest.mark.integration
@@ -41,7 +41,7 @@ def test_every_partition_end_is_found_together_and_again(stack: EmbeddedStack) -
         assert producer.flush(30) == 0
     assert expected[0] > 1
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends", **SHORT_FETCH_WAIT})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends", **READER_SETTINGS})
     try:
         places = [(topic, partition) for partition in range(PARTITIONS)]
         wanted = {(topic, partition): end for partition, end in expected.items()}

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT
+from spanner_cdc.common.kafka_offsets import READER_SETTINGS
 from spanner_cdc.consumer.offsets_by_time import offsets_at
 from spanner_cdc.stack import EmbeddedStack
 
@@ -45,7 +45,7 @@ def timed_topic(stack: EmbeddedStack) -> tuple[str, str]:
 
 def first_offsets(bootstrap: str, topic: str, times: dict[int, int]) -> dict[int, int | None]:
     consumer: Any = Consumer(
-        {**SHORT_FETCH_WAIT, "bootstrap.servers": bootstrap, "group.id": "times", "enable.auto.commit": False}
+        {**READER_SETTINGS, "bootstrap.servers": bootstrap, "group.id": "times", "enable.auto.commit": False}
     )
     try:
         found = offsets_at(

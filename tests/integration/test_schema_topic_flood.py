@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
+from spanner_cdc.common.kafka_offsets import READER_SETTINGS, read_to_end
 from spanner_cdc.consumer.schema_topic import MAX_REFUSED_SCHEMAS, MAX_SCHEMA_WARNINGS, SchemaTopic
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
@@ -59,7 +59,7 @@ def test_a_read_stopped_early_resumes_where_it_stopped(stack: EmbeddedStack) -> 
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: its futures die with it
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
     produce(bootstrap, topic, [(b"k", str(n).encode()) for n in range(30)])
-    consumer = Consumer({**SHORT_FETCH_WAIT, "bootstrap.servers": bootstrap, "group.id": "tests"})
+    consumer = Consumer({**READER_SETTINGS, "bootstrap.servers": bootstrap, "group.id": "tests"})
     try:
         positions: dict[int, int] = {}
         with closing(read_to_end(consumer, topic, positions)) as records:

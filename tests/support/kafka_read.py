@@ -7,7 +7,7 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
-from spanner_cdc.common.kafka_offsets import SHORT_FETCH_WAIT, read_to_end
+from spanner_cdc.common.kafka_offsets import READER_SETTINGS, read_to_end
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import Watermark, is_watermark
 from spanner_cdc.schemas.wire import SchemaStore
@@ -27,7 +27,7 @@ def read_all(
 ) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """(partition, offset, key, value) of every message now in ``topic``."""
     consumer = Consumer(
-        {**SHORT_FETCH_WAIT, "bootstrap.servers": bootstrap, "group.id": "tests", "enable.auto.commit": False}
+        {**READER_SETTINGS, "bootstrap.servers": bootstrap, "group.id": "tests", "enable.auto.commit": False}
     )
     try:
         return list(read_to_end(consumer, topic, {}, timeout))

@@ -1,0 +1,59 @@
+"""Two producers started on one topic prefix (a rolling deploy's overlap, a second run by
+mistake): the second fences the first, which stops with one line and writes nothing more; the
+second carries on, and nothing is lost (producer/transactions.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+
+import pytest
+
+from spanner_cdc.stack import EmbeddedStack
+from spanner_cdc.stack.process import free_port
+from testkit.spanner_db import create_database
+from tests.support.churn import ACCOUNTS_DDL, produce_command
+from tests.support.kafka_read import read_all
+from tests.support.produce_process import published_ids, upsert_account
+from tests.support.scrape import scrape
+from tests.support.stopping import stop_with_sigterm
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_second_producer_on_a_prefix_fences_the_first(stack: EmbeddedStack) -> None:
+    bank = create_database(stack.endpoint("spanner"), ACCOUNTS_DDL)
+    kafka = stack.endpoint("kafka")
+    prefix = f"fence-{uuid.uuid4().hex[:6]}"
+
+    def start() -> tuple[subprocess.Popen[str], int]:
+        port = free_port()
+        command = produce_command(stack.endpoint("spanner"), kafka, bank, "Bank", prefix,
+                                  "--metrics-port", str(port))  # fmt: skip
+        return subprocess.Popen(command, stderr=subprocess.PIPE, text=True), port
+
+    first, first_port = start()
+    second = None
+    try:
+        scrape(first_port, "queries_started_total")
+        upsert_account(bank, "first")
+        wait_for(lambda: "first" in published_ids(stack, prefix), 60, "the first producer's event")
+        second, second_port = start()
+        scrape(second_port, "queries_started_total")
+        wait_for(lambda: first.poll() is not None, 30, "the first producer to stop, fenced")
+        fenced_at = len(read_all(kafka, f"{prefix}.Accounts"))
+        upsert_account(bank, "second")
+        wait_for(lambda: "second" in published_ids(stack, prefix), 60, "the second producer's event")
+        assert second.poll() is None, "the second producer stopped"
+    finally:
+        first_stderr = stop_with_sigterm(first, 60)
+        second_stderr = stop_with_sigterm(second, 60) if second is not None else ""
+    assert first.returncode == 1, first_stderr
+    assert "Traceback" not in first_stderr, first_stderr
+    last = first_stderr.strip().splitlines()[-1]
+    assert "another producer took over this topic prefix" in last, last
+    assert second.returncode == 0 and "Traceback" not in second_stderr, second_stderr
+    after = [value for _, _, _, value in read_all(kafka, f"{prefix}.Accounts")[fenced_at:]]
+    assert after, "nothing written after the fence"
+    assert {"first", "second"} <= published_ids(stack, prefix)

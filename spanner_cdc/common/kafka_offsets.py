@@ -66,7 +66,7 @@ def end_offsets(
             if message is not None and message.error() is None:
                 found.add((message.topic() or "", message.partition() or 0))
             if message is None:
-                found.update(place for place in unproven if _position(consumer, place) >= ends[place])
+                found.update(place for place in unproven if position(consumer, place) >= ends[place])
             for place in found & unproven:
                 proven = TopicPartition(*place)
                 _, fetched = consumer.get_watermark_offsets(proven, cached=True)
@@ -110,7 +110,7 @@ def read_to_end(
             message = consumer.poll(POLL_SECONDS)
             if message is None:  # past transaction markers, which are never handed over
                 for p in wanted:
-                    positions[p] = max(positions[p], _position(consumer, (topic, p)))
+                    positions[p] = max(positions[p], position(consumer, (topic, p)))
                 continue
             if message.error() is not None:
                 continue
@@ -124,7 +124,8 @@ def read_to_end(
         consumer.unassign()
 
 
-def _position(consumer: Consumer, place: tuple[str, int]) -> int:
-    """The consumer's next offset in an assigned partition (-1001 before any fetch)."""
+def position(consumer: Consumer, place: tuple[str, int]) -> int:
+    """The consumer's next offset in an assigned partition (-1001 before any fetch); past a
+    transaction marker it moves without a message."""
     offset: int = consumer.position([TopicPartition(*place)])[0].offset
     return offset

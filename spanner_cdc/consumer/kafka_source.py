@@ -31,6 +31,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from spanner_cdc.common.kafka_offsets import end_offsets
+from spanner_cdc.common.kafka_offsets import position as kafka_position
 from spanner_cdc.consumer.kafka_rows import (
     ARROW_SCHEMA,
     ARROW_SCHEMA_WITH_HEADERS,
@@ -354,7 +355,6 @@ def read_range(options: SourceOptions, part: TopicPartitionRange) -> Iterator[pa
     per-message ``poll`` and per-column appends cost more than the fetch itself).
     """
     consumer = options.consumer()
-    place = [TopicPartition(part.topic, part.partition)]
     try:
         consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
         position = part.start
@@ -369,7 +369,7 @@ def read_range(options: SourceOptions, part: TopicPartitionRange) -> Iterator[pa
                 position = (messages[-1].offset() or 0) + 1
                 deadline = time.monotonic() + READ_TIMEOUT_SECONDS
             # Past markers the position moves without a message.
-            position = max(position, consumer.position(place)[0].offset)
+            position = max(position, kafka_position(consumer, (part.topic, part.partition)))
             if position > part.end:
                 messages = [m for m in messages if (m.offset() or 0) < part.end]
             if messages:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from spanner_cdc.common.kafka_offsets import position as kafka_position
 from spanner_cdc.consumer.kafka_source_options import KafkaSourceError
 
 #: How long one record or one broker answer may take before the start of the query fails.
@@ -55,7 +56,7 @@ class PartitionTimes:
             if messages:
                 message = messages[0]
                 break
-            position = self.consumer.position([TopicPartition(self.topic, self.partition)])[0].offset
+            position = kafka_position(self.consumer, (self.topic, self.partition))
             if position >= self.high:
                 return None
             waited += 1.0

@@ -39,7 +39,7 @@ from spanner_cdc.producer.errors import KafkaClientLostError
 #: it reported, None for what is reported at a commit (delivered, or failed with the commit).
 DeliveryCallback = Callable[[KafkaError | None, Message | None], None]
 #: How often the open transaction is committed: the delay a transaction adds before consumers
-#: (read_committed, librdkafka's default) see an event, and before a checkpoint can move.
+#: reading committed data see an event, and before a checkpoint can move.
 TRANSACTION_SECONDS = 0.1
 #: How long ``init_transactions`` and one commit or abort may take. After a delivery timed out,
 #: an abort asks the broker for a new producer epoch; the embedded broker never grants it
@@ -65,11 +65,7 @@ def lost_for_good(error: KafkaError) -> bool:
     fails the same way at once — not flagged fatal, so a retry through the client would loop
     (docs/facts.md).
     """
-    return error.fatal() or error.code() in (
-        KafkaError.PRODUCER_FENCED,
-        KafkaError._FENCED,
-        KafkaError._FATAL,
-    )
+    return error.fatal() or error.code() in (*FENCED, KafkaError._FATAL)
 
 
 def client_lost(error: KafkaError) -> str:

@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from bench import consumer, producer
+from bench import consumer, group, producer
 from bench.producer import Figure, percentile
 from spanner_cdc.demo import DEFAULT_TRANSFERS_PER_SECOND
 from spanner_cdc.demo.run import run_bank
@@ -25,7 +25,7 @@ PIPELINE_TARGET_P99_MS = 2_000
 LATENCY_TARGET_P99_MS = 1_000
 #: Peak RSS of a producer with 1,000 partitions running (issue 15).
 PARTITIONS_TARGET_RSS_MIB = 300
-PARTS = ("producer", "partitions", "backfill", "poll", "consumer", "pipeline")
+PARTS = ("producer", "group", "partitions", "backfill", "poll", "consumer", "pipeline")
 
 
 def print_figures(figures: list[Figure]) -> None:
@@ -67,6 +67,9 @@ def main() -> None:
     parser.add_argument(
         "--backfill-rows", type=int, default=50_000, help="rows of the backfill (d) and poll (e) measurements"
     )
+    parser.add_argument(
+        "--group-rows", type=int, default=100_000, help="rows of the group's backlog measurement (g)"
+    )
     parser.add_argument("--changes", type=int, default=100_000, help="changes for the consumer measurement")
     parser.add_argument("--only", choices=PARTS, help="run one part only")
     args = parser.parse_args()
@@ -76,6 +79,8 @@ def main() -> None:
         try:
             if args.only in (None, "producer"):
                 producer_part(stack, args)
+            if args.only in (None, "group"):
+                group_part(args)
             if args.only in (None, "partitions"):
                 partitions_part(stack, args)
             if args.only in (None, "backfill"):
@@ -89,6 +94,30 @@ def main() -> None:
         finally:
             stack.stop()
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+def group_part(args: argparse.Namespace) -> None:
+    print("several producer processes of a group (issue 16), emulator tokens living 2-4 s")
+    churning = EmbeddedStack.start(names=("spanner", "kafka"), churn_seconds=2)
+    try:
+        spanner, kafka = churning.endpoint("spanner"), churning.endpoint("kafka")
+        figures = group.backlog_figures(spanner, kafka, args.group_rows)
+        print_figures(figures)
+        alone, single, one, *more = figures
+        print(
+            f"  (g) 1 process without --group/client alone {single.per_second / alone.per_second:.2f}x, "
+            f"1 process of a group/without {one.per_second / single.per_second:.2f}x"
+        )
+        for count, figure in enumerate(more, start=2):
+            print(f"  (g) {count} processes/1 process of a group {figure.per_second / one.per_second:.2f}x")
+        moved = group.takeover(spanner, kafka)
+        print(
+            f"  (h) SIGKILL of one of 2 (session timeout {group.SESSION_SECONDS} s) → its shards "
+            f"{sorted(moved.shards)} owned by the other {moved.owned_seconds:.1f} s later, first event "
+            f"of a token in them {moved.first_event_seconds:.1f} s later"
+        )
+    finally:
+        churning.stop()
 
 
 def partitions_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:

@@ -44,3 +44,23 @@ def _deliver(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> N
         loop.call_soon_threadsafe(callback)
     except RuntimeError:  # the loop is gone: nobody waits for this result any more
         return
+
+
+async def loop_on_thread_until(step: Callable[[], object], stop: asyncio.Event) -> None:
+    """Call ``step`` (blocking, e.g. one poll of a Kafka consumer) again and again on a worker
+    thread until ``stop`` is set; an exception from ``step`` ends it and is raised here."""
+    stopping = threading.Event()
+
+    def repeat() -> None:
+        while not stopping.is_set():
+            step()
+
+    looping = asyncio.ensure_future(asyncio.to_thread(repeat))
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([looping, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.set()
+        stopped.cancel()
+        await asyncio.gather(looping, return_exceptions=True)
+    looping.result()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from spanner_cdc.producer.acks import AckTracker
 from spanner_cdc.producer.checkpoints import CheckpointStore
 from spanner_cdc.producer.metrics import ProducerMetrics
-from spanner_cdc.producer.partitions import Partition, PartitionScheduler
+from spanner_cdc.producer.partitions import Partition, PartitionScheduler, shard_of
 from spanner_cdc.producer.release import CommitOrderRelease
 from spanner_cdc.schemas.records import (
     ChangeStreamRecord,
@@ -103,8 +103,8 @@ class ChildPartitionsAction:
         run.reported_children = True
         partition.watermark_micros = max(partition.watermark_micros, record.start_timestamp_micros - 1)
         added = self.scheduler.register_children(record, partition.token)
-        if added:
-            await self.checkpoints.write(added)
+        if added:  # by the parent's writer: a process that lost the parent can register nothing
+            await self.checkpoints.write(added, shard_of(partition.token, self.scheduler.shards))
 
 
 class RecordActions:

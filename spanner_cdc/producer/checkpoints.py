@@ -7,20 +7,30 @@ finishes. A new run restores the newest record of every token. The end of the to
 through ``common.kafka_offsets`` (``read_to_end``): the embedded broker under-reports ListOffsets (the
 base offset of the last batch + 1), and a reader that trusted it restored older states for the
 tokens of the last batch, re-reading finished partitions.
+
+With ``--group`` the topic has one partition per shard (a token's records are in shard
+``shard_of(token)``), and every process follows all of them for as long as it runs
+(:meth:`CheckpointStore.follow`): that is how it learns that another process's partition
+finished, registered a child, or how far it has published (producer.partitions).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import closing
 
-from confluent_kafka import KafkaException
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
+from spanner_cdc.common.blocking import loop_on_thread_until
+from spanner_cdc.common.kafka_offsets import READER_SETTINGS
 from spanner_cdc.producer.errors import CheckpointError, DeliveryFailedError
 from spanner_cdc.producer.kafka import KafkaClient
-from spanner_cdc.producer.partitions import Partition
+from spanner_cdc.producer.partitions import Partition, shard_of
+
+#: How long the follower's consumer waits for records before it looks whether to stop.
+FOLLOW_POLL_SECONDS = 0.1
 
 
 class CheckpointStore:
@@ -28,14 +38,20 @@ class CheckpointStore:
         self.kafka = kafka
         self.topic = kafka.topics.checkpoints
 
-    async def write(self, partitions: Iterable[Partition]) -> None:
-        """Write each partition's state and wait until Kafka acknowledged all of them (their
-        transaction committed). Not acknowledged: DeliveryFailedError, which a partition retries
-        from its checkpoint; the client failed for good: KafkaClientLostError."""
-        await self.kafka.ensure_topic(self.topic, compacted=True)
+    async def write(self, partitions: Iterable[Partition], writer_shard: int | None = None) -> None:
+        """Write each partition's state to its shard and wait until its transaction committed —
+        through the writer of ``writer_shard`` (a parent's, for the children it registers),
+        else of each partition's own shard. Not acknowledged: DeliveryFailedError, which a
+        partition retries from its checkpoint; the client failed for good: KafkaClientLostError."""
+        shards = self.kafka.shards
+        await self.kafka.ensure_topics([self.topic], compacted=True, partitions=shards)
         futures = [
             self.kafka.produce_acknowledged(
-                self.topic, partition.token.encode(), json.dumps(partition.to_json()).encode()
+                self.topic,
+                partition.token.encode(),
+                json.dumps(partition.to_json()).encode(),
+                shard=shard_of(partition.token, shards) if writer_shard is None else writer_shard,
+                partition=shard_of(partition.token, shards),
             )
             for partition in partitions
         ]
@@ -53,11 +69,45 @@ class CheckpointStore:
         with closing(self.kafka.read_topic(self.topic, timeout)) as records:
             for offset, key, value in records:
                 if value is not None:
-                    partition = self._parse(offset, key, value)
+                    partition = self.parse(offset, key, value)
                     newest[partition.token] = partition
         return list(newest.values())
 
-    def _parse(self, offset: int, key: bytes | None, value: bytes) -> Partition:
+    async def follow(self, on_records: Callable[[list[Partition]], None], stop: asyncio.Event) -> None:
+        """Hand every record of every shard, from the first on and in the order of each shard,
+        to ``on_records`` on the event loop, until ``stop``. A consumer on a worker thread,
+        assigned every shard, read uncommitted (common.kafka_offsets: the embedded broker's
+        read_committed readers see nothing while a transaction is open; a checkpoint record is
+        written only after the events it covers were committed, so seeing it early says nothing
+        false)."""
+        loop = asyncio.get_running_loop()
+        consumer = Consumer(
+            {
+                **READER_SETTINGS,
+                **self.kafka.client_settings,
+                "group.id": f"{self.kafka.topics.prefix}.follower",
+                "enable.auto.commit": False,
+            }
+        )
+        consumer.assign(
+            [TopicPartition(self.topic, shard, OFFSET_BEGINNING) for shard in range(self.kafka.shards)]
+        )
+
+        def hand_over() -> None:
+            records = [
+                self.parse(message.offset() or 0, message.key(), value)
+                for message in consumer.consume(1000, FOLLOW_POLL_SECONDS)
+                if message.error() is None and (value := message.value()) is not None
+            ]
+            if records:
+                loop.call_soon_threadsafe(on_records, records)
+
+        try:  # a record that is not a checkpoint ends the producer (CheckpointError)
+            await loop_on_thread_until(hand_over, stop)
+        finally:
+            consumer.close()
+
+    def parse(self, offset: int, key: bytes | None, value: bytes) -> Partition:
         try:
             partition = Partition.from_json(json.loads(value))
         except (ValueError, UnicodeDecodeError) as exc:

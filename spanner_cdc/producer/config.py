@@ -179,6 +179,26 @@ PRODUCE_OPTIONS = (
         integer_in(-1, 100),
         default=-1,
     ),
+    Option(
+        "group",
+        "share the change stream with the other processes started with this group name: each reads "
+        "the partitions of the checkpoint-topic shards Kafka's consumer group assigns it "
+        "(docs/scale-out.md); default: this process reads every partition",
+        _resource_id,
+    ),
+    Option(
+        "group-shards",
+        "shards of the checkpoint topic when a --group creates it: the most processes that can "
+        "share the work (fixed once created)",
+        integer_in(2, 256),
+        default=12,
+    ),
+    Option(
+        "group-session-timeout",
+        "seconds a --group process may go unheard before the group hands its shards to the others",
+        positive_float,
+        default=10.0,
+    ),
     Option("max-queries", "most change-stream queries running at once", integer_in(1, 10_000), default=200),
     Option("query-start-rate", "most new queries started per second", positive_float, default=50.0),
     Option(
@@ -303,6 +323,10 @@ class ProducerConfig(PublishSettings):
     stall_heartbeats: int = 10
     checkpoint_interval: float = 1.0
     delete_tombstones: bool = False
+    #: The producer group's name (``--group``), or None: one process reads every partition.
+    group: str | None = None
+    group_shards: int = 12
+    group_session_timeout: float = 10.0
 
     @property
     def in_commit_order(self) -> bool:
@@ -334,6 +358,12 @@ class ProducerConfig(PublishSettings):
             raise ConfigError(f"--heartbeat-ms must be {MIN_HEARTBEAT_MS}-{MAX_HEARTBEAT_MS}")
         if self.release_order not in RELEASE_ORDERS:
             raise ConfigError(f"--release-order must be one of {', '.join(RELEASE_ORDERS)}")
+        if self.group is not None and self.backfill:
+            raise ConfigError(
+                "--backfill runs in one process: backfill without --group, then start the group"
+            )
+        if not 6 <= self.group_session_timeout <= 300:
+            raise ConfigError("--group-session-timeout must be 6-300 seconds (the broker's allowed range)")
         if self.backfill_tables and not self.backfill:
             raise ConfigError("--backfill-tables chooses the tables of a backfill: give --backfill too")
         if self.backfill_snapshot_micros is not None:

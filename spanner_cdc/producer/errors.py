@@ -44,3 +44,14 @@ class QueryEndedEarlyError(RetryableError):
     retried from the checkpoint instead of finishing the partition (Debezium's #2523, Beam's
     #40232).
     """
+
+
+class ShardNotOwnedError(SpannerCdcError):
+    """Something was to be written for a shard of the checkpoint topic this process does not own
+    (a ``--group`` handed it to another process): a defect of the handover, never retried."""
+
+
+class GroupMembershipLostError(SpannerCdcError):
+    """This process of a ``--group`` lost its shards without handing them over (its session with
+    the consumer group expired: it was paused or cut off for longer than the session timeout).
+    Another process has taken them; this one stops rather than write for them."""

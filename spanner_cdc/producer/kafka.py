@@ -2,7 +2,9 @@
 
 Delivery reports are served by :meth:`KafkaClient.poll` on the event loop's thread, so the
 callbacks may touch asyncio objects and per-partition trackers without locks. Every message is
-sent in a Kafka transaction and reported delivered once that committed (producer.transactions).
+sent in a Kafka transaction and reported delivered once that committed (producer.transactions),
+by the transactional writer of the shard it belongs to: one writer for a producer on its own,
+one per owned shard of the checkpoint topic for a process of a ``--group`` (producer.group).
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from spanner_cdc.common.blocking import call_with_deadline
 from spanner_cdc.common.kafka_offsets import READER_SETTINGS, read_to_end
-from spanner_cdc.producer.errors import KafkaClientLostError, KafkaSetupError
+from spanner_cdc.producer.errors import KafkaClientLostError, KafkaSetupError, ShardNotOwnedError
 from spanner_cdc.producer.transactions import (
+    PARTITION_BY_KEY,
     TRANSACTION_SECONDS,
     DeliveryCallback,
     TransactionalWriter,
@@ -33,7 +36,7 @@ from spanner_cdc.schemas.wire import WriterSchema
 log = logging.getLogger(__name__)
 #: librdkafka settings the ordering and delivery guarantees depend on; users may not override them.
 GUARANTEED_SETTINGS = {
-    "enable.idempotence": "true",  # implied by transactional.id, which __init__ sets per prefix
+    "enable.idempotence": "true",  # implied by transactional.id, which each writer sets
     "acks": "all",
     "max.in.flight.requests.per.connection": "5",
     "partitioner": "murmur2_random",
@@ -54,7 +57,9 @@ def refusal(error: KafkaError) -> Exception:
 
 
 class KafkaClient:
-    """One idempotent producer and an admin client for one topic prefix."""
+    """The transactional writers of the shards this process owns, and an admin client, for one
+    topic prefix. ``shards`` is the checkpoint topic's partition count (1 for a producer on its
+    own), known once the topic was created or found (:meth:`ensure_checkpoint_topic`)."""
 
     def __init__(
         self,
@@ -75,15 +80,9 @@ class KafkaClient:
             **extra_settings,
         }
         self.topics = Topics(prefix)
-        self.producer = Producer(
-            {
-                **TUNED_DEFAULTS,
-                **self.client_settings,
-                **GUARANTEED_SETTINGS,
-                "transactional.id": self.topics.writer_transactional_id,
-            }
-        )
-        self.transactions = TransactionalWriter(self.producer)
+        self.shards = 1
+        #: Shard → its writer, for the shards this process owns.
+        self.writers: dict[int, TransactionalWriter] = {}
         self.admin = AdminClient(self.client_settings)
         self.topic_partitions = topic_partitions
         self.replication_factor = replication_factor
@@ -121,12 +120,15 @@ class KafkaClient:
     async def ensure_topic(self, topic: str, compacted: bool = False) -> None:
         await self.ensure_topics([topic], compacted)
 
-    async def ensure_topics(self, topics: Sequence[str], compacted: bool = False) -> None:
-        """Create the topics not created or found yet, in one request (one existing is fine)."""
+    async def ensure_topics(
+        self, topics: Sequence[str], compacted: bool = False, partitions: int | None = None
+    ) -> None:
+        """Create the topics not created or found yet, in one request (one existing is fine);
+        compacted ones have one partition unless ``partitions`` says otherwise."""
         missing = sorted(set(topics) - self._created)
         if not missing:
             return
-        partitions = 1 if compacted else self.topic_partitions
+        partitions = partitions or (1 if compacted else self.topic_partitions)
         config = {"cleanup.policy": "compact"} if compacted else {}
         futures = self.admin.create_topics(
             [NewTopic(topic, partitions, self.replication_factor, config=config) for topic in missing],
@@ -141,16 +143,27 @@ class KafkaClient:
                     raise KafkaSetupError(f"cannot create topic {topic}: {error.str()}") from None
             self._created.add(topic)
 
-    async def ensure_schema(self, writer: WriterSchema) -> None:
-        """Publish ``writer`` to the schemas topic once and wait for the broker's ack.
+    async def ensure_checkpoint_topic(self, shards: int) -> int:
+        """Create the checkpoint topic with ``shards`` partitions, or find it; the shards it has
+        (fixed when it was created: a token's shard is its key's hash modulo their number)."""
+        await self.ensure_topics([self.topics.checkpoints], compacted=True, partitions=shards)
+        metadata = await call_with_deadline(
+            lambda: self.admin.list_topics(self.topics.checkpoints, timeout=10), 15
+        )
+        self.shards = len(metadata.topics[self.topics.checkpoints].partitions)
+        return self.shards
+
+    async def ensure_schema(self, writer: WriterSchema, shard: int | None = None) -> None:
+        """Publish ``writer`` to the schemas topic once (through ``shard``'s writer, or any
+        this process holds) and wait for the broker's ack.
 
         Events are produced only after this returns, so a reader never meets a fingerprint it
-        cannot resolve.
+        cannot resolve. A publication that failed (its transaction aborted) is tried again.
         """
         pending = self._schemas.get(writer.fingerprint)
-        if pending is None:
+        if pending is None or (pending.done() and pending.exception() is not None):
             pending = self._schemas[writer.fingerprint] = self.produce_acknowledged(
-                self.topics.schemas, writer.fingerprint_hex.encode(), writer.schema_json.encode()
+                self.topics.schemas, writer.fingerprint_hex.encode(), writer.schema_json.encode(), shard=shard
             )
         await asyncio.shield(pending)
 
@@ -178,8 +191,16 @@ class KafkaClient:
 
     # --- producing --------------------------------------------------------------------------
 
-    def produce_acknowledged(self, topic: str, key: bytes, value: bytes) -> asyncio.Future[None]:
-        """Produce one message; the future resolves on the broker's acknowledgement."""
+    def produce_acknowledged(
+        self,
+        topic: str,
+        key: bytes,
+        value: bytes,
+        *,
+        shard: int | None = None,
+        partition: int = PARTITION_BY_KEY,
+    ) -> asyncio.Future[None]:
+        """Produce one message; the future resolves once its transaction committed."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def settle(error: KafkaError | None, _message: Message | None) -> None:
@@ -190,34 +211,86 @@ class KafkaClient:
             else:
                 future.set_exception(refusal(error))
 
-        self.produce(topic, key, value, settle)
+        self.produce(topic, key, value, settle, shard=shard, partition=partition)
         return future
 
-    def produce(self, topic: str, key: bytes, value: bytes | None, on_delivery: DeliveryCallback) -> None:
-        """Queue one message; ``on_delivery`` runs once its transaction committed (or failed)."""
-        self.transactions.produce(topic, key, value, on_delivery)
+    def produce(
+        self,
+        topic: str,
+        key: bytes,
+        value: bytes | None,
+        on_delivery: DeliveryCallback,
+        *,
+        shard: int | None = None,
+        partition: int = PARTITION_BY_KEY,
+    ) -> None:
+        """Queue one message through ``shard``'s writer (None: any this process holds);
+        ``on_delivery`` runs once its transaction committed (or failed)."""
+        self.writer(shard).produce(topic, key, value, on_delivery, partition)
 
-    async def take_over(self) -> None:
-        """Become the prefix's one writer: the process that wrote before is fenced from now on."""
-        await self.transactions.take_over()
+    def writer(self, shard: int | None) -> TransactionalWriter:
+        """The writer of ``shard``, which this process must own (None: any it holds)."""
+        if shard is None and self.writers:
+            return next(iter(self.writers.values()))
+        shard = shard or 0
+        writer = self.writers.get(shard)
+        if writer is None and self.shards == 1:  # a client used without take_over (tests, benchmarks)
+            writer = self.writers[shard] = self._new_writer(shard)
+        if writer is None:
+            raise ShardNotOwnedError(f"shard {shard} of {self.topics.checkpoints} is not this process's")
+        return writer
+
+    def _new_writer(self, shard: int) -> TransactionalWriter:
+        return TransactionalWriter(
+            Producer(
+                {
+                    **TUNED_DEFAULTS,
+                    **self.client_settings,
+                    **GUARANTEED_SETTINGS,
+                    "transactional.id": self.topics.writer_transactional_id(shard, self.shards),
+                }
+            )
+        )
+
+    async def take_over(self, shard: int = 0) -> None:
+        """Become ``shard``'s one writer: the process that wrote for it before is fenced from
+        now on (its open transaction aborted, whatever it sends later refused)."""
+        writer = self.writers.get(shard) or self._new_writer(shard)
+        await writer.take_over()
+        self.writers[shard] = writer
+
+    async def hand_back(self, shard: int) -> None:
+        """Commit what ``shard``'s writer sent and close it: another process takes it over."""
+        writer = self.writers.pop(shard, None)
+        if writer is not None:
+            await writer.commit()
+
+    def drop(self, shard: int) -> None:
+        """Forget ``shard``'s writer without committing: it was fenced, or is about to be."""
+        self.writers.pop(shard, None)
 
     def poll(self) -> int:
         """Serve delivery reports now (on the calling thread, which must be the loop's)."""
-        return self.transactions.poll()
+        return sum(writer.poll() for writer in list(self.writers.values()))
 
     async def run_poller(self, stop: asyncio.Event) -> None:
-        """Serve delivery reports, and commit the open transaction every TRANSACTION_SECONDS,
+        """Serve delivery reports, and commit the open transactions every TRANSACTION_SECONDS,
         until ``stop``; then commit once more."""
         committed_at = time.monotonic()
         while not stop.is_set():
             self.poll()
             if time.monotonic() - committed_at >= TRANSACTION_SECONDS:
-                await self.transactions.commit()
+                await self._commit_all()
                 committed_at = time.monotonic()
             await asyncio.sleep(0.005)
-        await self.transactions.commit()
+        await self._commit_all()
+
+    async def _commit_all(self, deadline: float | None = None) -> int:
+        """Commit every writer's open transaction, together; how many messages failed."""
+        failed = await asyncio.gather(*(w.commit(deadline) for w in list(self.writers.values())))
+        return sum(failed)
 
     async def flush(self, timeout: float) -> int:
         """Commit what was sent so far, waiting at most about ``timeout`` seconds for Kafka's
         acknowledgements (and the commit's own timeout); returns how many messages failed."""
-        return await self.transactions.commit(deadline=time.monotonic() + timeout)
+        return await self._commit_all(deadline=time.monotonic() + timeout)

@@ -19,6 +19,7 @@ from spanner_cdc.producer.change_stream_rules import POSTGRESQL
 from spanner_cdc.producer.checkpoints import CheckpointStore
 from spanner_cdc.producer.config import ProducerConfig, PublishSettings
 from spanner_cdc.producer.framing import Framing, RegistryFraming, SingleObjectFraming
+from spanner_cdc.producer.group import ShardGroup
 from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.partitions import PartitionScheduler, PartitionState
@@ -51,7 +52,10 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
     kafka, existing = await open_kafka(config)
     refuse_polled_prefix(kafka, existing)
     await kafka.ensure_topic(kafka.topics.schemas, compacted=True)
-    await kafka.ensure_topic(kafka.topics.checkpoints, compacted=True)
+    shards = await kafka.ensure_checkpoint_topic(config.group_shards if config.group else 1)
+    check_shards(config, kafka, shards, existing)
+    if config.group is None:  # fence a process still writing to the prefix before reading
+        await kafka.take_over()
     await kafka.ensure_topic(kafka.topics.dead_letters)
     await move_control_topics(kafka)
     table_filter = TableFilter(config.include_tables, config.exclude_tables)
@@ -68,10 +72,11 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
     await kafka.ensure_topics([kafka.topics.event(table) for table in tables])
     checkpoints = CheckpointStore(kafka)
     restored = await call_with_deadline(checkpoints.read, 60)
+    owned = {0} if config.group is None else set()  # a group member's come from the group
     scheduler = (
-        PartitionScheduler.restored(restored, config.end_timestamp_micros)
+        PartitionScheduler.restored(restored, config.end_timestamp_micros, shards, owned)
         if restored
-        else PartitionScheduler.starting_at(config.start_timestamp_micros)
+        else PartitionScheduler.starting_at(config.start_timestamp_micros, shards, owned)
     )
     metrics = metrics or ProducerMetrics()
     builder = event_builder(config, source.dialect)
@@ -79,6 +84,11 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
     store = backfill_store(kafka)
     plans = await call_with_deadline(store.read, 60)
     backfill_tables, plans = await tables_to_backfill(config, source, catalog, tables, plans)
+    if backfill_tables and config.group is not None:
+        raise UsageError(
+            f"a backfill of {backfill_tables[0].name} under this prefix is unfinished; it runs in one "
+            "process: run the producer without --group until it finished"
+        )
     return ProducerService(
         config,
         source=source,
@@ -100,7 +110,30 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
         )
         if backfill_tables
         else None,
+        group=None if config.group is None else ShardGroup(kafka, config.group, config.group_session_timeout),
     )
+
+
+def check_shards(config: ProducerConfig, kafka: KafkaClient, shards: int, existing: set[str]) -> None:
+    """A group needs a checkpoint topic of several shards, one process the topic of one: the
+    number is fixed when the topic is created (a token's shard is its hash modulo it). Version
+    0.1's checkpoints are moved by a producer on its own (``producer.topic_move``)."""
+    topic = kafka.topics.checkpoints
+    if config.group is not None and existing & set(kafka.topics.moved):
+        raise UsageError(
+            f"{kafka.topics.prefix} still has version 0.1's control topics: run the producer once "
+            "without --group to move them, or give the group a topic prefix of its own"
+        )
+    if config.group is not None and shards == 1:
+        raise UsageError(
+            f"{topic} has one shard: it was created by a producer without --group, and cannot be "
+            "shared; give the group a topic prefix of its own"
+        )
+    if config.group is None and shards > 1:
+        raise UsageError(
+            f"{topic} has {shards} shards: a --group reads this topic prefix; start this producer "
+            "with that --group, or give it a topic prefix of its own"
+        )
 
 
 def backfill_snapshot(config: ProducerConfig, restored: bool) -> int:
@@ -113,9 +146,7 @@ def backfill_snapshot(config: ProducerConfig, restored: bool) -> int:
 
 
 async def open_kafka(settings: PublishSettings) -> tuple[KafkaClient, set[str]]:
-    """The Kafka side, checked to answer now, and the topics the broker has. The client takes
-    the topic prefix's transactional id over first: a process still writing to the prefix is
-    fenced before this one reads its checkpoints (producer.transactions)."""
+    """The Kafka side, checked to answer now, and the topics the broker has."""
     kafka = KafkaClient(
         settings.kafka_bootstrap,
         settings.topic_prefix,
@@ -124,7 +155,6 @@ async def open_kafka(settings: PublishSettings) -> tuple[KafkaClient, set[str]]:
         settings.replication_factor,
     )
     existing = await kafka.check_reachable(settings.connect_timeout_seconds)
-    await kafka.take_over()
     return kafka, existing
 
 
@@ -222,7 +252,8 @@ async def open_framing(registry_url: str | None, registry_settings: dict[str, st
 
 
 def describe(service: ProducerService, started_at: float) -> str:
-    """The progress line: events/s, lag, partitions running/finished, low watermark."""
+    """The progress line: events/s, lag, partitions running/finished, low watermark (and with
+    ``--group`` the shards this process owns)."""
     elapsed = max(1e-9, time.monotonic() - started_at)
     counts = service.scheduler.count_by_state()
     low = service.scheduler.low_watermark_micros()
@@ -232,13 +263,15 @@ def describe(service: ProducerService, started_at: float) -> str:
         watermark, lag = clock_text(low), f"{seconds_behind(low):.1f}s"
     acked = service.publisher.sender.acknowledged
     backfill = service.backfill
-    backfilling = ""
+    tail = ""
     if backfill is not None and not backfill.finished:
-        backfilling = f"  backfill {backfill.rows_published} rows"
+        tail = f"  backfill {backfill.rows_published} rows"
+    if service.group is not None:  # the partition counts are the whole group's
+        tail += f"  shards {len(service.scheduler.owned)}/{service.scheduler.shards}"
     return (
         f"events {acked} ({acked / elapsed:,.0f}/s)  lag {lag}  "
         f"partitions running {counts[PartitionState.RUNNING]} waiting {counts[PartitionState.CREATED]} "
-        f"finished {counts[PartitionState.FINISHED]}  low watermark {watermark}{backfilling}"
+        f"finished {counts[PartitionState.FINISHED]}  low watermark {watermark}{tail}"
     )
 
 

@@ -30,6 +30,17 @@ class ProducerMetrics(ServedMetrics):
             ["state"],
             registry=self.registry,
         )
+        self.shards_owned = Gauge(
+            "spanner_cdc_producer_shards_owned",
+            "Shards of the checkpoint topic this process owns (all of them, one, without --group)",
+            registry=self.registry,
+        )
+        self.partitions_owned = Gauge(
+            "spanner_cdc_producer_partitions_owned",
+            "Unfinished change-stream partitions of this process's shards (spanner_cdc_producer_"
+            "partitions counts the whole group's)",
+            registry=self.registry,
+        )
         self.low_watermark_lag = Gauge(
             "spanner_cdc_producer_low_watermark_lag_seconds",
             "Now minus the low watermark over unfinished partitions",

@@ -140,6 +140,9 @@ class PartitionRunner:
             lambda: self.source.read(self.query, partition.query_token, partition.resume_micros),
         )
         stream.start()
+        # With --log-level debug a run's log says when each token was read, and by which process
+        # of a group: a token read by two processes at once is a defect the tests look for.
+        log.debug("partition %s: query started at %d", partition.token, partition.resume_micros)
         try:
             while True:
                 await self.release.wait_for_room(partition)
@@ -152,6 +155,7 @@ class PartitionRunner:
                 _raise_delivery_failure(run.tracker)
         finally:
             stream.stop()
+            log.debug("partition %s: query stopped", partition.token)
         self._ended(run)
 
     def _ended(self, run: PartitionRun) -> None:

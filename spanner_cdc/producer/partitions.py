@@ -6,7 +6,10 @@ The rules of seed 000 and docs/design.md §4 live here and nowhere else:
 - a child runs only when **every** parent has finished, and exactly one query runs per token;
 - the initial query (``partition_token = NULL``) is the pseudo-partition :data:`ROOT`, the
   parent of the partitions it reports;
-- the low watermark is the minimum watermark over unfinished partitions.
+- the low watermark is the minimum watermark over unfinished partitions;
+- with several processes (``--group``), each owns some shards of the checkpoint topic and runs
+  only the tokens of those (:func:`shard_of`); the others' tokens are in the table too, as their
+  checkpoint records say, so lineage and the low watermark span the whole group.
 
 This is plain state with no I/O, so the service decides *when* to persist and run, and this
 module decides *what*.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +28,13 @@ from spanner_cdc.schemas.records import ChildPartitionsRecord
 
 ROOT = "<root>"
 log = logging.getLogger(__name__)
+
+
+def shard_of(token: str, shards: int) -> int:
+    """The checkpoint-topic partition (shard) that holds ``token``'s records and decides which
+    process of a group reads it. CRC-32, not Python's ``hash``, which differs between processes;
+    no hashing for one shard (a producer on its own): the release asks for every record."""
+    return zlib.crc32(token.encode()) % shards if shards > 1 else 0
 
 
 class PartitionState(enum.StrEnum):
@@ -42,6 +53,9 @@ class Partition:
     checkpoint_micros: int = 0
     #: Everything at or before this was returned by the query (records, heartbeats).
     watermark_micros: int = 0
+    #: The children it reported (written in its FINISHED record: a process of a group that reads
+    #: that record learns of the children before it could pass them in the low watermark).
+    children: tuple[str, ...] = ()
     #: Queries started for it in this process: first starts (at most one) and retries.
     starts: int = 0
     retries: int = 0
@@ -68,6 +82,7 @@ class Partition:
             "start_micros": self.start_micros,
             "state": self.state.value,
             "checkpoint_micros": self.checkpoint_micros,
+            "children": list(self.children),
         }
 
     @classmethod
@@ -88,6 +103,9 @@ class Partition:
             raise ValueError("'token' is not a non-empty string")
         if not isinstance(parents, list) or not all(isinstance(p, str) and p for p in parents):
             raise ValueError("'parents' is not a list of tokens")
+        children = data.get("children", [])  # records of earlier versions have none
+        if not isinstance(children, list) or not all(isinstance(c, str) and c for c in children):
+            raise ValueError("'children' is not a list of tokens")
         start, checkpoint = _integer(data, "start_micros"), _integer(data, "checkpoint_micros")
         if data.get("state") not in PartitionState.__members__:
             raise ValueError(f"'state' is not one of {', '.join(PartitionState)}")
@@ -98,6 +116,7 @@ class Partition:
             state=PartitionState(data["state"]),
             checkpoint_micros=checkpoint,
             watermark_micros=checkpoint,
+            children=tuple(children),
         )
 
 
@@ -108,18 +127,40 @@ def _integer(data: dict[str, Any], name: str) -> int:
     return value
 
 
+#: The order states move in; a record never moves a partition back.
+STATE_ORDER = {PartitionState.CREATED: 0, PartitionState.RUNNING: 1, PartitionState.FINISHED: 2}
+
+
 @dataclass
 class PartitionScheduler:
-    """The partition table: lineage, states, and what may run next."""
+    """The partition table: lineage, states, and what may run next.
+
+    ``shards`` is the checkpoint topic's partition count and ``owned`` the shards whose tokens
+    this process runs: all of them (one shard, owned) for a producer on its own; what Kafka's
+    consumer group assigned for one of a ``--group`` (producer.group). Tokens of other shards
+    are in the table as their owners' checkpoint records say (:meth:`apply_records`).
+    """
 
     partitions: dict[str, Partition] = field(default_factory=dict)
+    shards: int = 1
+    owned: set[int] = field(default_factory=lambda: {0})
+    #: FINISHED records held back until every child they name is known (see apply_records).
+    _finishing: dict[str, Partition] = field(default_factory=dict)
 
     @classmethod
-    def starting_at(cls, start_micros: int) -> PartitionScheduler:
-        return cls({ROOT: Partition(ROOT, (), start_micros)})
+    def starting_at(
+        cls, start_micros: int, shards: int = 1, owned: set[int] | None = None
+    ) -> PartitionScheduler:
+        return cls({ROOT: Partition(ROOT, (), start_micros)}, shards, {0} if owned is None else owned)
 
     @classmethod
-    def restored(cls, partitions: Iterable[Partition], end_micros: int | None) -> PartitionScheduler:
+    def restored(
+        cls,
+        partitions: Iterable[Partition],
+        end_micros: int | None,
+        shards: int = 1,
+        owned: set[int] | None = None,
+    ) -> PartitionScheduler:
         """The partition table as the checkpoint records left it, checked for what a producer
         never writes: a FINISHED partition without a child recorded, when it could not have
         ended at the end timestamp. A partition finishes only after its children are durably
@@ -127,7 +168,7 @@ class PartitionScheduler:
         damaged or forged record, and believing it would skip the partition's remaining changes
         and every descendant's. Such a partition runs again from its checkpoint: at worst its
         changes since then are sent twice (same uuids, dropped by the consumer), none lost."""
-        table = cls({p.token: p for p in partitions})
+        table = cls({p.token: p for p in partitions}, shards, {0} if owned is None else owned)
         parents = {parent for p in table.partitions.values() for parent in p.parents}
         for partition in table.partitions.values():
             ended_at_end = end_micros is not None and partition.checkpoint_micros >= end_micros
@@ -144,11 +185,72 @@ class PartitionScheduler:
                 partition.state = PartitionState.RUNNING
         return table
 
+    # --- ownership (several processes) ---------------------------------------------------
+
+    def mine(self, token: str) -> bool:
+        """Whether this process runs ``token`` (its shard is owned here)."""
+        return shard_of(token, self.shards) in self.owned
+
+    def apply_records(self, records: Iterable[Partition]) -> None:
+        """Other processes' checkpoint records, in the order they were written: a token not
+        known is added (a child another process registered), a token of a shard owned elsewhere
+        takes the record's state and checkpoint — never moving back. A token this process runs
+        keeps its own state: its records are its own.
+
+        A FINISHED record counts only once every child it names is known: the children's
+        CREATED records are in other shards, read in no particular order against this one, and
+        a parent finished with its children unknown would let the low watermark pass changes
+        the children have still to read."""
+        for record in records:
+            known = self.partitions.get(record.token)
+            if known is not None and self.mine(record.token):
+                continue
+            state = record
+            if record.state == PartitionState.FINISHED:
+                self._finishing[record.token] = record
+                state = _unfinished(record)
+            if known is None:
+                self.partitions[record.token] = state
+            else:
+                _advance(known, state)
+        for token, record in list(self._finishing.items()):
+            if all(child in self.partitions for child in record.children):
+                del self._finishing[token]
+                if not self.mine(token):
+                    _advance(self.partitions[token], record)
+
+    def adopt(self, shard: int, records: Iterable[Partition]) -> None:
+        """This process now runs ``shard``: its tokens take the newest records' states (their
+        previous owner was fenced before those were read), then count as this process's."""
+        for record in records:
+            if shard_of(record.token, self.shards) == shard:
+                known = self.partitions.get(record.token)
+                if (
+                    known is None
+                    or record.state != PartitionState.FINISHED
+                    or all(child in self.partitions for child in record.children)
+                ):
+                    self.partitions[record.token] = record
+        self.owned.add(shard)
+
+    def hand_back(self, shard: int) -> None:
+        """``shard`` goes to another process: its tokens count as that process's, at their
+        checkpoints (what this one vouched for on Kafka)."""
+        self.owned.discard(shard)
+        for partition in self.partitions.values():
+            if shard_of(partition.token, self.shards) == shard:
+                partition.watermark_micros = partition.checkpoint_micros
+
+    # --- lineage ---------------------------------------------------------------------------
+
     def register_children(self, record: ChildPartitionsRecord, reported_by: str) -> list[Partition]:
         """Partitions this record adds (already-known tokens are not added again)."""
         added = []
         for child in record.children:
             parents = child.parent_tokens or (reported_by,)
+            reporter = self.partitions[reported_by]
+            if child.token not in reporter.children:
+                reporter.children = (*reporter.children, child.token)
             if child.token in self.partitions:
                 continue
             partition = Partition(child.token, parents, record.start_timestamp_micros)
@@ -157,15 +259,20 @@ class PartitionScheduler:
         return added
 
     def runnable(self) -> list[Partition]:
-        """CREATED partitions whose parents all finished, oldest first."""
+        """This process's CREATED partitions whose parents all finished, oldest first."""
         ready = [
-            p for p in self.partitions.values() if p.state == PartitionState.CREATED and self._parents_done(p)
+            p
+            for p in self.partitions.values()
+            if p.state == PartitionState.CREATED and self.mine(p.token) and self._parents_done(p)
         ]
         return sorted(ready, key=lambda p: (p.start_micros, p.token))
 
     def resumable(self) -> list[Partition]:
-        """RUNNING partitions: after a restart their queries resume from the checkpoint."""
-        return [p for p in self.partitions.values() if p.state == PartitionState.RUNNING]
+        """This process's RUNNING partitions: after a restart (or when their shard came to this
+        process) their queries resume from the checkpoint."""
+        return [
+            p for p in self.partitions.values() if p.state == PartitionState.RUNNING and self.mine(p.token)
+        ]
 
     def _parents_done(self, partition: Partition) -> bool:
         for parent in partition.parents:
@@ -199,8 +306,21 @@ class PartitionScheduler:
         return not self.unfinished()
 
     def low_watermark_micros(self) -> int | None:
-        """Minimum watermark over unfinished partitions; None once all finished."""
+        """Minimum watermark over unfinished partitions — of those another process runs, their
+        checkpoint, which is what it had read and Kafka acknowledged; None once all finished."""
         marks = [p.watermark_micros for p in self.unfinished()]
+        return min(marks) if marks else None
+
+    def release_bound_micros(self) -> int | None:
+        """Up to where held records may be published in commit order: the low watermark of this
+        process's partitions, and one past the checkpoints of the others'. One past: one
+        transaction's records can sit in partitions of two processes, each holding them until
+        the other's checkpoint passes their commit timestamp — they would wait for each other for
+        ever; two changes of one key never share a commit timestamp, so per-key order only
+        needs every other process to have published what came strictly before."""
+        marks = [
+            p.watermark_micros if self.mine(p.token) else p.checkpoint_micros + 1 for p in self.unfinished()
+        ]
         return min(marks) if marks else None
 
     def count_by_state(self) -> dict[PartitionState, int]:
@@ -208,3 +328,25 @@ class PartitionScheduler:
         for partition in self.partitions.values():
             counts[partition.state] += 1
         return counts
+
+
+def _unfinished(record: Partition) -> Partition:
+    """A FINISHED record as the RUNNING one before it: its checkpoint without the finish."""
+    return Partition(
+        record.token,
+        record.parents,
+        record.start_micros,
+        PartitionState.RUNNING,
+        record.checkpoint_micros,
+        record.checkpoint_micros,
+        record.children,
+    )
+
+
+def _advance(known: Partition, record: Partition) -> None:
+    """Move ``known`` forward to what ``record`` says, never back."""
+    if STATE_ORDER[record.state] > STATE_ORDER[known.state]:
+        known.state = record.state
+    known.checkpoint_micros = max(known.checkpoint_micros, record.checkpoint_micros)
+    known.watermark_micros = known.checkpoint_micros
+    known.children = tuple(dict.fromkeys((*known.children, *record.children)))

@@ -43,6 +43,7 @@ async def build_poller(config: PollConfig, metrics: ProducerMetrics) -> Poller:
             "(only such a column holds commit timestamps a poll can rely on)"
         )
     kafka, existing = await open_kafka(config)
+    await kafka.take_over()  # a poller still writing to the prefix is fenced before the positions are read
     store = poll_store(kafka)
     positions = await call_with_deadline(store.read, 60)
     _own_prefix(kafka, config, positions, existing)

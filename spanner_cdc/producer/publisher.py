@@ -127,11 +127,12 @@ class EventSender:
         self._routes: dict[tuple[str, str], Route] = {}
         self._next_turn = 0.0
 
-    async def send(self, events: Sequence[Event], tracker: AckTracker) -> None:
-        """Produce ``events``; ``tracker`` counts each until Kafka acknowledges it."""
+    async def send(self, events: Sequence[Event], tracker: AckTracker, shard: int | None = None) -> None:
+        """Produce ``events`` through ``shard``'s writer (None: the one writer of a producer on
+        its own); ``tracker`` counts each until Kafka acknowledges it."""
         for event in events:
             table = event.table
-            route = self._routes.get((table.table, table.schema_key)) or await self._route(table)
+            route = self._routes.get((table.table, table.schema_key)) or await self._route(table, shard)
             tracker.sent(event.value["source_metadata"]["commit_timestamp"])
             if self.json_events:
                 value, key = event_document(event), key_document(event)
@@ -140,15 +141,19 @@ class EventSender:
                 key = encode(route.key_writer, event.key, route.key_header)
             outgoing = Outgoing.of(event, route.topic, key, len(value))
             try:
-                self.kafka.produce(route.topic, outgoing.key, value, self._on_delivery(tracker, outgoing))
+                self.kafka.produce(
+                    route.topic, outgoing.key, value, self._on_delivery(tracker, outgoing, shard), shard=shard
+                )
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
                     raise
-                self._too_large(tracker, outgoing, exc.args[0].str())
+                self._too_large(tracker, outgoing, exc.args[0].str(), shard)
             if self.delete_tombstones and event.value["source_metadata"]["change_type"] == "DELETE":
                 commit = event.value["source_metadata"]["commit_timestamp"]
                 tracker.sent(commit)
-                self.kafka.produce(route.topic, outgoing.key, None, _acknowledging(tracker, commit))
+                self.kafka.produce(
+                    route.topic, outgoing.key, None, _acknowledging(tracker, commit), shard=shard
+                )
         self.kafka.poll()
         if time.monotonic() >= self._next_turn:
             # A partition with a backlog never waits for its reader: without a turn of the loop
@@ -157,7 +162,7 @@ class EventSender:
             await asyncio.sleep(0)
             self._next_turn = time.monotonic() + LOOP_TURN_SECONDS
 
-    def _too_large(self, tracker: AckTracker, outgoing: Outgoing, reason: str) -> None:
+    def _too_large(self, tracker: AckTracker, outgoing: Outgoing, reason: str, shard: int | None) -> None:
         what = (
             f"event {outgoing.uuid} of table {outgoing.table} ({outgoing.size:,} bytes) "
             "is larger than Kafka accepts"
@@ -184,18 +189,21 @@ class EventSender:
             outgoing.key,
             json.dumps(letter).encode(),
             _acknowledging(tracker, outgoing.commit),
+            shard=shard,
         )
 
-    async def _route(self, table: TableSchema) -> Route:
+    async def _route(self, table: TableSchema, shard: int | None) -> Route:
         """The table version's topic and writer schemas, published (topic, then schemas) once."""
         topic = self.kafka.topics.event(table.table)
         writer = WriterSchema.from_schema(table.event_schema)
         key_writer = WriterSchema.from_schema(table.key_schema)
         await self.kafka.ensure_topic(topic)
         for published in (writer, key_writer):
-            await self.kafka.ensure_schema(published)
+            await self.kafka.ensure_schema(published, shard)
         if self.json_events:  # what JSON readers type the table's values by
-            await self.kafka.produce_acknowledged(self.kafka.topics.schemas, *version_record(table))
+            await self.kafka.produce_acknowledged(
+                self.kafka.topics.schemas, *version_record(table), shard=shard
+            )
         route = Route(
             topic,
             writer,
@@ -212,11 +220,11 @@ class EventSender:
         )
         return route
 
-    def _on_delivery(self, tracker: AckTracker, outgoing: Outgoing) -> DeliveryCallback:
+    def _on_delivery(self, tracker: AckTracker, outgoing: Outgoing, shard: int | None) -> DeliveryCallback:
         def delivered(error: KafkaError | None, _message: Message | None) -> None:
             if error is not None:
                 if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:  # the broker's limit is lower
-                    self._too_large(tracker, outgoing, error.str())
+                    self._too_large(tracker, outgoing, error.str(), shard)
                     return
                 self.metrics.delivery_errors.inc()
                 settle_failure(tracker, error)
@@ -269,14 +277,19 @@ class EventPublisher:
         self.rows = rows
 
     async def publish(
-        self, record: DataChangeRecord, partition_token: str | None, tracker: AckTracker
+        self,
+        record: DataChangeRecord,
+        partition_token: str | None,
+        tracker: AckTracker,
+        shard: int | None = None,
     ) -> None:
-        """Produce the record's events; ``tracker`` counts them until Kafka acknowledges each."""
+        """Produce the record's events through ``shard``'s writer (see EventSender.send);
+        ``tracker`` counts them until Kafka acknowledges each."""
         table = await self._table_schema(record)
         if self.rows is not None:
             record = await self.rows.complete(record, table)
         events = self.builder.build(record, partition_token, int(time.time() * 1000), table)
-        await self.sender.send(events, tracker)
+        await self.sender.send(events, tracker, shard)
 
     async def _table_schema(self, record: DataChangeRecord) -> TableSchema:
         """The record's table version, every column listed (see producer.catalog)."""

@@ -1,5 +1,6 @@
 """Commit-order release: held data change records go to the publisher once the low watermark
-passes them (the buffer and the reasons are in ``producer.ordering``) — or, with
+passes them — with ``--group`` the whole group's (PartitionScheduler.release_bound_micros); the
+buffer and the reasons are in ``producer.ordering`` — or, with
 ``--release-order partition``, as soon as they are read: commit order within each partition only,
 and no wait for the other partitions' heartbeats (docs/producer.md, Performance).
 
@@ -16,7 +17,7 @@ from collections.abc import AsyncIterator
 
 from spanner_cdc.producer.acks import AckTracker
 from spanner_cdc.producer.ordering import CommitOrderBuffer
-from spanner_cdc.producer.partitions import Partition, PartitionScheduler
+from spanner_cdc.producer.partitions import Partition, PartitionScheduler, shard_of
 from spanner_cdc.producer.publisher import EventPublisher
 from spanner_cdc.schemas.records import DataChangeRecord
 
@@ -49,9 +50,10 @@ class CommitOrderRelease:
 
     async def release_locked(self) -> None:
         """The same, for a caller already inside :meth:`locked`."""
-        up_to = self.scheduler.low_watermark_micros() if self.across_partitions else None
+        up_to = self.scheduler.release_bound_micros() if self.across_partitions else None
         while (held := self.buffer.ready(up_to)) is not None:
-            await self.publisher.publish(held.record, held.partition.query_token, held.tracker)
+            shard = shard_of(held.partition.token, self.scheduler.shards)
+            await self.publisher.publish(held.record, held.partition.query_token, held.tracker, shard)
             self.buffer.published(held)
 
     @contextlib.asynccontextmanager

@@ -4,12 +4,20 @@ A partition's life is in ``producer.partition_run``; what each record does, in
 ``producer.actions``; publishing, in ``producer.publisher``. Here: which partitions run (the
 scheduler's lineage rules decide), the periodic checkpoints and watermark records, the gauges,
 and the order of a shutdown. Any partition failing for good stops the producer with its one line.
+
+With ``--group`` (producer.group) the process runs the partitions of the shards the group
+assigned it: it takes a shard over (fencing its previous owner's writer, then reading its
+checkpoints), gives one back when the group moves it (its queries stopped, its events and
+checkpoints committed first), and follows every other process's checkpoint records for lineage
+and the group's low watermark (CheckpointStore.follow).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 from spanner_cdc.errors import SpannerCdcError
 from spanner_cdc.producer.actions import (
@@ -22,11 +30,17 @@ from spanner_cdc.producer.actions import (
 from spanner_cdc.producer.backfill import Backfill
 from spanner_cdc.producer.checkpoints import CheckpointStore
 from spanner_cdc.producer.config import ProducerConfig
-from spanner_cdc.producer.errors import DeliveryFailedError, KafkaClientLostError, ProducerError
+from spanner_cdc.producer.errors import (
+    DeliveryFailedError,
+    GroupMembershipLostError,
+    KafkaClientLostError,
+    ProducerError,
+)
+from spanner_cdc.producer.group import ShardGroup
 from spanner_cdc.producer.low_watermark import advanced_checkpoint, safe_watermark
 from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.partition_run import ChangeStreamSource, PartitionRunner
-from spanner_cdc.producer.partitions import Partition, PartitionScheduler, PartitionState
+from spanner_cdc.producer.partitions import ROOT, Partition, PartitionScheduler, PartitionState, shard_of
 from spanner_cdc.producer.publisher import EventPublisher
 from spanner_cdc.producer.query import ChangeStreamQuery
 from spanner_cdc.producer.release import CommitOrderRelease
@@ -49,8 +63,11 @@ class ProducerService:
         scheduler: PartitionScheduler,
         metrics: ProducerMetrics,
         backfill: Backfill | None = None,
+        group: ShardGroup | None = None,
     ) -> None:
         self.config = config
+        #: The consumer group that assigns this process its shards (``--group``), or None.
+        self.group = group
         #: The snapshot rows to publish alongside the changes (producer.backfill), or None.
         self.backfill = backfill
         self.publisher = publisher
@@ -104,8 +121,16 @@ class ProducerService:
     async def run(self) -> None:
         """Until stopped, failed, or (with an end timestamp) every partition finished."""
         kafka = self.publisher.kafka
-        poller_stop = asyncio.Event()
+        poller_stop, group_stop = asyncio.Event(), asyncio.Event()
         poller = asyncio.create_task(kafka.run_poller(poller_stop))
+        membership = (
+            []
+            if self.group is None
+            else [  # the follower first: a shard's records are read at its takeover anyway
+                self._watch(self.checkpoints.follow(self._records_seen, group_stop)),
+                self._watch(self.group.run(self, group_stop)),
+            ]
+        )
         background = [asyncio.create_task(self._checkpoint_periodically())]
         if self.backfill is not None:
             background.append(asyncio.create_task(self._backfill(self.backfill)))
@@ -142,6 +167,8 @@ class ProducerService:
                 )
             await self._write_last_checkpoints()
             await self._publish_last_watermark()
+            group_stop.set()  # leaving hands every shard back; their commits need the poller
+            await asyncio.gather(*membership, return_exceptions=True)
             poller_stop.set()
             await poller
         if self._failure is not None:
@@ -174,6 +201,82 @@ class ProducerService:
             return
         self._stop_when_done()
 
+    def _watch(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """A task whose failure stops the producer with its one line."""
+        task = asyncio.create_task(work)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _records_seen(self, records: list[Partition]) -> None:
+        """Other processes' checkpoint records: what they finished, registered and published."""
+        self.scheduler.apply_records(records)
+        if not self._stop.is_set():
+            self._launch_runnable()
+
+    # --- shards (--group) -----------------------------------------------------------------
+
+    async def take_shards(self, shards: list[int]) -> None:
+        """The group assigned ``shards`` to this process: fence their previous owner's writer,
+        read their checkpoints as it left them, and run their partitions."""
+        kafka = self.publisher.kafka
+        await asyncio.gather(*(kafka.take_over(shard) for shard in shards))  # 0.5 s each, measured
+        records = await asyncio.to_thread(self.checkpoints.read)
+        self.scheduler.apply_records(records)
+        for shard in shards:
+            self.scheduler.adopt(shard, records)
+        root = self.scheduler.partitions.get(ROOT)
+        if root is not None and self.scheduler.mine(ROOT) and ROOT not in {r.token for r in records}:
+            await self.checkpoints.write([root])  # its start, before another process could pick its own
+        log.info(
+            "shards %s of %d are this process's now (%d shards in all)",
+            ",".join(map(str, shards)),
+            kafka.shards,
+            len(self.scheduler.owned),
+        )
+        self._update_gauges()
+        if not self._stop.is_set():
+            for partition in self.scheduler.resumable():
+                self._launch(partition)
+            self._launch_runnable()
+
+    async def give_back_shards(self, shards: list[int]) -> None:
+        """The group moves ``shards`` to another process: stop their queries, commit their
+        events, write their checkpoints, then let them go — only then may the next owner start."""
+        kafka = self.publisher.kafka
+        moving = set(shards)
+        tasks = [task for token, task in self._tasks.items() if shard_of(token, kafka.shards) in moving]
+        async with self.release.locked():
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks = {token: task for token, task in self._tasks.items() if task not in tasks}
+        await kafka.flush(FLUSH_TIMEOUT_SECONDS)
+        try:
+            await self._write_checkpoints(force=True, shards=moving)
+        except (KafkaClientLostError, DeliveryFailedError) as exc:
+            log.warning("shards %s: the last checkpoints were not written (%s)", shards, exc)
+        for token in [t for t in self.runner.runs if shard_of(t, kafka.shards) in moving]:
+            self.release.buffer.discard(self.runner.runs.pop(token).tracker)
+        for shard in shards:
+            self.scheduler.hand_back(shard)
+            await kafka.hand_back(shard)
+        log.info("shards %s handed back to the group", ",".join(map(str, shards)))
+        self._update_gauges()
+
+    def shards_lost(self, shards: list[int]) -> None:
+        """The group took ``shards`` without a handover (the session expired): their writers
+        are fenced, or about to be. Nothing more is written for them; the producer stops."""
+        kafka = self.publisher.kafka
+        for shard in shards:
+            self.scheduler.hand_back(shard)
+            kafka.drop(shard)
+        self._fail(
+            GroupMembershipLostError(
+                f"shards {','.join(map(str, shards))} were taken from this process: it was paused or cut "
+                "off for longer than --group-session-timeout; it stops (start it again to rejoin)"
+            )
+        )
+
     def _launch(self, partition: Partition) -> None:
         if partition.token in self._tasks:
             return
@@ -183,9 +286,10 @@ class ProducerService:
             self.runner.run(partition, self._launch_runnable), name=f"partition {partition.token[:12]}"
         )
         self._tasks[partition.token] = task
-        task.add_done_callback(self._partition_done)
+        task.add_done_callback(self._task_done)
 
-    def _partition_done(self, task: asyncio.Task[None]) -> None:
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        """A partition's task (or a group member's) ended: a failure stops the producer."""
         if task.cancelled():
             return
         self._tasks = {token: t for token, t in self._tasks.items() if t is not task}
@@ -198,6 +302,8 @@ class ProducerService:
     async def safe_watermark(self) -> int | None:
         """Highest T with every change committed at or before T read, published and acknowledged
         (``producer.low_watermark``), taken under the release lock so no release is half done."""
+        if not self.scheduler.owned:
+            return None  # a member without shards vouches for nothing until it has some
         async with self.release.locked():
             safe = safe_watermark(
                 self.scheduler.low_watermark_micros(),
@@ -243,11 +349,15 @@ class ProducerService:
                 "the last checkpoints were not written (%s); the next run resumes from earlier ones", exc
             )
 
-    async def _write_checkpoints(self, force: bool) -> None:
+    async def _write_checkpoints(self, force: bool, shards: set[int] | None = None) -> None:
+        """The checkpoints of this process's running partitions (of ``shards`` only, if given)
+        that advanced, or all of them with ``force``."""
         changed = []
         for token, run in list(self.runner.runs.items()):
             partition = self.scheduler.partitions[token]
-            if partition.state != PartitionState.RUNNING:
+            if partition.state != PartitionState.RUNNING or not self.scheduler.mine(token):
+                continue
+            if shards is not None and shard_of(token, self.scheduler.shards) not in shards:
                 continue
             advanced = advanced_checkpoint(partition, run.tracker, self.release.buffer.oldest(run.tracker))
             if advanced != partition.checkpoint_micros or force:
@@ -260,6 +370,10 @@ class ProducerService:
     def _update_gauges(self) -> None:
         for state, count in self.scheduler.count_by_state().items():
             self.metrics.partitions.labels(state.value).set(count)
+        self.metrics.shards_owned.set(len(self.scheduler.owned))
+        self.metrics.partitions_owned.set(
+            sum(1 for p in self.scheduler.unfinished() if self.scheduler.mine(p.token))
+        )
         low = self.scheduler.low_watermark_micros()
         if low is not None:
             self.metrics.low_watermark_lag.set(seconds_behind(low))

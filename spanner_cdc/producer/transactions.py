@@ -51,6 +51,8 @@ DRAIN_PAUSE_SECONDS = 0.002
 COMMIT_ATTEMPTS = 3
 #: Messages kept while a commit runs before the event loop waits for it.
 MAX_DEFERRED = 100_000
+#: librdkafka's "no partition given": the partitioner picks one by the key.
+PARTITION_BY_KEY = -1
 #: The broker's and librdkafka's ways of saying another process took the transactional id over.
 FENCED = (KafkaError.PRODUCER_FENCED, KafkaError._FENCED)
 
@@ -98,7 +100,7 @@ class TransactionalWriter:
         #: Cleared while the commit itself runs on its worker thread.
         self._commit_done = threading.Event()
         self._commit_done.set()
-        self._deferred: list[tuple[str, bytes, bytes | None, DeliveryCallback]] = []
+        self._deferred: list[tuple[str, bytes, bytes | None, DeliveryCallback, int]] = []
         #: The reports of the open transaction's delivered messages, run once it commits.
         self._held: list[DeliveryCallback] = []
         self._sent_in_transaction = 0
@@ -119,7 +121,14 @@ class TransactionalWriter:
             raise KafkaClientLostError(client_lost(exc.args[0])) from None
         self._began = True
 
-    def produce(self, topic: str, key: bytes, value: bytes | None, on_delivery: DeliveryCallback) -> None:
+    def produce(
+        self,
+        topic: str,
+        key: bytes,
+        value: bytes | None,
+        on_delivery: DeliveryCallback,
+        partition: int = PARTITION_BY_KEY,
+    ) -> None:
         """Queue one message into the open transaction (or the next, while a commit runs)."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
@@ -129,11 +138,11 @@ class TransactionalWriter:
         if not self._open:
             if len(self._deferred) >= MAX_DEFERRED:
                 self._wait_for_commit()
-            self._deferred.append((topic, key, value, on_delivery))
+            self._deferred.append((topic, key, value, on_delivery, partition))
             return
         if self._deferred:
             self._send_deferred()
-        self._send(topic, key, value, on_delivery)
+        self._send(topic, key, value, on_delivery, partition)
 
     def _wait_for_commit(self) -> None:
         """Too many messages kept: the event loop waits, as when librdkafka's own queue is full —
@@ -150,14 +159,16 @@ class TransactionalWriter:
         for message in deferred:
             self._send(*message)
 
-    def _send(self, topic: str, key: bytes, value: bytes | None, on_delivery: DeliveryCallback) -> None:
+    def _send(
+        self, topic: str, key: bytes, value: bytes | None, on_delivery: DeliveryCallback, partition: int
+    ) -> None:
         """Into librdkafka; when its queue is full, serve delivery reports until it is not."""
         if self.lost is not None:
             raise KafkaClientLostError(client_lost(self.lost))
         report = self._held_until_commit(on_delivery)
         while True:
             try:
-                self.producer.produce(topic, value=value, key=key, on_delivery=report)
+                self.producer.produce(topic, value=value, key=key, partition=partition, on_delivery=report)
                 self._sent_in_transaction += 1
                 return
             except BufferError:
@@ -214,7 +225,7 @@ class TransactionalWriter:
                     self._send_deferred()
             else:  # nothing can be sent any more: the kept messages fail with the reason
                 error = self.lost
-                held += [report for _, _, _, report in self._deferred]
+                held += [report for _, _, _, report, _ in self._deferred]
                 self._deferred = []
             for on_delivery in held:
                 on_delivery(error, None)

@@ -36,10 +36,15 @@ class Topics:
     def schemas(self) -> str:
         return f"{CONTROL_NAMESPACE}.{self.prefix}.schemas"
 
-    @property
-    def writer_transactional_id(self) -> str:
-        """The Kafka transactional id of the prefix's one writer (producer.transactions)."""
-        return f"{CONTROL_NAMESPACE}.{self.prefix}.writer"
+    def writer_transactional_id(self, shard: int, shards: int) -> str:
+        """The Kafka transactional id of the writer of one shard of the checkpoint topic
+        (producer.transactions): the prefix's one writer when there is one shard."""
+        writer = f"{CONTROL_NAMESPACE}.{self.prefix}.writer"
+        return writer if shards == 1 else f"{writer}.shard-{shard}"
+
+    def group_id(self, group: str) -> str:
+        """The Kafka consumer group of the producer processes started with ``--group group``."""
+        return f"{CONTROL_NAMESPACE}.{self.prefix}.producers.{group}"
 
     @property
     def checkpoints(self) -> str:

@@ -28,10 +28,10 @@ from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
 from testkit.consumer_run import consumer_config, run_consumer, unique_prefix
+from testkit.scrape import fetch
 from testkit.spanner_db import create_database
 from tests.support.churn import now_micros, produce_command, produce_since, produce_to_now, producer_config
 from tests.support.kafka_read import Received, read_all, read_events, read_topic
-from tests.support.scrape import fetch
 from tests.support.stopping import stop_with_sigterm
 from tests.support.waiting import wait_for
 from tests.support.workload import AccountWriter

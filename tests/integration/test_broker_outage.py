@@ -18,11 +18,11 @@ from spanner_cdc.schemas.timestamps import now_micros
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
+from testkit.scrape import scrape
 from testkit.spanner_db import create_database
 from tests.support.churn import ACCOUNTS_DDL, produce_command
 from tests.support.kafka_read import read_all
 from tests.support.produce_process import published_ids, run_producer_while, upsert_account
-from tests.support.scrape import scrape
 from tests.support.stopping import stop_with_sigterm
 from tests.support.waiting import eventually
 

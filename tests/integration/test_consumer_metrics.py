@@ -18,8 +18,8 @@ import pytest
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
 from testkit.consumer_run import consume_command, consumer_config, unique_prefix
+from testkit.scrape import fetch, scrape, total
 from testkit.synthetic import ChangeFactory, publish, random_history
-from tests.support.scrape import fetch, scrape, total
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 EVENTS = "spanner_cdc_consumer_events_total"

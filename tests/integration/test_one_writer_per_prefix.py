@@ -11,11 +11,11 @@ import pytest
 
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
+from testkit.scrape import scrape
 from testkit.spanner_db import create_database
 from tests.support.churn import ACCOUNTS_DDL, produce_command
 from tests.support.kafka_read import read_all
 from tests.support.produce_process import published_ids, upsert_account
-from tests.support.scrape import scrape
 from tests.support.stopping import stop_with_sigterm
 from tests.support.waiting import wait_for
 

@@ -4,6 +4,8 @@ end, and with whole transactions at every batch's consistent cut."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit
 from spanner_cdc.demo import bank
 from spanner_cdc.producer.main import build_service
+from spanner_cdc.producer.service import ProducerService
 from spanner_cdc.schemas.timestamps import datetime_from_micros
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import consumer_config, fresh_postgres_database, run_consumer
@@ -54,29 +57,49 @@ def test_replica_equals_spanner_after_a_churned_run(
         assert replica_rows(config, "Accounts", '"Id", "Balance"') == source
 
 
+def watermark_past(service: ProducerService, micros: int) -> bool:
+    return (service.scheduler.low_watermark_micros() or 0) > micros
+
+
 @RERUN_ON_EMULATOR_SKIP
-@pytest.mark.parametrize("release_order", ["commit", "partition"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"release_order": "commit"},
+        {"release_order": "partition"},
+        {"release_order": "commit", "group": "two"},
+    ],
+    ids=["commit-order", "partition-order", "two-producers"],
+)
 def test_bank_transfers_leave_every_replica_batch_a_consistent_cut_of_spanner(
-    spark: Any, churn_spanner: str, stack: EmbeddedStack, tmp_path: Path, release_order: str
+    spark: Any, churn_spanner: str, stack: EmbeddedStack, tmp_path: Path, options: dict[str, str]
 ) -> None:
     """Transfers (two Accounts updates and a Transfers row per transaction) while partitions
     churn; the consumer runs with small batches. After every committed replica batch the sum
     of balances is the opening total and the replica equals Spanner read at the recorded cut.
     With ``--release-order partition`` changes reach Kafka before the other partitions have read
-    past them, and the watermark records must still promise only what is there."""
+    past them, and the watermark records must still promise only what is there. With a group,
+    two producers share the stream, each writing watermark records of the whole group's."""
     database = create_database(churn_spanner, bank.DDL)
+    group = options.get("group")
     config = producer_config(
-        churn_spanner, stack.endpoint("kafka"), database, bank.STREAM, release_order=release_order
-    )
+        churn_spanner, stack.endpoint("kafka"), database, bank.STREAM, **options,
+        group_shards=4, group_session_timeout=6,
+    )  # fmt: skip
     workload = bank.BankWorkload(database)
 
     async def produce_while_transferring() -> None:
-        service = await build_service(config)
-        async with running(service):
+        services = [await build_service(config) for _ in range(1 if group is None else 2)]
+        async with contextlib.AsyncExitStack() as producers:
+            for service in services:
+                await producers.enter_async_context(running(service))
             await asyncio.to_thread(workload.open_accounts)
             await asyncio.to_thread(workload.run, 8, 25)
             last = now_micros()
-            await wait_until(service, lambda: (service.scheduler.low_watermark_micros() or 0) > last, 120)
+            for service in services:
+                await wait_until(service, functools.partial(watermark_past, service, last), 120)
+        read = [any(p.starts for p in service.scheduler.partitions.values()) for service in services]
+        assert all(read), "a producer of the group read no partition"
 
     source_log = SourceLog(config, bank.TABLE_COLUMNS)
     with source_log.recording():

@@ -26,11 +26,11 @@ from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
 from spanner_cdc.stack.services import EMULATOR_PROJECT
 from testkit.consumer_run import consumer_config, run_consumer, unique_prefix
+from testkit.scrape import scrape, total
 from testkit.spanner_db import INSTANCE, create_database
 from tests.support.churn import produce_command
 from tests.support.hang_report import HANG_REPORT
 from tests.support.kafka_read import Received, read_all, read_topic
-from tests.support.scrape import scrape, total
 from tests.support.stopping import stop_with_sigterm
 from tests.support.waiting import wait_for
 

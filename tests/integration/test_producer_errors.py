@@ -19,11 +19,11 @@ from spanner_cdc.schemas.timestamps import format_timestamp_micros, now_micros
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
+from testkit.scrape import scrape
 from testkit.spanner_db import create_database
 from tests.support.churn import ACCOUNTS_DDL, produce_command
 from tests.support.kafka_read import read_all, read_events
 from tests.support.produce_process import published_ids, run_until_published, upsert_account
-from tests.support.scrape import scrape
 
 pytestmark = pytest.mark.integration
 
@@ -72,6 +72,10 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int, *
         (("--kafka-config", "acks"), "Bank", ("KEY=VALUE",)),
         (("--topic-partitions", "0"), "Bank", ("--topic-partitions",)),
         (("--schema-registry-url", "registry:8081"), "Bank", ("--schema-registry-url", "not an http(s) URL")),
+        (("--group", "g", "--backfill"), "Bank", ("--backfill runs in one process",)),
+        (("--group", "g", "--group-session-timeout", "2"), "Bank", ("--group-session-timeout", "6-300")),
+        (("--group", "G!"), "Bank", ("--group",)),
+        (("--group", "g", "--group-shards", "1"), "Bank", ("--group-shards",)),
     ],
 )
 def test_invalid_options_exit_2(stack: EmbeddedStack, bank: Any, extra: tuple[str, ...], stream: str,
@@ -165,6 +169,25 @@ def test_a_damaged_checkpoint_topic_is_one_line_not_a_traceback(
     command = produce_command(stack.endpoint("spanner"), stack.endpoint("kafka"), bank, "Bank", prefix)
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert_one_line_error(result, 1, f"{Topics(prefix).checkpoints} offset 0", phrase)
+
+
+@pytest.mark.parametrize(
+    ("shards", "extra", "phrase"),
+    [(1, ("--group", "g"), "has one shard"), (4, (), "has 4 shards: a --group reads this topic prefix")],
+)
+def test_a_group_and_a_single_producer_refuse_each_others_prefix(
+    stack: EmbeddedStack, bank: Any, shards: int, extra: tuple[str, ...], phrase: str
+) -> None:
+    """The checkpoint topic's shards are fixed when it is created: a group cannot share a
+    single producer's prefix, nor a single producer read a group's."""
+    prefix = f"shards-{uuid.uuid4().hex[:6]}"
+    kafka = KafkaClient(stack.endpoint("kafka"), prefix, {}, 1, -1)
+    asyncio.run(kafka.ensure_checkpoint_topic(shards))
+    command = produce_command(
+        stack.endpoint("spanner"), stack.endpoint("kafka"), bank, "Bank", prefix, *extra
+    )
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert_one_line_error(result, 2, phrase)
 
 
 def test_a_table_filter_that_matches_no_table_is_a_warning(stack: EmbeddedStack, bank: Any) -> None:

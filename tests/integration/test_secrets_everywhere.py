@@ -27,9 +27,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
 from testkit.consumer_run import fresh_postgres_database
+from testkit.scrape import fetch, scrape
 from testkit.spanner_db import create_database
 from tests.support.churn import ACCOUNTS_DDL, produce_command
-from tests.support.scrape import fetch, scrape
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

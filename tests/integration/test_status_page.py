@@ -21,12 +21,12 @@ from spanner_cdc.consumer.streams.api import StreamReplica
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
 from testkit.consumer_run import consume_command, consumer_config, unique_prefix
+from testkit.scrape import fetch, scrape
 from testkit.spanner_db import create_database
 from testkit.synthetic import ChangeFactory, publish, random_history
 from tests.support.browser import rendered
 from tests.support.churn import ACCOUNTS_DDL, produce_command
 from tests.support.produce_process import published_ids, upsert_account
-from tests.support.scrape import fetch, scrape
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -12,9 +12,9 @@ from google.cloud.spanner_v1 import KeySet
 
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
+from testkit.scrape import scrape
 from tests.support.churn import produce_command
 from tests.support.kafka_read import read_events
-from tests.support.scrape import scrape
 from tests.support.stopping import stop_with_sigterm
 
 

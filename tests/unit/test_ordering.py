@@ -109,7 +109,11 @@ class RecordingPublisher(EventPublisher):
         self.published: list[tuple[int, str | None]] = []
 
     async def publish(
-        self, record: DataChangeRecord, partition_token: str | None, tracker: AckTracker
+        self,
+        record: DataChangeRecord,
+        partition_token: str | None,
+        tracker: AckTracker,
+        shard: int | None = None,
     ) -> None:
         self.published.append((record.commit_timestamp_micros, partition_token))
         tracker.sent(record.commit_timestamp_micros)

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from spanner_cdc.producer.acks import AckTracker
-from spanner_cdc.producer.partitions import ROOT, Partition, PartitionScheduler, PartitionState
+from spanner_cdc.producer.partitions import ROOT, Partition, PartitionScheduler, PartitionState, shard_of
 from spanner_cdc.schemas.records import ChildPartition, ChildPartitionsRecord
 
 pytestmark = pytest.mark.unit
@@ -146,3 +146,87 @@ def test_failed_delivery_pins_the_checkpoint() -> None:
         assert tracker.failed == "broker gone" and tracker.checkpoint(50) == 9
 
     asyncio.run(scenario())
+
+
+# --- several processes (--group) -------------------------------------------------------------
+
+
+def tokens_of(shard: int, shards: int, count: int) -> list[str]:
+    """``count`` tokens that fall in ``shard``."""
+    found = (f"t{i}" for i in range(10_000))
+    return [t for t in found if shard_of(t, shards) == shard][:count]
+
+
+def record(
+    token: str, state: PartitionState, checkpoint: int, *children: str, parents: tuple[str, ...] = ()
+) -> Partition:
+    return Partition(token, parents or (ROOT,), 0, state, checkpoint, checkpoint, children)
+
+
+def test_a_token_belongs_to_the_same_shard_in_every_process() -> None:
+    assert shard_of("some-token", 6) == 2  # CRC-32, not the per-process salted hash()
+    assert {shard_of(f"t{i}", 6) for i in range(100)} == set(range(6))
+
+
+def test_a_process_runs_only_the_tokens_of_its_shards() -> None:
+    mine, theirs = tokens_of(0, 2, 1)[0], tokens_of(1, 2, 1)[0]
+    scheduler = PartitionScheduler.restored(
+        [record(ROOT, PartitionState.FINISHED, 5, mine, theirs), record(mine, PartitionState.CREATED, 0),
+         record(theirs, PartitionState.CREATED, 0)], None, shards=2, owned={0},
+    )  # fmt: skip
+    assert [p.token for p in scheduler.runnable()] == [mine]
+
+
+def test_another_process_finishing_a_parent_counts_once_its_children_are_known() -> None:
+    parent, child = tokens_of(1, 2, 2)
+    scheduler = PartitionScheduler.restored([record(parent, PartitionState.RUNNING, 10)], None, 2, {0})
+    scheduler.apply_records([record(parent, PartitionState.FINISHED, 20, child)])
+    assert scheduler.partitions[parent].state == PartitionState.RUNNING, "finished before its child is known"
+    assert scheduler.low_watermark_micros() == 20
+    scheduler.apply_records([record(child, PartitionState.CREATED, 19, parents=(parent,))])
+    assert scheduler.partitions[parent].state == PartitionState.FINISHED
+    assert scheduler.low_watermark_micros() == 19
+
+
+def test_records_never_move_another_processs_token_back_nor_touch_this_ones() -> None:
+    mine, theirs = tokens_of(0, 2, 1)[0], tokens_of(1, 2, 1)[0]
+    scheduler = PartitionScheduler.restored(
+        [record(mine, PartitionState.RUNNING, 50), record(theirs, PartitionState.RUNNING, 50)], None, 2, {0}
+    )
+    scheduler.apply_records(
+        [record(mine, PartitionState.CREATED, 0), record(theirs, PartitionState.CREATED, 10)]
+    )
+    assert (scheduler.partitions[theirs].state, scheduler.partitions[theirs].checkpoint_micros) == (
+        PartitionState.RUNNING, 50,
+    )  # fmt: skip
+    assert scheduler.partitions[mine].checkpoint_micros == 50
+
+
+def test_the_release_waits_for_the_other_processes_checkpoints_strictly_before_a_commit() -> None:
+    mine, theirs = tokens_of(0, 2, 1)[0], tokens_of(1, 2, 1)[0]
+    scheduler = PartitionScheduler.restored(
+        [record(mine, PartitionState.RUNNING, 0), record(theirs, PartitionState.RUNNING, 99)], None, 2, {0}
+    )
+    scheduler.partitions[mine].watermark_micros = 500
+    # A change at 100 may go once the other process published everything before 100: one
+    # transaction held at 100 in both would otherwise wait for the other for ever.
+    assert scheduler.release_bound_micros() == 100
+    assert scheduler.low_watermark_micros() == 99  # what a watermark record may promise
+
+
+def test_a_shard_taken_over_resumes_from_its_newest_records() -> None:
+    token = tokens_of(1, 2, 1)[0]
+    scheduler = PartitionScheduler.restored([record(token, PartitionState.RUNNING, 10)], None, 2, {0})
+    scheduler.adopt(1, [record(token, PartitionState.RUNNING, 40)])
+    assert [(p.token, p.resume_micros) for p in scheduler.resumable()] == [(token, 40)]
+    scheduler.hand_back(1)
+    assert scheduler.resumable() == []
+
+
+def test_a_finished_record_names_its_children() -> None:
+    scheduler = PartitionScheduler.starting_at(0)
+    scheduler.register_children(children(1, ("a", ()), ("b", ())), ROOT)
+    root = scheduler.partitions[ROOT]
+    assert Partition.from_json(root.to_json()).children == ("a", "b")
+    with pytest.raises(ValueError, match="'children'"):
+        Partition.from_json({**root.to_json(), "children": None})

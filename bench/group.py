@@ -153,7 +153,15 @@ def takeover(spanner: str, kafka: str) -> Takeover:
     database = accounts_database(spanner)
     prefix = f"bench-kill-{uuid.uuid4().hex[:6]}"
     run = command(
-        spanner, kafka, database, prefix, "--format", "json", "--group-session-timeout", str(SESSION_SECONDS)
+        spanner,
+        kafka,
+        database,
+        prefix,
+        *GROUP,
+        "--format",
+        "json",
+        "--group-session-timeout",
+        str(SESSION_SECONDS),
     )
     stop = threading.Event()
 

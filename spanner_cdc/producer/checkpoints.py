@@ -21,10 +21,9 @@ import json
 from collections.abc import Callable, Iterable
 from contextlib import closing
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
 from spanner_cdc.common.blocking import loop_on_thread_until
-from spanner_cdc.common.kafka_offsets import READER_SETTINGS
 from spanner_cdc.producer.errors import CheckpointError, DeliveryFailedError
 from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.producer.partitions import Partition, shard_of
@@ -81,14 +80,7 @@ class CheckpointStore:
         written only after the events it covers were committed, so seeing it early says nothing
         false)."""
         loop = asyncio.get_running_loop()
-        consumer = Consumer(
-            {
-                **READER_SETTINGS,
-                **self.kafka.client_settings,
-                "group.id": f"{self.kafka.topics.prefix}.follower",
-                "enable.auto.commit": False,
-            }
-        )
+        consumer = self.kafka.consumer(f"{self.kafka.topics.prefix}.follower")
         consumer.assign(
             [TopicPartition(self.topic, shard, OFFSET_BEGINNING) for shard in range(self.kafka.shards)]
         )

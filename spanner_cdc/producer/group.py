@@ -23,7 +23,6 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, TopicPartition
 
 from spanner_cdc.common.blocking import loop_on_thread_until
-from spanner_cdc.common.kafka_offsets import READER_SETTINGS
 from spanner_cdc.producer.kafka import KafkaClient
 
 log = logging.getLogger(__name__)
@@ -49,20 +48,19 @@ class ShardGroup:
     def __init__(self, kafka: KafkaClient, name: str, session_timeout_seconds: float) -> None:
         self.kafka = kafka
         self.name = name
-        self.settings: dict[str, Any] = {
-            **READER_SETTINGS,
-            **kafka.client_settings,
-            "group.id": kafka.topics.group_id(name),
-            "partition.assignment.strategy": "cooperative-sticky",
-            "session.timeout.ms": int(session_timeout_seconds * 1000),
-            "heartbeat.interval.ms": max(100, int(session_timeout_seconds * 1000 / 5)),
-            "enable.auto.commit": False,
-        }
+        self.session_ms = int(session_timeout_seconds * 1000)
 
     async def run(self, owner: ShardOwner, stop: asyncio.Event) -> None:
         """Be a member until ``stop``; then leave, which revokes (and hands back) every shard."""
         loop = asyncio.get_running_loop()
-        consumer = Consumer(self.settings)
+        consumer = self.kafka.consumer(
+            self.kafka.topics.group_id(self.name),
+            **{
+                "partition.assignment.strategy": "cooperative-sticky",
+                "session.timeout.ms": self.session_ms,
+                "heartbeat.interval.ms": max(100, self.session_ms // 5),
+            },
+        )
 
         def on_loop(
             handover: Callable[[list[int]], Coroutine[Any, Any, None]], partitions: list[TopicPartition]

@@ -167,19 +167,25 @@ class KafkaClient:
             )
         await asyncio.shield(pending)
 
+    def consumer(self, group_id: str, **settings: Any) -> Consumer:
+        """A consumer of this broker that reads the project's topics (common.kafka_offsets'
+        READER_SETTINGS), commits no offsets, in group ``group_id``; ``settings`` add to it."""
+        return Consumer(
+            {
+                **READER_SETTINGS,
+                **self.client_settings,
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                **settings,
+            }
+        )
+
     def read_topic(self, topic: str, timeout: float) -> Generator[tuple[int, bytes | None, bytes | None]]:
         """(offset, key, value) of every record now in ``topic``, one at a time (blocking: for
         start-up, before the loop runs work). Call with ``contextlib.closing`` so the consumer is
         closed also when the caller stops early. KafkaSetupError when the broker hands over
         nothing for ``timeout`` seconds."""
-        consumer = Consumer(
-            {
-                **READER_SETTINGS,
-                **self.client_settings,
-                "group.id": f"{self.topics.prefix}.reader",
-                "enable.auto.commit": False,
-            }
-        )
+        consumer = self.consumer(f"{self.topics.prefix}.reader")
         try:
             with closing(read_to_end(consumer, topic, {}, timeout=timeout)) as messages:
                 for _partition, offset, key, value in messages:

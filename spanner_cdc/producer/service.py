@@ -230,7 +230,7 @@ class ProducerService:
         log.info(
             "shards %s of %d are this process's now (%d shards in all)",
             ",".join(map(str, shards)),
-            kafka.shards,
+            self.scheduler.shards,
             len(self.scheduler.owned),
         )
         self._update_gauges()
@@ -244,7 +244,9 @@ class ProducerService:
         events, write their checkpoints, then let them go — only then may the next owner start."""
         kafka = self.publisher.kafka
         moving = set(shards)
-        tasks = [task for token, task in self._tasks.items() if shard_of(token, kafka.shards) in moving]
+        tasks = [
+            task for token, task in self._tasks.items() if shard_of(token, self.scheduler.shards) in moving
+        ]
         async with self.release.locked():
             for task in tasks:
                 task.cancel()
@@ -255,7 +257,7 @@ class ProducerService:
             await self._write_checkpoints(force=True, shards=moving)
         except (KafkaClientLostError, DeliveryFailedError) as exc:
             log.warning("shards %s: the last checkpoints were not written (%s)", shards, exc)
-        for token in [t for t in self.runner.runs if shard_of(t, kafka.shards) in moving]:
+        for token in [t for t in self.runner.runs if shard_of(t, self.scheduler.shards) in moving]:
             self.release.buffer.discard(self.runner.runs.pop(token).tracker)
         for shard in shards:
             self.scheduler.hand_back(shard)

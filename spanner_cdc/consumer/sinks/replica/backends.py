@@ -1,7 +1,9 @@
 """The two replica databases behind one small interface: run SQL, load Arrow rows, transact.
 
 Everything else (DDL, the merge, the batch marker, streams) is the same SQL for both, in
-:mod:`consumer.sinks.replica.merge` and :mod:`consumer.streams`. SQL is written with ``?``
+:mod:`consumer.sinks.replica.merge` and :mod:`consumer.streams`, but for the few forms one
+database runs far slower than the other: how keys compare NULL to NULL (``null_safe_equal``)
+and how a join updates rows (``update_joined``). SQL is written with ``?``
 placeholders; a ``?`` or ``%`` inside a quoted name is kept as it is (:func:`psycopg_placeholders`).
 
 DuckDB lets one process open a database file for writing at a time. The consumer opens the
@@ -33,12 +35,16 @@ from spanner_cdc.consumer.table_version import PayloadColumn
 
 #: A table's copy while DuckDB rebuilds it (:meth:`DuckDbBackend.allow_null_keys`).
 REBUILT_TABLE = "cdc$rebuilt"
+#: The rows DuckDB writes anew in place of an UPDATE (:meth:`DuckDbBackend.update_joined`).
+UPDATED_ROWS = "cdc$updated"
 #: The first PostgreSQL with ``NULLS NOT DISTINCT`` unique indexes (15).
 NULLS_NOT_DISTINCT_VERSION = 150_000
 #: How long a process waits for another to let go of a DuckDB replica file: longer than any
 #: micro-batch or stream command holds it.
 DUCKDB_LOCK_WAIT_SECONDS = 120.0
 _LOCK_POLL_SECONDS = 0.05
+#: (column, SQL expression) pairs of an UPDATE's SET.
+Assignments = Sequence[tuple[str, str]]
 #: Rows only; every string quoted ("needed" quotes every value that can hold a quote).
 _CSV_OPTIONS = pa_csv.WriteOptions(include_header=False, quoting_style="needed")
 
@@ -74,6 +80,15 @@ class SqlBackend(Protocol):
 
     def null_safe_equal(self, left: str, right: str) -> str:
         """SQL: two values are the same, NULL the same as NULL — in a form the database joins fast."""
+        ...
+
+    def update_joined(
+        self, table: str, assignments: Assignments, source: str, match: str, params: Sequence[Any]
+    ) -> None:
+        """``UPDATE table AS t SET column = expression, … FROM source AS f WHERE match``: each row
+        of ``table`` that ``match`` pairs with one row of ``source`` gets the assignments'
+        expressions over ``t`` and ``f`` (``params`` fill their ``?``); the other columns keep
+        their values."""
         ...
 
     @contextmanager
@@ -220,6 +235,27 @@ class DuckDbBackend:
     def null_safe_equal(self, left: str, right: str) -> str:
         return f"{left} IS NOT DISTINCT FROM {right}"  # a hash join condition in DuckDB
 
+    def update_joined(
+        self, table: str, assignments: Assignments, source: str, match: str, params: Sequence[Any]
+    ) -> None:
+        """The rows written anew: the matched rows with the assignments applied (``t.* REPLACE``
+        keeps every other column, those of older table versions too) are copied aside, deleted
+        and inserted again, in the caller's transaction. DuckDB's UPDATE of rows spread over the
+        table is slow: 20,000 of a 32,000-row replica (three columns, a VARCHAR key) took 1.0-3.4 s
+        a batch, growing from batch to batch, and 0.06-0.09 s this way, the same rows after
+        (a scratch script, DuckDB 2.0.1; the bench's DuckDB replica spent 15.6 of its 57.5 s in
+        UPDATE over 440,000 events)."""
+        replaced = ", ".join(f"{expression} AS {quote(column)}" for column, expression in assignments)
+        updated = quote(UPDATED_ROWS)
+        self.execute(
+            f"CREATE TEMP TABLE {updated} AS SELECT t.* REPLACE ({replaced}) "
+            f"FROM {quote(table)} AS t JOIN {quote(source)} AS f ON {match}",
+            params,
+        )
+        self.execute(f"DELETE FROM {quote(table)} AS t USING {quote(source)} AS f WHERE {match}")
+        self.execute(f"INSERT INTO {quote(table)} SELECT * FROM {updated}")
+        self.execute(f"DROP TABLE {updated}")
+
     @contextmanager
     def transaction(self) -> Iterator[None]:
         self.execute("BEGIN")
@@ -316,6 +352,12 @@ class PostgresBackend:
         # IS NOT DISTINCT FROM is neither hashed nor looked up in an index by PostgreSQL (a
         # 300,000-row table: 6.3 s against 26 ms for this form, which uses the index).
         return f"({left} = {right} OR ({left} IS NULL AND {right} IS NULL))"
+
+    def update_joined(
+        self, table: str, assignments: Assignments, source: str, match: str, params: Sequence[Any]
+    ) -> None:
+        sets = ", ".join(f"{quote(column)} = {expression}" for column, expression in assignments)
+        self.execute(f"UPDATE {quote(table)} AS t SET {sets} FROM {quote(source)} AS f WHERE {match}", params)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

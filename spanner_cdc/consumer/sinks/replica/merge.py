@@ -247,27 +247,21 @@ class ReplicaMerge:
             history.close_versions(changes.names.table, changes.names.history, [*key, *values], changed, cut)
             history.keep_inserts(changes.names.inserts, STAGE, key, values, order=ORDER_COLUMNS, cut=cut)
             history.prune(changes.names.history, changes.names.inserts, cut)
-        sets = ", ".join(
-            f"{quote(c.name)} = CASE WHEN f.{quote(SET_PREFIX + c.name)} THEN f.{quote(c.name)} "
-            f"ELSE t.{quote(c.name)} END"
-            for c in changes.value_columns
-        )
-        order_sets = ", ".join(
-            [
-                *(f"{quote(n)} = f.{quote(n)}" for n in ORDER_COLUMNS),
-                f"{quote(REPLICA_ROW_ID)} = f.{quote(REPLICA_ROW_ID)}",
-                f"{quote(VALID_FROM)} = ?",
-            ]
-        )
+        set_or_kept = "CASE WHEN f.{flag} THEN f.{column} ELSE t.{column} END"
+        assignments = [
+            *(
+                (c.name, set_or_kept.format(flag=quote(SET_PREFIX + c.name), column=quote(c.name)))
+                for c in changes.value_columns
+            ),
+            *((n, f"f.{quote(n)}") for n in (*ORDER_COLUMNS, REPLICA_ROW_ID)),
+            (VALID_FROM, "?"),
+        ]
+        matched = _match(key, same, "t", "f")
         self.backend.execute(
-            f"DELETE FROM {target} AS t USING {quote(FOLDED)} AS f WHERE {_match(key, same, 't', 'f')} "
+            f"DELETE FROM {target} AS t USING {quote(FOLDED)} AS f WHERE {matched} "
             f"AND (f.{quote(IS_DELETE)} OR f.{quote(_LAST_DELETE)} IS NOT NULL)"
         )
-        self.backend.execute(
-            f"UPDATE {target} AS t SET {', '.join(filter(None, [sets, order_sets]))} "
-            f"FROM {quote(FOLDED)} AS f WHERE {_match(key, same, 't', 'f')}",
-            [cut],
-        )
+        self.backend.update_joined(changes.names.table, assignments, FOLDED, matched, [cut])
         values = [
             *(f"f.{quote(k)}" for k in key),
             *(

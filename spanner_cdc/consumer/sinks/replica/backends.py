@@ -242,9 +242,10 @@ class DuckDbBackend:
         keeps every other column, those of older table versions too) are copied aside, deleted
         and inserted again, in the caller's transaction. DuckDB's UPDATE of rows spread over the
         table is slow: 20,000 of a 32,000-row replica (three columns, a VARCHAR key) took 1.0-3.4 s
-        a batch, growing from batch to batch, and 0.06-0.09 s this way, the same rows after
-        (a scratch script, DuckDB 2.0.1; the bench's DuckDB replica spent 15.6 of its 57.5 s in
-        UPDATE over 440,000 events)."""
+        a batch, growing from batch to batch, and 0.06-0.14 s this way, plus 0.6-0.9 s at the
+        commit for the primary key's index (a scratch script, DuckDB 2.0.1). Over the bench's
+        440,000 events the replica's transactions took 15.2-17.3 s against 28.2-30.0 s with
+        UPDATE (docs/consumer.md, Performance, run 11)."""
         replaced = ", ".join(f"{expression} AS {quote(column)}" for column, expression in assignments)
         updated = quote(UPDATED_ROWS)
         self.execute(

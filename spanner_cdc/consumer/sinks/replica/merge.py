@@ -234,6 +234,7 @@ class ReplicaMerge:
         key = changes.key
         staged = self._stage(changes)
         same = self._key_comparison(changes, staged)
+        matched = _match(key, same, "t", "f")  # a stored row (t) and its key's folded change (f)
         target, tombstones = quote(changes.names.table), quote(changes.names.tombstones)
         for stored in (target, tombstones):
             self.backend.execute(
@@ -243,7 +244,7 @@ class ReplicaMerge:
         self._fold(changes)
         if history is not None and cut is not None:
             values = [c.name for c in changes.value_columns]
-            changed = f"{quote(FOLDED)} AS f ON {_match(key, same, 't', 'f')}"
+            changed = f"{quote(FOLDED)} AS f ON {matched}"
             history.close_versions(changes.names.table, changes.names.history, [*key, *values], changed, cut)
             history.keep_inserts(changes.names.inserts, STAGE, key, values, order=ORDER_COLUMNS, cut=cut)
             history.prune(changes.names.history, changes.names.inserts, cut)
@@ -256,7 +257,6 @@ class ReplicaMerge:
             *((n, f"f.{quote(n)}") for n in (*ORDER_COLUMNS, REPLICA_ROW_ID)),
             (VALID_FROM, "?"),
         ]
-        matched = _match(key, same, "t", "f")
         self.backend.execute(
             f"DELETE FROM {target} AS t USING {quote(FOLDED)} AS f WHERE {matched} "
             f"AND (f.{quote(IS_DELETE)} OR f.{quote(_LAST_DELETE)} IS NOT NULL)"
@@ -275,15 +275,13 @@ class ReplicaMerge:
         inserted = _names(
             [*key, *(c.name for c in changes.value_columns), *ORDER_COLUMNS, REPLICA_ROW_ID, VALID_FROM]
         )
-        stored = f"SELECT 1 FROM {target} AS t WHERE {_match(key, same, 't', 'f')}"
+        stored = f"SELECT 1 FROM {target} AS t WHERE {matched}"
         self.backend.execute(
             f"INSERT INTO {target} ({inserted}) SELECT {', '.join(values)} FROM {quote(FOLDED)} AS f "
             f"WHERE NOT f.{quote(IS_DELETE)} AND NOT EXISTS ({stored})",
             [cut],
         )
-        self.backend.execute(
-            f"DELETE FROM {tombstones} AS t USING {quote(FOLDED)} AS f WHERE {_match(key, same, 't', 'f')}"
-        )
+        self.backend.execute(f"DELETE FROM {tombstones} AS t USING {quote(FOLDED)} AS f WHERE {matched}")
         tomb_columns = _names([*key, *ORDER_COLUMNS])
         self.backend.execute(
             f"INSERT INTO {tombstones} ({tomb_columns}) SELECT {tomb_columns} FROM {quote(FOLDED)} "

@@ -158,6 +158,9 @@ class ProducerService:
                 for task in self._tasks.values():
                     task.cancel()
                 await asyncio.gather(*background, *self._tasks.values(), return_exceptions=True)
+                # Shards the group took without a handover (shards_lost) while their queries ran
+                # on: what those held is not this process's to send any more.
+                self._forget_runs(set(range(self.scheduler.shards)) - self.scheduler.owned)
                 await self.release.release_locked()
             undelivered = await kafka.flush(FLUSH_TIMEOUT_SECONDS)
             if undelivered:
@@ -257,13 +260,18 @@ class ProducerService:
             await self._write_checkpoints(force=True, shards=moving)
         except (KafkaClientLostError, DeliveryFailedError) as exc:
             log.warning("shards %s: the last checkpoints were not written (%s)", shards, exc)
-        for token in [t for t in self.runner.runs if shard_of(t, self.scheduler.shards) in moving]:
-            self.release.buffer.discard(self.runner.runs.pop(token).tracker)
+        self._forget_runs(moving)
         for shard in shards:
             self.scheduler.hand_back(shard)
             await kafka.hand_back(shard)
         log.info("shards %s handed back to the group", ",".join(map(str, shards)))
         self._update_gauges()
+
+    def _forget_runs(self, shards: set[int]) -> None:
+        """Drop the runs of the tokens in ``shards`` and the events they hold: the shards' next
+        owner reads them again from their checkpoints."""
+        for token in [t for t in self.runner.runs if shard_of(t, self.scheduler.shards) in shards]:
+            self.release.buffer.discard(self.runner.runs.pop(token).tracker)
 
     def shards_lost(self, shards: list[int]) -> None:
         """The group took ``shards`` without a handover (the session expired): their writers

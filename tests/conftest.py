@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,19 +22,25 @@ from testkit.consumer_run import (
 )
 from tests.support.spark_class_archive import ArchiveRecording
 
-#: The xdist group of every ``spark`` test; xdist appends it to their node ids as ``@spark``.
+#: The xdist group of every test that uses the run's Spark session (the ``spark`` fixture); xdist
+#: appends it to their node ids as ``@spark``.
 SPARK_GROUP = "spark"
+
+
+def in_the_spark_session(item: pytest.Item) -> bool:
+    return "spark" in getattr(item, "fixturenames", ())
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups from the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``), every ``spark``
-    test goes to one worker, in file order: the run keeps one Spark session (and at most one
-    test's Spark JVMs at a time), while the other worker runs the rest beside it — most tests
-    wait rather than compute (docs/design.md, Tests, has the measurements)."""
+    """With pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``), every test that
+    uses the run's Spark session goes to one worker, in file order: the run keeps one Spark
+    session. The other worker runs the rest beside it, the ``spark`` tests that only start Spark
+    in processes of their own (demos, chaos) included — most tests wait rather than compute
+    (docs/design.md, Tests, has the measurements)."""
     if config.pluginmanager.hasplugin("xdist"):
         for item in items:
-            if item.get_closest_marker("spark") is not None:
+            if in_the_spark_session(item):
                 item.add_marker(pytest.mark.xdist_group(SPARK_GROUP))
 
 
@@ -45,7 +52,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         ungrouped = [
             item.nodeid
             for item in session.items
-            if item.get_closest_marker("spark") is not None and not item.nodeid.endswith(f"@{SPARK_GROUP}")
+            if in_the_spark_session(item) and not item.nodeid.endswith(f"@{SPARK_GROUP}")
         ]
         if ungrouped:
             raise pytest.UsageError(f"--dist loadgroup did not group the spark tests: {ungrouped[0]}")
@@ -77,9 +84,13 @@ def spark_classes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArchiveR
     """Spark JVMs started once the recording is done (the session's own if it starts later,
     each ``spanner-cdc consume`` and demo the tests launch) map their classes from one archive
     (``tests/support/spark_class_archive.py``): about 5 s less per start. Recorded in the
-    background from the first ``spark`` test on; if the recording fails, the tests run as they
+    background from the first ``spark`` test on, once per run: with pytest-xdist, in the directory
+    the workers share, by the first worker to ask. If the recording fails, the tests run as they
     would, with a warning in the summary."""
-    recording = ArchiveRecording(tmp_path_factory.mktemp("spark-classes"))
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER") is not None:
+        shared = shared.parent  # each worker's base directory is in the run's
+    recording = ArchiveRecording(shared / "spark-classes")
     try:
         yield recording
     finally:

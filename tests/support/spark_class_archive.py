@@ -15,8 +15,9 @@ warning in its own output), which a test run controls and a user's deployment do
 a session the way the consumer does, runs a small job of each kind the consumer runs
 (``mapInArrow``, a Parquet write and read, a streaming query with ``foreachBatch``), stops, and
 waits for the JVM to write the archive as it exits — about a minute on 2 cores, 20 s of it the
-dump. :class:`ArchiveRecording` runs that in the background while the first tests run; JVMs
-started once it is done use the archive.
+dump. :class:`ArchiveRecording` runs that in the background while the first tests run, once per
+test run: the first pytest worker to ask records it in a directory the workers share, the
+others wait for its outcome file. JVMs started once it is done use the archive.
 """
 
 from __future__ import annotations
@@ -80,13 +81,23 @@ def record(archive: Path) -> None:
 
 
 class ArchiveRecording:
-    """The recording, started in the background; :meth:`use_if_recorded` points the JVMs started
-    afterwards at the archive once it is complete (between tests, so a test's JVMs agree)."""
+    """The recording in ``directory``, started in the background by the first worker whose
+    :class:`ArchiveRecording` claims the directory; :meth:`use_if_recorded` points the JVMs
+    started afterwards at the archive once its outcome is written (between tests, so a test's
+    JVMs agree)."""
 
     def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
         self.archive = directory / "driver.jsa"
         self._log = directory / "recording.log"
+        self._outcome = outcome_file(self.archive)
         self._own = os.environ.get(OPTIONS_VARIABLE, "")
+        self._process: subprocess.Popen[bytes] | None = None
+        self._settled = False
+        try:
+            os.close(os.open(directory / "claimed", os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return  # another worker records it
         with self._log.open("w") as output:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", __name__, str(self.archive)],
@@ -95,24 +106,42 @@ class ArchiveRecording:
                 stderr=output,
                 start_new_session=True,  # its JVM with it, when stopped
             )
-        self._settled = False
 
     def use_if_recorded(self) -> None:
-        if self._settled or self._process.poll() is None:
+        if self._settled or not self._outcome.is_file():
             return
         self._settled = True
-        if self._process.returncode != 0 or not self.archive.is_file():
+        if self._outcome.read_text() != RECORDED or not self.archive.is_file():
             tail = self._log.read_text()[-500:]
             warnings.warn(f"no Spark class archive, JVMs start slower: {tail}", stacklevel=1)
             return
         os.environ[OPTIONS_VARIABLE] = f"{self._own} {using_options(self.archive)}".strip()
 
     def stop(self) -> None:
-        """End a recording still running (a short test run), its JVM included."""
-        if self._process.poll() is None:
+        """End a recording this worker started that is still running (a short test run), its
+        JVM included."""
+        if self._process is not None and self._process.poll() is None:
             os.killpg(self._process.pid, signal.SIGKILL)
             self._process.wait()
 
 
+#: The outcome file's text when the archive was written.
+RECORDED = "recorded"
+
+
+def outcome_file(archive: Path) -> Path:
+    """Written when the recording ends: :data:`RECORDED`, or why it failed."""
+    return archive.with_suffix(".outcome")
+
+
+def _record_with_outcome(archive: Path) -> None:
+    try:
+        record(archive)
+    except BaseException as exc:
+        outcome_file(archive).write_text(f"failed: {exc!r}")
+        raise
+    outcome_file(archive).write_text(RECORDED)
+
+
 if __name__ == "__main__":
-    record(Path(sys.argv[1]))
+    _record_with_outcome(Path(sys.argv[1]))

@@ -97,6 +97,21 @@ def spark_classes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArchiveR
         recording.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _scratch_in_the_run_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """What the processes the tests start leave behind goes into the run's own directory, which
+    pytest prunes (it keeps the last three runs), instead of /tmp: Spark's block manager and work
+    directories and the native libraries its JVM unpacks (a JVM killed with SIGKILL, as the
+    restart and chaos tests do, runs no shutdown hook to remove them) and a demo's output."""
+    scratch = tmp_path_factory.mktemp("scratch")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TMPDIR", str(scratch))  # the Python processes started from here on
+        env.setenv("SPARK_LOCAL_DIRS", str(scratch))
+        java = f"-Djava.io.tmpdir={scratch}"
+        env.setenv("SPARK_SUBMIT_OPTS", f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {java}".strip())
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _spark_starts_from_the_class_archive(request: pytest.FixtureRequest) -> None:
     if request.node.get_closest_marker("spark") is not None:

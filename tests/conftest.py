@@ -98,14 +98,14 @@ def spark_classes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArchiveR
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _scratch_in_the_run_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """What the processes the tests start leave behind goes into the run's own directory, which
-    pytest prunes (it keeps the last three runs), instead of /tmp: Spark's block manager and work
-    directories and the native libraries its JVM unpacks (a JVM killed with SIGKILL, as the
-    restart and chaos tests do, runs no shutdown hook to remove them) and a demo's output."""
-    scratch = tmp_path_factory.mktemp("scratch")
+def _spark_scratch_in_the_run_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Spark's block-manager and work directories and the native libraries its JVM unpacks go
+    into the run's own directory, which pytest prunes (it keeps the last three runs), instead of
+    /tmp: a consumer killed with SIGKILL, as the restart and chaos tests do, runs no shutdown
+    hook to remove them. (Not ``TMPDIR``: the embedded PostgreSQL runs as ``nobody`` when the
+    tests run as root, and cannot read its files under pytest's private directories.)"""
+    scratch = tmp_path_factory.mktemp("spark-scratch")
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("TMPDIR", str(scratch))  # the Python processes started from here on
         env.setenv("SPARK_LOCAL_DIRS", str(scratch))
         java = f"-Djava.io.tmpdir={scratch}"
         env.setenv("SPARK_SUBMIT_OPTS", f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {java}".strip())

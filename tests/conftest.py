@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from testkit.consumer_run import (
     fresh_postgres_database,
     unique_prefix,
 )
-from tests.support.spark_class_archive import ArchiveRecording
+from tests.support.spark_class_archive import OPTIONS_VARIABLE, ArchiveRecording, with_options
 
 #: The xdist group of every test that uses the run's Spark session (the ``spark`` fixture); xdist
 #: appends it to their node ids as ``@spark``.
@@ -80,7 +79,7 @@ def churn_spanner() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def spark_classes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArchiveRecording]:
+def spark_classes(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Iterator[ArchiveRecording]:
     """Spark JVMs started once the recording is done (the session's own if it starts later,
     each ``spanner-cdc consume`` and demo the tests launch) map their classes from one archive
     (``tests/support/spark_class_archive.py``): about 5 s less per start. Recorded in the
@@ -88,8 +87,8 @@ def spark_classes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArchiveR
     the workers share, by the first worker to ask. If the recording fails, the tests run as they
     would, with a warning in the summary."""
     shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER") is not None:
-        shared = shared.parent  # each worker's base directory is in the run's
+    if worker_id != "master":  # pytest-xdist's: each worker's base directory is in the run's
+        shared = shared.parent
     recording = ArchiveRecording(shared / "spark-classes")
     try:
         yield recording
@@ -107,8 +106,7 @@ def _spark_scratch_in_the_run_directory(tmp_path_factory: pytest.TempPathFactory
     scratch = tmp_path_factory.mktemp("spark-scratch")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("SPARK_LOCAL_DIRS", str(scratch))
-        java = f"-Djava.io.tmpdir={scratch}"
-        env.setenv("SPARK_SUBMIT_OPTS", f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {java}".strip())
+        env.setenv(OPTIONS_VARIABLE, with_options(f"-Djava.io.tmpdir={scratch}"))
         yield
 
 

@@ -45,6 +45,11 @@ def using_options(archive: Path) -> str:
     return f"-XX:SharedArchiveFile={archive}"
 
 
+def with_options(*options: str) -> str:
+    """:data:`OPTIONS_VARIABLE` as it is now, with ``options`` after what it holds."""
+    return " ".join([os.environ.get(OPTIONS_VARIABLE, ""), *options]).strip()
+
+
 def _identity(batches: Iterator[Any]) -> Iterator[Any]:
     yield from batches
 
@@ -91,7 +96,6 @@ class ArchiveRecording:
         self.archive = directory / "driver.jsa"
         self._log = directory / "recording.log"
         self._outcome = outcome_file(self.archive)
-        self._own = os.environ.get(OPTIONS_VARIABLE, "")
         self._process: subprocess.Popen[bytes] | None = None
         self._settled = False
         try:
@@ -101,7 +105,7 @@ class ArchiveRecording:
         with self._log.open("w") as output:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", __name__, str(self.archive)],
-                env={**os.environ, OPTIONS_VARIABLE: f"{self._own} {recording_options(self.archive)}"},
+                env={**os.environ, OPTIONS_VARIABLE: with_options(recording_options(self.archive))},
                 stdout=output,
                 stderr=output,
                 start_new_session=True,  # its JVM with it, when stopped
@@ -111,11 +115,11 @@ class ArchiveRecording:
         if self._settled or not self._outcome.is_file():
             return
         self._settled = True
-        if self._outcome.read_text() != RECORDED or not self.archive.is_file():
+        if self._outcome.read_text() != RECORDED:
             tail = self._log.read_text()[-500:]
             warnings.warn(f"no Spark class archive, JVMs start slower: {tail}", stacklevel=1)
             return
-        os.environ[OPTIONS_VARIABLE] = f"{self._own} {using_options(self.archive)}".strip()
+        os.environ[OPTIONS_VARIABLE] = with_options(using_options(self.archive))
 
     def stop(self) -> None:
         """End a recording this worker started that is still running (a short test run), its
@@ -130,7 +134,7 @@ RECORDED = "recorded"
 
 
 def outcome_file(archive: Path) -> Path:
-    """Written when the recording ends: :data:`RECORDED`, or why it failed."""
+    """Written when the recording ends: :data:`RECORDED`, or why there is no archive."""
     return archive.with_suffix(".outcome")
 
 
@@ -140,7 +144,7 @@ def _record_with_outcome(archive: Path) -> None:
     except BaseException as exc:
         outcome_file(archive).write_text(f"failed: {exc!r}")
         raise
-    outcome_file(archive).write_text(RECORDED)
+    outcome_file(archive).write_text(RECORDED if archive.is_file() else "failed: the JVM wrote no archive")
 
 
 if __name__ == "__main__":

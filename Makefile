@@ -10,12 +10,15 @@ PYTEST_WORKERS ?= 2
 
 .PHONY: demo test chaos lint bench clean system-deps
 
+# pyspark_bytecode: Spark's Python processes import PySpark from a zip of sources, compiled again
+# by each (about a second); the bytecode added to the zip saves it (docs/consumer.md).
 # -qq: pip's errors only. With -q, setuptools' notice box about editable installs (printed for
 # every strategy by setuptools 84) opened every fresh clone's output.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -qq --upgrade pip
 	$(BIN)/pip install -qq -e '.[dev]'
+	$(BIN)/python -m spanner_cdc.consumer.pyspark_bytecode
 	touch $(STAMP)
 
 system-deps:

@@ -7,6 +7,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY spanner_cdc spanner_cdc
 RUN pip install --no-cache-dir '.[consumer]' \
+    && python -m spanner_cdc.consumer.pyspark_bytecode \
     && useradd --system --uid 10001 --create-home cdc \
     && mkdir -p /data /checkpoints && chown cdc /data /checkpoints
 USER cdc

@@ -47,9 +47,9 @@ def add_bytecode(archive: Path) -> int:
     starting meanwhile sees one or the other."""
     with zipfile.ZipFile(archive) as source:
         entries = source.infolist()
-        if _has_this_pythons_bytecode(source, entries):
-            return 0
         modules = {entry.filename for entry in entries if _needs_bytecode(entry.filename)}
+        if not modules or _has_this_pythons_bytecode(source, entries):
+            return 0
         handle, scratch = tempfile.mkstemp(prefix=archive.name, dir=archive.parent)
         os.close(handle)
         added = 0

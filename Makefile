@@ -14,7 +14,7 @@ PYTEST_WORKERS ?= 2
 # by each (about a second); the bytecode added to the zip saves it (docs/consumer.md).
 # -qq: pip's errors only. With -q, setuptools' notice box about editable installs (printed for
 # every strategy by setuptools 84) opened every fresh clone's output.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml spanner_cdc/consumer/pyspark_bytecode.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -qq --upgrade pip
 	$(BIN)/pip install -qq -e '.[dev]'

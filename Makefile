@@ -14,7 +14,10 @@ PYTEST_WORKERS ?= 2
 # by each (about a second); the bytecode added to the zip saves it (docs/consumer.md).
 # -qq: pip's errors only. With -q, setuptools' notice box about editable installs (printed for
 # every strategy by setuptools 84) opened every fresh clone's output.
-$(STAMP): pyproject.toml spanner_cdc/consumer/pyspark_bytecode.py
+# The package has one compiled module (spanner_cdc/schemas/avro_steps.pyx): installing it needs a C
+# compiler and Python's headers, which `system-deps.sh build` checks for (and installs when missing).
+$(STAMP): pyproject.toml spanner_cdc/consumer/pyspark_bytecode.py spanner_cdc/schemas/avro_steps.pyx
+	@PYTHON=$(PYTHON) bash scripts/system-deps.sh build
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -qq --upgrade pip
 	$(BIN)/pip install -qq -e '.[dev]'

@@ -1,12 +1,14 @@
-# spanner-cdc consumer: PySpark needs a Java 17 runtime beside Python.
+# spanner-cdc consumer: PySpark needs a Java 17 runtime beside Python. The package has a compiled
+# module (spanner_cdc/schemas/avro_steps.pyx): a C compiler is there while pip builds it, then removed.
 FROM python:3.11-slim-bookworm
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
-    && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY spanner_cdc spanner_cdc
-RUN pip install --no-cache-dir '.[consumer]' \
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless gcc libc6-dev \
+    && pip install --no-cache-dir '.[consumer]' \
+    && apt-get purge -y --auto-remove gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/* \
     && python -m spanner_cdc.consumer.pyspark_bytecode \
     && useradd --system --uid 10001 --create-home cdc \
     && mkdir -p /data /checkpoints && chown cdc /data /checkpoints

@@ -1,8 +1,14 @@
-# spanner-cdc producer (and the `spanner-cdc` CLI): Python only, no JVM.
+# spanner-cdc producer (and the `spanner-cdc` CLI): Python only, no JVM. The package has a compiled
+# module (spanner_cdc/schemas/avro_steps.pyx): a C compiler is there while pip builds it, then removed.
 FROM python:3.11-slim-bookworm
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY spanner_cdc spanner_cdc
-RUN pip install --no-cache-dir '.[producer]' && useradd --system --uid 10001 cdc
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && pip install --no-cache-dir '.[producer]' \
+    && apt-get purge -y --auto-remove gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 cdc
 USER cdc
 CMD ["spanner-cdc", "produce"]

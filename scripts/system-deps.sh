@@ -5,18 +5,28 @@
 # (a test opens each service's status page headless, as a person would see it).
 # The Cloud Spanner emulator is not in Debian's archive: when it is missing this says so and
 # how to get it; the stack then falls back to SPANNER_EMULATOR_HOST or a container.
+#
+# `system-deps.sh build` checks only what building the package needs: a C compiler and Python's
+# headers (spanner_cdc/schemas/avro_steps.pyx is compiled when the package is installed).
 set -euo pipefail
 
 missing=()
-command -v javac >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
-pg_bindir=$( (pg_config --bindir 2>/dev/null) || true)
-if [ ! -x "$pg_bindir/initdb" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
-  missing+=(postgresql)
+command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
+if ! "${PYTHON:-python3}" -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
+  missing+=(python3-dev)
 fi
-if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
-  missing+=(docker-compose)
+if [ "${1:-}" != build ]; then
+  command -v javac >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
+  pg_bindir=$( (pg_config --bindir 2>/dev/null) || true)
+  if [ ! -x "$pg_bindir/initdb" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    missing+=(postgresql)
+  fi
+  if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
+    missing+=(docker-compose)
+  fi
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 fi
-command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
@@ -29,6 +39,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+[ "${1:-}" = build ] && exit 0
 sdk_root=$( (gcloud info --format='value(installation.sdk_root)' 2>/dev/null) || true)
 if [ -z "${SPANNER_EMULATOR_HOST:-}" ] && [ ! -x "$sdk_root/bin/cloud_spanner_emulator/gateway_main" ]; then
   echo "system-deps: warning: the Cloud Spanner emulator is not installed (Debian package" \

@@ -1,8 +1,8 @@
-"""What the compiled Avro writer and reader share: generated Python source, one function per
-record, walked over a schema the same way.
+"""Generated Python source for a schema, one function per record: the compiled Avro writer's
+(``schemas.avro_writer``) walk, constants and names.
 
-Both compilers (``schemas.avro_writer``, ``schemas.avro_reader``) turn a schema, as
-``fastavro.parse_schema`` returns it, into Python source and execute it once. Names from the
+The writer turns a schema, as ``fastavro.parse_schema`` returns it, into Python source and
+executes it once. (The reader shared this until its steps moved to C: ``schemas.avro_reader``.) Names from the
 schema appear in that source only as ``repr`` literals, and values only as constants passed in
 (``C[i]``), so a schema cannot inject code. Named records are looked up when called, so a
 reference may precede the end of its definition.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -35,7 +36,9 @@ def test_the_wheel_installs_one_top_level_package(tmp_path: Path) -> None:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPOSITORY / name, source / name)
     shutil.copytree(
-        REPOSITORY / "spanner_cdc", source / "spanner_cdc", ignore=shutil.ignore_patterns("__pycache__")
+        REPOSITORY / "spanner_cdc",
+        source / "spanner_cdc",
+        ignore=shutil.ignore_patterns("__pycache__", "*.so", "avro_steps.c"),  # built from source
     )
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
@@ -47,6 +50,9 @@ def test_the_wheel_installs_one_top_level_package(tmp_path: Path) -> None:
     top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert top_level == {"spanner_cdc"}
     assert "spanner_cdc/schemas/avsc/envelope.avsc" in names
+    # The compiled reader's steps, and their types for mypy in projects that import them.
+    assert any(re.fullmatch(r"spanner_cdc/schemas/avro_steps\.cpython-.*\.so", name) for name in names)
+    assert "spanner_cdc/schemas/avro_steps.pyi" in names
 
 
 @pytest.mark.parametrize(

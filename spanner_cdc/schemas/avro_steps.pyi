@@ -1,0 +1,35 @@
+"""Types of the compiled ``avro_steps`` extension (its source: ``avro_steps.pyx``)."""
+
+import enum
+from collections.abc import Callable
+from typing import Any
+
+class Kind(enum.IntEnum):
+    NULL_VALUE = 0
+    BOOLEAN = 1
+    LONG = 2
+    FLOAT = 3
+    DOUBLE = 4
+    STRING = 5
+    BYTES = 6
+    RECORD = 7
+    NULLABLE = 8
+    UNION = 9
+    ARRAY = 10
+    MAP = 11
+
+class Step:
+    kind: int
+    def __init__(
+        self,
+        kind: Kind,
+        convert: Callable[[Any, Any, Any], Any] | None = None,
+        schema: Any = None,
+        child: Step | None = None,
+    ) -> None: ...
+    def set_fields(self, names: tuple[str, ...], steps: tuple[Step, ...]) -> None: ...
+    def set_branches(self, steps: tuple[Step, ...]) -> None: ...
+
+class CompiledReader:
+    def __init__(self, top: Step) -> None: ...
+    def __call__(self, data: bytes, pos: int) -> tuple[Any, int]: ...

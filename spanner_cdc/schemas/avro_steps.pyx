@@ -1,0 +1,233 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The compiled Avro reader's steps, in C: one :class:`Step` per node of a writer schema.
+
+``schemas.avro_reader`` turns a parsed writer schema into a tree of steps once per schema and
+process; :class:`CompiledReader` then walks that tree over each message's bytes. Reading the
+bytes by position (varints, lengths, UTF-8, floats) is what the consumer's tasks spent most of
+their decoding time on in the generated-Python reader this replaces; in C it takes a quarter of
+that time (docs/consumer.md, Performance, run 14). The records are fastavro's, value for value,
+and the errors the generated reader's, message for message (``tests/unit/test_avro_reader.py``):
+
+- the message ends early: ``EOFError`` (a string or bytes announcing more than is left says how
+  much);
+- it says something impossible: ``ValueError`` (a varint longer than ten bytes, a negative
+  length, a union branch that does not exist) or ``UnicodeDecodeError``;
+- a logical type's converter (fastavro's own) raises what it raises.
+
+A varint is a 64-bit number: one of ten bytes whose last holds more than the 64th bit is refused
+(``ValueError``), where fastavro drops the extra bits and the generated reader made a larger int,
+which no Arrow column takes.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+
+cpdef enum Kind:
+    NULL_VALUE  # Avro null
+    BOOLEAN
+    LONG  # int and long: the same varint
+    FLOAT
+    DOUBLE
+    STRING
+    BYTES
+    RECORD
+    NULLABLE  # ["null", X]: one byte, 0 or 2
+    UNION
+    ARRAY
+    MAP
+
+
+cdef enum:
+    LONGEST_VARINT = 10  # bytes of a 64-bit zig-zag varint
+
+
+cdef class Step:
+    """One node of a schema. A record's fields (and a union's branches) are set after the step
+    exists, so that a named record can be referred to before its definition is complete."""
+
+    cdef readonly int kind
+    cdef object convert  # fastavro's logical-type converter, or None
+    cdef object schema  # the node's schema, the converter's second argument
+    cdef Step child  # a nullable's value, an array's item, a map's value
+    cdef tuple names
+    cdef tuple steps  # a record's fields or a union's branches
+
+    def __init__(self, int kind, convert=None, schema=None, Step child=None):
+        self.kind = kind
+        self.convert = convert
+        self.schema = schema
+        self.child = child
+        self.names = ()
+        self.steps = ()
+
+    def set_fields(self, tuple names, tuple steps):
+        self.names = names
+        self.steps = steps
+
+    def set_branches(self, tuple steps):
+        self.steps = steps
+
+
+cdef class CompiledReader:
+    """``reader(message, position)`` → (the value read from ``position`` on, the position after
+    it), the :data:`schemas.avro_reader.Reader` contract."""
+
+    cdef Step top
+
+    def __init__(self, Step top):
+        self.top = top
+
+    def __call__(self, bytes data not None, Py_ssize_t pos):
+        cdef Cursor cursor = Cursor.__new__(Cursor)
+        cursor.data = <const unsigned char*>PyBytes_AS_STRING(data)
+        cursor.size = PyBytes_GET_SIZE(data)
+        if pos < 0 or pos > cursor.size:
+            raise ends()
+        cursor.pos = pos
+        value = read(self.top, cursor)
+        return value, cursor.pos
+
+
+cdef class Cursor:
+    cdef const unsigned char* data
+    cdef Py_ssize_t size
+    cdef Py_ssize_t pos
+
+
+cdef object ends():
+    return EOFError("the message ends before the record does")
+
+
+cdef int64_t read_long(Cursor cursor) except? -1:
+    """A zig-zag varint of at most ten bytes, the tenth holding the 64th bit only."""
+    cdef uint64_t number = 0
+    cdef int shift = 0
+    cdef unsigned char byte
+    while True:
+        if cursor.pos >= cursor.size:
+            raise ends()
+        byte = cursor.data[cursor.pos]
+        cursor.pos += 1
+        if shift == 7 * (LONGEST_VARINT - 1):
+            if byte & 0x80:
+                raise ValueError(f"a varint longer than {LONGEST_VARINT} bytes")
+            if byte > 1:
+                raise ValueError("a varint of more than 64 bits")
+        number |= (<uint64_t>(byte & 0x7F)) << shift
+        if not byte & 0x80:
+            return <int64_t>(number >> 1) ^ -<int64_t>(number & 1)
+        shift += 7
+
+
+cdef uint64_t little_endian(Cursor cursor, int width) except? 0:
+    cdef uint64_t bits = 0
+    cdef int i
+    if cursor.size - cursor.pos < width:
+        raise ends()
+    for i in range(width):
+        bits |= (<uint64_t>cursor.data[cursor.pos + i]) << (8 * i)
+    cursor.pos += width
+    return bits
+
+
+cdef object read(Step step, Cursor cursor):
+    cdef int kind = step.kind
+    cdef object value
+    cdef Py_ssize_t i
+    cdef int64_t number
+    cdef unsigned char byte
+    cdef uint64_t bits
+    cdef uint32_t narrow
+    cdef double double_value
+    cdef float float_value
+    cdef dict record
+    if kind == RECORD:
+        record = {}
+        for i in range(len(step.names)):
+            record[step.names[i]] = read(<Step>step.steps[i], cursor)
+        return record
+    if kind == NULLABLE:
+        if cursor.pos >= cursor.size:
+            raise ends()
+        byte = cursor.data[cursor.pos]
+        cursor.pos += 1
+        if byte == 0:
+            return None
+        if byte == 2:
+            return read(step.child, cursor)
+        raise ValueError(f"union branch {(byte >> 1) ^ -(byte & 1)} of 2")
+    if kind == UNION:
+        number = read_long(cursor)
+        if number < 0 or number >= len(step.steps):
+            raise ValueError(f"union branch {number} of {len(step.steps)}")
+        return read(<Step>step.steps[number], cursor)
+    if kind == ARRAY or kind == MAP:
+        return read_repeated(step, cursor)
+    if kind == LONG:
+        if cursor.pos < cursor.size and cursor.data[cursor.pos] < 0x80:
+            byte = cursor.data[cursor.pos]
+            cursor.pos += 1
+            value = (byte >> 1) ^ -(byte & 1)
+        else:
+            value = read_long(cursor)
+    elif kind == STRING or kind == BYTES:
+        number = read_long(cursor)
+        if number < 0:
+            raise ValueError(f"a negative length ({number})")
+        if number > cursor.size - cursor.pos:
+            raise EOFError(f"expected {number} bytes, {cursor.size - cursor.pos} left")
+        if kind == STRING:
+            value = PyUnicode_DecodeUTF8(<const char*>cursor.data + cursor.pos, number, NULL)
+        else:
+            value = PyBytes_FromStringAndSize(<const char*>cursor.data + cursor.pos, number)
+        cursor.pos += number
+    elif kind == DOUBLE:
+        bits = little_endian(cursor, 8)
+        memcpy(&double_value, &bits, 8)
+        value = double_value
+    elif kind == FLOAT:
+        narrow = <uint32_t>little_endian(cursor, 4)
+        memcpy(&float_value, &narrow, 4)
+        value = float_value
+    elif kind == BOOLEAN:
+        if cursor.pos >= cursor.size:
+            raise ends()
+        value = cursor.data[cursor.pos] != 0
+        cursor.pos += 1
+    else:  # NULL_VALUE
+        value = None
+    if step.convert is not None:
+        value = step.convert(value, step.schema, None)
+    return value
+
+
+cdef object read_repeated(Step step, Cursor cursor):
+    """Blocks of items until a zero count; a negative count is followed by the block's size in
+    bytes, which is read and not needed. Every item takes at least a byte (schema_check), so a
+    count larger than the bytes left ends in an error before it is used up: it is capped there."""
+    cdef bint is_array = step.kind == ARRAY
+    cdef list items = []
+    cdef dict entries = {}
+    cdef int64_t count = read_long(cursor)
+    cdef uint64_t announced
+    cdef Py_ssize_t i
+    while count:
+        if count < 0:
+            announced = <uint64_t>(-(count + 1)) + 1  # -count, also for the smallest int64
+            read_long(cursor)
+        else:
+            announced = <uint64_t>count
+        for i in range(<Py_ssize_t>min(announced, <uint64_t>(cursor.size - cursor.pos + 1))):
+            if is_array:
+                items.append(read(step.child, cursor))
+            else:
+                key = read(_KEY, cursor)
+                entries[key] = read(step.child, cursor)
+        count = read_long(cursor)
+    return items if is_array else entries
+
+
+cdef Step _KEY = Step(STRING)

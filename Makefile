@@ -47,4 +47,5 @@ bench: system-deps $(STAMP)
 
 clean:
 	rm -rf $(VENV) .stack .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -f spanner_cdc/schemas/avro_steps.c spanner_cdc/schemas/avro_steps.*.so
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -19,7 +19,6 @@ class Kind(enum.IntEnum):
     MAP = 11
 
 class Step:
-    kind: int
     def __init__(
         self,
         kind: Kind,

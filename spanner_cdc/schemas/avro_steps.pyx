@@ -48,7 +48,7 @@ cdef class Step:
     """One node of a schema. A record's fields (and a union's branches) are set after the step
     exists, so that a named record can be referred to before its definition is complete."""
 
-    cdef readonly int kind
+    cdef int kind
     cdef object convert  # fastavro's logical-type converter, or None
     cdef object schema  # the node's schema, the converter's second argument
     cdef Step child  # a nullable's value, an array's item, a map's value

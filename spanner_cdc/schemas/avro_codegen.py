@@ -2,9 +2,9 @@
 (``schemas.avro_writer``) walk, constants and names.
 
 The writer turns a schema, as ``fastavro.parse_schema`` returns it, into Python source and
-executes it once. (The reader shared this until its steps moved to C: ``schemas.avro_reader``.) Names from the
-schema appear in that source only as ``repr`` literals, and values only as constants passed in
-(``C[i]``), so a schema cannot inject code. Named records are looked up when called, so a
+executes it once (the reader did too, until its steps moved to C: ``schemas.avro_reader``).
+Names from the schema appear in that source only as ``repr`` literals, and values only as
+constants passed in (``C[i]``), so a schema cannot inject code. Named records are looked up when called, so a
 reference may precede the end of its definition.
 """
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from spanner_cdc.producer.partitions import PartitionState, shard_of
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
 from testkit.producer_group import ProducerProcess
@@ -222,7 +223,36 @@ def test_a_process_killed_mid_churn_and_one_joining_later_lose_nothing(
     assert any(victim.name in names and len(set(names)) > 1 for names in readers.values()), (
         "no token of the killed process was taken over"
     )
-    assert group.members[-1].queries(), "the process that joined read nothing"
+    joined = group.members[-1]
+    running = tokens_running_at_the_end(group, taken_by(joined, before=group.stopping_at))
+    # Partitions end and their children land in any shard: when every partition of the shards the
+    # joiner took had ended before it took them, it has nothing to read (seen once, in a clean-clone
+    # run on 2026-11-28). A partition of its shards still RUNNING at the end was handed to it
+    # running, and it had to resume it.
+    assert joined.queries() or not running, (
+        f"the process that joined read nothing, though {len(running)} partitions of its shards ran"
+    )
+
+
+def taken_by(member: ProducerProcess, before: float) -> set[int]:
+    """Every shard ``member`` took before the group began to stop, as its log says (shards that
+    move while the group stops are the stop's, which the checks leave out)."""
+    return {shard for at, shards, taken in member.shard_moves() if taken and at < before for shard in shards}
+
+
+def tokens_running_at_the_end(group: Group, shards: set[int]) -> list[str]:
+    """Tokens of ``shards`` whose last checkpoint record says their query was started and had
+    not finished (a partition that waits for its parents is CREATED, not RUNNING)."""
+    latest: dict[str, dict[str, Any]] = {}
+    for _, _, _, value in read_all(group.kafka, Topics(group.prefix).checkpoints):
+        if value:
+            record = json.loads(value)
+            latest[record["token"]] = record
+    return [
+        token
+        for token, record in latest.items()
+        if record["state"] == PartitionState.RUNNING and shard_of(token, SHARDS) in shards
+    ]
 
 
 def event_ends(group: Group) -> dict[int, int]:

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from spanner_cdc.producer.checkpoints import CheckpointStore
+from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.producer.partitions import PartitionState, shard_of
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
@@ -241,17 +243,13 @@ def taken_by(member: ProducerProcess, before: float) -> set[int]:
 
 
 def tokens_running_at_the_end(group: Group, shards: set[int]) -> list[str]:
-    """Tokens of ``shards`` whose last checkpoint record says their query was started and had
+    """Tokens of ``shards`` whose newest checkpoint record says their query was started and had
     not finished (a partition that waits for its parents is CREATED, not RUNNING)."""
-    latest: dict[str, dict[str, Any]] = {}
-    for _, _, _, value in read_all(group.kafka, Topics(group.prefix).checkpoints):
-        if value:
-            record = json.loads(value)
-            latest[record["token"]] = record
+    client = KafkaClient(group.kafka, group.prefix, {}, topic_partitions=1, replication_factor=-1)
     return [
-        token
-        for token, record in latest.items()
-        if record["state"] == PartitionState.RUNNING and shard_of(token, SHARDS) in shards
+        partition.token
+        for partition in CheckpointStore(client).read()
+        if partition.state == PartitionState.RUNNING and shard_of(partition.token, SHARDS) in shards
     ]
 
 

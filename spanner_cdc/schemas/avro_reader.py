@@ -67,9 +67,7 @@ class _StepBuilder:
                 raise ContractError("a union directly inside a union")
             if len(schema) == 2 and schema[0] == "null":
                 return Step(Kind.NULLABLE, child=self.step(schema[1]))
-            union = Step(Kind.UNION)
-            union.set_branches(tuple(self.step(branch) for branch in schema))
-            return union
+            return Step(Kind.UNION, branches=tuple(self.step(branch) for branch in schema))
         if isinstance(schema, str):
             if schema in _PRIMITIVE_KINDS:
                 return Step(_PRIMITIVE_KINDS[schema])

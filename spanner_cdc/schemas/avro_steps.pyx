@@ -45,8 +45,8 @@ cdef enum:
 
 
 cdef class Step:
-    """One node of a schema. A record's fields (and a union's branches) are set after the step
-    exists, so that a named record can be referred to before its definition is complete."""
+    """One node of a schema. A record's fields are set after its step exists, so that a named
+    record can be referred to before its definition is complete."""
 
     cdef int kind
     cdef object convert  # fastavro's logical-type converter, or None
@@ -55,19 +55,16 @@ cdef class Step:
     cdef tuple names
     cdef tuple steps  # a record's fields or a union's branches
 
-    def __init__(self, int kind, convert=None, schema=None, Step child=None):
+    def __init__(self, int kind, convert=None, schema=None, Step child=None, tuple branches=()):
         self.kind = kind
         self.convert = convert
         self.schema = schema
         self.child = child
         self.names = ()
-        self.steps = ()
+        self.steps = branches
 
     def set_fields(self, tuple names, tuple steps):
         self.names = names
-        self.steps = steps
-
-    def set_branches(self, tuple steps):
         self.steps = steps
 
 

@@ -7,10 +7,11 @@ process, a tree of :class:`~spanner_cdc.schemas.avro_steps.Step` — one per rec
 and array — that the compiled ``avro_steps`` walks over a message's bytes by position: a varint,
 a length, a UTF-8 string, a float in C (``make bench`` measures it beside fastavro in one run).
 
-The output is fastavro's: the same dicts, lists and values, logical types made by fastavro's own
-converters (``fastavro.read.LOGICAL_READERS``: ``datetime`` for timestamps, ``date``,
-``Decimal``), unknown logical types left as their primitive (``tests/unit/test_avro_reader.py``
-compares both over generated events of every column type). Bytes that are not a record of the
+The output is fastavro's: the same dicts, lists and values; logical types made by fastavro's own
+converters (``fastavro.read.LOGICAL_READERS``: ``Decimal``, ``UUID``), except timestamps and
+dates, which the C steps make equal to the converters' ``datetime`` and ``date``; unknown logical
+types left as their primitive (``tests/unit/test_avro_reader.py`` compares both over generated
+events of every column type). Bytes that are not a record of the
 schema raise what fastavro raises for them — ``EOFError`` when they end too early, ``ValueError``
 (or ``UnicodeDecodeError``, ``OverflowError``) when they say something impossible — and
 ``schemas.wire.read_body`` turns those into the quarantine's ``truncated`` and ``corrupt``. Where
@@ -31,7 +32,7 @@ from typing import Any
 
 from fastavro.read import LOGICAL_READERS
 
-from spanner_cdc.schemas.avro_steps import CompiledReader, Kind, Step
+from spanner_cdc.schemas.avro_steps import Calendar, CompiledReader, Kind, Step
 from spanner_cdc.schemas.errors import ContractError
 
 #: ``(message, position)`` → the value read from ``position`` on and the position after it.
@@ -46,6 +47,13 @@ _PRIMITIVE_KINDS = {
     "double": Kind.DOUBLE,
     "string": Kind.STRING,
     "bytes": Kind.BYTES,
+}
+#: Logical types the C steps make themselves (``avro_steps.calendar_value``), by fastavro's
+#: ``LOGICAL_READERS`` key; fastavro's converter stays the step's, for values out of range.
+_CALENDARS = {
+    "long-timestamp-micros": Calendar.UTC_MICROS,
+    "long-timestamp-millis": Calendar.UTC_MILLIS,
+    "int-date": Calendar.DAYS,
 }
 
 
@@ -87,6 +95,7 @@ class _StepBuilder:
         if kind == "map":
             return Step(Kind.MAP, child=self.step(schema["values"]))
         if isinstance(kind, str) and kind in _PRIMITIVE_KINDS:  # a primitive, perhaps with a logicalType
-            convert = LOGICAL_READERS.get(f"{kind}-{schema.get('logicalType')}")
-            return Step(_PRIMITIVE_KINDS[kind], convert=convert, schema=schema)
+            logical = f"{kind}-{schema.get('logicalType')}"
+            calendar = _CALENDARS.get(logical, Calendar.NOT_A_DATE)
+            return Step(_PRIMITIVE_KINDS[kind], LOGICAL_READERS.get(logical), schema, calendar=calendar)
         raise ContractError(f"the compiled Avro reader does not support type {kind!r}")

@@ -18,6 +18,12 @@ class Kind(enum.IntEnum):
     ARRAY = 10
     MAP = 11
 
+class Calendar(enum.IntEnum):
+    NOT_A_DATE = 0
+    UTC_MICROS = 1
+    UTC_MILLIS = 2
+    DAYS = 3
+
 class Step:
     def __init__(
         self,
@@ -26,6 +32,7 @@ class Step:
         schema: Any = None,
         child: Step | None = None,
         branches: tuple[Step, ...] = (),
+        calendar: Calendar = Calendar.NOT_A_DATE,
     ) -> None: ...
     def set_fields(self, names: tuple[str, ...], steps: tuple[Step, ...]) -> None: ...
 

@@ -146,6 +146,51 @@ def test_a_long_is_64_bits_and_no_more() -> None:
         read(b"\xfe" + b"\xff" * 8 + b"\x03", 0)
 
 
+@pytest.mark.parametrize(
+    ("avro_type", "logical_type", "first", "last"),
+    [
+        ("long", "timestamp-micros", -62_135_596_800_000_000, 253_402_300_799_999_999),
+        ("long", "timestamp-millis", -62_135_596_800_000, 253_402_300_799_999),
+        ("int", "date", -719_162, 2_932_896),
+    ],
+)
+def test_dates_and_timestamps_are_fastavro_s_in_range_and_out_of_it(
+    avro_type: str, logical_type: str, first: int, last: int
+) -> None:
+    """The C steps make timestamps and dates themselves (years 1-9999, the range of Python's
+    datetime) and leave every other value to fastavro's converter: the values, their types and
+    time zone, and the errors word for word are fastavro's, at the edges and around them."""
+    schema = fastavro.parse_schema(
+        {
+            "type": "record",
+            "name": "r",
+            "fields": [{"name": "t", "type": {"type": avro_type, "logicalType": logical_type}}],
+        }
+    )
+    plain = fastavro.parse_schema({"type": "record", "name": "r", "fields": [{"name": "t", "type": "long"}]})
+    read = compile_reader(schema)
+    rng = random.Random(7)
+    numbers = [first, first - 1, last, last + 1, 0, -1, 1, 2**63 - 1, -(2**63)]
+    numbers += [rng.randint(first, last) for _ in range(2_000)] + [
+        rng.randint(-(2**63), 2**63 - 1) for _ in range(200)
+    ]
+    for number in numbers:
+        written = io.BytesIO()
+        fastavro.schemaless_writer(written, plain, {"t": number})
+        body = written.getvalue()
+        ours = _verdict(lambda body=body: read(body, 0)[0])
+        theirs = _verdict(lambda body=body: fastavro.schemaless_reader(io.BytesIO(body), schema, None))
+        assert ours == theirs, number
+
+
+def _verdict(decode: Any) -> tuple[Any, ...]:
+    try:
+        record = decode()
+    except (ValueError, OverflowError) as exc:
+        return type(exc), str(exc)
+    return record, type(record["t"]), getattr(record["t"], "tzinfo", None)
+
+
 def test_a_huge_item_count_ends_at_the_end_of_the_message() -> None:
     """An array announcing 2**62 items of a type that takes at least a byte each (schema_check
     allows no other) ends where the bytes end, at once."""

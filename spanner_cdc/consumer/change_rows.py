@@ -14,10 +14,11 @@ table version in the batch merged (a column added mid-stream is null for older e
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from operator import itemgetter
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -168,16 +169,19 @@ class TableChanges:
     def row_ids(self) -> list[str]:
         """``change$row_id`` per event, computed once per key (a hash per event is measurable)
         and once per batch (the changelog and the replica both need it). Each event's own key
-        columns: a table created again with another key has events of both in one batch."""
-        ids: dict[tuple[Any, ...], str] = {}
+        columns: a table created again with another key has events of both in one batch. A key
+        is told apart by its table version (which fixes the key's names and Python types) and the
+        ``repr`` of its values, which also parts values Python calls equal and the row id's JSON
+        does not (0.0 and -0.0)."""
+        ids: dict[tuple[int, str], str] = {}
         out = []
+        key_of = {id(version): _key_values(version) for version in self.versions}
         for event in self.events:
-            payload, fields = event.record["payload"], event.version.fields_by_name
-            key = {name: payload[fields[name]] for name in event.version.key}
-            signature = (*key, *map(repr, key.values()))
+            values = key_of[id(event.version)](event.record["payload"])
+            signature = (id(event.version), repr(values))
             found = ids.get(signature)
             if found is None:
-                found = ids[signature] = row_id(self.table, key)
+                found = ids[signature] = row_id(self.table, dict(zip(event.version.key, values, strict=True)))
             out.append(found)
         return out
 
@@ -208,6 +212,17 @@ class TableChanges:
             type=pa.timestamp("us", tz="UTC"),
         )
         return pa.table(columns)
+
+
+def _key_values(version: TableVersion) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """A payload → its key's values, in key order (a table may have no key columns at all)."""
+    fields = [version.fields_by_name[name] for name in version.key]
+    if len(fields) == 1:
+        field = fields[0]
+        return lambda payload: (payload[field],)
+    if not fields:
+        return lambda payload: ()
+    return cast(Callable[[Mapping[str, Any]], tuple[Any, ...]], itemgetter(*fields))
 
 
 def _by_name(version: TableVersion, values: dict[str, Any] | None) -> dict[str, Any] | None:

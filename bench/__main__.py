@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import shutil
 import tempfile
@@ -155,7 +156,18 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
     print("consumer (issues 4, 5 and 14), Spark local[2] unless said")
     found = consumer.consumer_figures(stack.endpoint("kafka"), stack.endpoint("postgres"), args.changes)
     raw = found.raw_on_executors
-    print_figures([raw, found.raw_to_driver, found.changelog, *found.replicas, found.changelog_on_one_core])
+    one_cpu = found.changelog_on_one_cpu
+    print_figures(
+        [
+            raw,
+            found.raw_to_driver,
+            found.changelog,
+            *found.replicas,
+            found.changelog_warm,
+            *([one_cpu] if one_cpu else []),
+            found.changelog_on_one_core,
+        ]
+    )
     print(
         f"  raw read on the executors: {raw.per_second / RAW_TARGET_EVENTS_PER_SECOND:.0%} of the "
         f"{RAW_TARGET_EVENTS_PER_SECOND:,} ev/s target; to the driver: "
@@ -176,6 +188,17 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
         )
     growth = found.changelog.per_second / found.changelog_on_one_core.per_second
     print(f"  growth: changelog on local[2] {growth:.2f}x the same on local[1] (target 1.6x)")
+    warm = found.changelog_warm.per_second
+    print(
+        f"  growth, warm: changelog again on local[2] {warm / found.changelog_on_one_core.per_second:.2f}x "
+        "the same on local[1]"
+        + (
+            f"; {warm / one_cpu.per_second:.2f}x the same local[2] job pinned to one CPU "
+            f"({len(os.sched_getaffinity(0))} CPUs unpinned)"
+            if one_cpu
+            else ""
+        )
+    )
     small, large = found.driver_rss_small_batches, found.driver_rss_large_batches
     print(
         f"  driver peak RSS: {small:.0f} MiB with 10,000-event batches, {large:.0f} MiB with 200,000: "

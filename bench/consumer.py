@@ -9,7 +9,13 @@ duplicates) is consumed by separate Trigger.AvailableNow queries:
 - changelog: decode, dedupe, order, Parquet;
 - replica DuckDB / replica PostgreSQL: decode, dedupe, order, merge — each with whole
   transactions (the default: hold what the watermarks have not passed) and without;
-- growth: the changelog again on a ``local[1]`` session (the rest run on ``local[2]``);
+- growth: the changelog again on a ``local[1]`` session (the rest run on ``local[2]``), the
+  issue's figure. A session's queries get faster one after another while its JVM compiles
+  (docs/consumer.md, run 15: 9.3, 5.5, 5.2 s for the same query), and the ``local[1]`` session
+  runs last, in the same JVM: so the changelog is also timed again at the end of the ``local[2]``
+  session, warm, and then with the driver, the JVM and its Python workers pinned to one CPU
+  (``bench.cpus``) — on two cores ``local[1]`` still keeps both busy (one task's source worker
+  feeds its Python worker through the JVM);
 - driver memory: this process's peak RSS while the changelog runs with batches of 10,000 and
   of 200,000 events;
 - decoding alone, in this process (no Spark): the same events read by fastavro's
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import io
+import os
 import random
 import tempfile
 import time
@@ -41,6 +48,7 @@ from typing import Any
 
 import fastavro
 
+from bench.cpus import pinned
 from bench.memory import PeakRss
 from bench.producer import Figure
 from spanner_cdc.consumer.config import ConsumerConfig
@@ -66,6 +74,11 @@ class ConsumerFigures:
     #: DuckDB then PostgreSQL, each with whole transactions and then without.
     replicas: list[Figure]
     changelog_on_one_core: Figure
+    #: The changelog again at the end of the ``local[2]`` session, warm.
+    changelog_warm: Figure
+    #: Then the same with Spark's processes and the driver pinned to one CPU (None on a machine
+    #: that gives this process one).
+    changelog_on_one_cpu: Figure | None
     #: Peak RSS of this (driver) process, MiB, with small and with large batches.
     driver_rss_small_batches: float
     driver_rss_large_batches: float
@@ -127,6 +140,16 @@ def timed(name: str, run: Callable[[], int]) -> Figure:
     return Figure(name, events, time.perf_counter() - started)
 
 
+def on_one_cpu(spark: Any, name: str, run: Callable[[], int]) -> Figure | None:
+    """``run`` timed with this process, Spark's JVM and its workers pinned to one CPU (None on a
+    machine that gives this process only one)."""
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) < 2:
+        return None
+    with pinned(spark.sparkContext._gateway.proc.pid, {min(allowed)}):
+        return timed(name, run)
+
+
 def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> ConsumerFigures:
     prefix = unique_prefix("Bench")
     events = random_history(ChangeFactory(), changes, keys=max(10, changes // 5))
@@ -179,6 +202,10 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
             with PeakRss() as peak:
                 consumed(f"rss-{size}", sinks=("changelog",), max_events_per_batch=size)
             rss.append(peak.peak_kib / 1024)
+        warm = timed(f"{CHANGELOG} again, warm", lambda: consumed("changelog-warm", sinks=("changelog",)))
+        one_cpu = on_one_cpu(
+            spark, f"{CHANGELOG} warm, one CPU", lambda: consumed("changelog-one-cpu", sinks=("changelog",))
+        )
     finally:
         spark.stop()
     spark = spark_session("local[1]", "spanner-cdc-bench-one-core", log_dir=logs)
@@ -187,4 +214,6 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
         one_core = timed(f"{CHANGELOG} on local[1]", lambda: consumed("changelog-1", sinks=("changelog",)))
     finally:
         spark.stop()
-    return ConsumerFigures(raw_executors, raw_driver, changelog, replicas, one_core, rss[0], rss[1])
+    return ConsumerFigures(
+        raw_executors, raw_driver, changelog, replicas, one_core, warm, one_cpu, rss[0], rss[1]
+    )

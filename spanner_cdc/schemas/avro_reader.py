@@ -11,9 +11,9 @@ The output is fastavro's: the same dicts, lists and values; logical types made b
 converters (``fastavro.read.LOGICAL_READERS``: ``Decimal``, ``UUID``), except timestamps and
 dates, which the C steps make equal to the converters' ``datetime`` and ``date``; unknown logical
 types left as their primitive (``tests/unit/test_avro_reader.py`` compares both over generated
-events of every column type). Bytes that are not a record of the
-schema raise what fastavro raises for them — ``EOFError`` when they end too early, ``ValueError``
-(or ``UnicodeDecodeError``, ``OverflowError``) when they say something impossible — and
+events of every column type). Bytes that are not a record of the schema raise what fastavro
+raises for them — ``EOFError`` when they end too early, ``ValueError`` (or
+``UnicodeDecodeError``, ``OverflowError``) when they say something impossible — and
 ``schemas.wire.read_body`` turns those into the quarantine's ``truncated`` and ``corrupt``. Where
 fastavro reads garbage leniently (a negative union index counts from the last branch, a varint
 may be longer than ten bytes or hold more than 64 bits), this reader refuses it as corrupt; and

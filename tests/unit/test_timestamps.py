@@ -1,13 +1,20 @@
 """RFC 3339 text → microseconds: the canonical form's fast path agrees with the general parser,
-and both refuse what RFC 3339 does not allow."""
+and both refuse what RFC 3339 does not allow; a datetime → its microseconds, exactly."""
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 
 import pytest
 
-from spanner_cdc.schemas.timestamps import format_timestamp_micros, parse_timestamp_micros
+from spanner_cdc.schemas.timestamps import (
+    EPOCH,
+    datetime_from_micros,
+    format_timestamp_micros,
+    micros_from_datetime,
+    parse_timestamp_micros,
+)
 
 pytestmark = pytest.mark.unit
 FIRST = parse_timestamp_micros("0001-01-01T00:00:00Z")
@@ -21,6 +28,18 @@ def test_canonical_text_round_trips_over_the_whole_range() -> None:
         assert len(text) == 27
         assert parse_timestamp_micros(text) == micros, text
         assert parse_timestamp_micros(text.replace("T", " ")) == micros
+
+
+def test_a_datetime_is_its_microseconds_exactly_over_the_whole_range() -> None:
+    """Before the epoch too (a negative difference's days are negative, its seconds are not),
+    and in another time zone."""
+    rng = random.Random(11)
+    ahead = dt.timezone(dt.timedelta(hours=5, minutes=30))
+    for micros in [FIRST, LAST, 0, -1, 1, *(rng.randint(FIRST, LAST) for _ in range(5_000))]:
+        value = datetime_from_micros(micros)
+        assert micros_from_datetime(value) == micros == (value - EPOCH) // dt.timedelta(microseconds=1)
+        if FIRST + 6 * 3_600_000_000 < micros < LAST - 6 * 3_600_000_000:
+            assert micros_from_datetime(value.astimezone(ahead)) == micros
 
 
 @pytest.mark.parametrize(

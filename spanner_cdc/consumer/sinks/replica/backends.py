@@ -59,6 +59,9 @@ class Selected:
 
 class SqlBackend(Protocol):
     dialect: str
+    #: Whether a replica table declares its key as a PRIMARY KEY. Without one its key columns are
+    #: NOT NULL, and the merge keeps one row per key either way (docs/consumer.md, Replica).
+    declares_primary_keys: bool
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run ``sql``; its rows, if it returns any. A write that lost to a concurrent
@@ -170,6 +173,10 @@ def open_backend(replica: str, duckdb_path: Path, postgres_dsn: str | None) -> S
 
 class DuckDbBackend:
     dialect = "duckdb"
+    #: No: maintaining the key's index was most of a batch's commit (0.6-0.9 s at 32,000 rows, more
+    #: as the replica grows), and the DuckDB replica with whole transactions ran at 13,826 events/s
+    #: with it and 20,650 without over the bench's 440,000 (docs/consumer.md, run 15).
+    declares_primary_keys = False
 
     def __init__(self, path: Path, lock_wait_seconds: float = DUCKDB_LOCK_WAIT_SECONDS) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -226,7 +233,8 @@ class DuckDbBackend:
         return Cleaned(rows, 0)  # DuckDB stores every Spanner string, U+0000 included
 
     def allow_null_keys(self, table: str, key: Sequence[str]) -> None:
-        """DuckDB cannot drop a primary key: the table is copied without it (in the batch's transaction)."""
+        """The table is copied without its constraints (in the batch's transaction): DuckDB cannot
+        drop a primary key, and tables an earlier version created have one."""
         rebuilt = quote(REBUILT_TABLE)
         self._db.execute(f"CREATE TABLE {rebuilt} AS SELECT * FROM {quote(table)}")
         self._db.execute(f"DROP TABLE {quote(table)}")
@@ -285,6 +293,7 @@ class DuckDbBackend:
 
 class PostgresBackend:
     dialect = "postgres"
+    declares_primary_keys = True  # its index is what the merge's joins and deletes look keys up by
 
     def __init__(self, dsn: str) -> None:
         try:

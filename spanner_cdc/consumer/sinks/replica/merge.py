@@ -300,25 +300,30 @@ class ReplicaMerge:
         dialect = self.backend.dialect
         order = list(zip(ORDER_COLUMNS, _order_types(dialect), strict=True))
         key_columns = tuple(c for c in changes.columns if c.name in changes.key)
-        primary_key = [f"PRIMARY KEY ({_names(changes.key)})"] if changes.key else []
+        declared = self.backend.declares_primary_keys
+        # The table and its tombstones hold one row per key: their key, declared or NOT NULL.
         layouts = [
-            (changes.names.table, changes.columns, [*order, *ROW_VERSION_COLUMNS], primary_key),
-            (changes.names.tombstones, key_columns, order, primary_key),
+            (changes.names.table, changes.columns, [*order, *ROW_VERSION_COLUMNS], True),
+            (changes.names.tombstones, key_columns, order, True),
         ]
         if with_history:
             layouts += [
-                (changes.names.history, changes.columns, list(HISTORY_COLUMNS), []),
-                (changes.names.inserts, changes.columns, [*INSERT_COLUMNS, *order], []),
+                (changes.names.history, changes.columns, list(HISTORY_COLUMNS), False),
+                (changes.names.inserts, changes.columns, [*INSERT_COLUMNS, *order], False),
             ]
         catalog_key = self.names.catalog_key
-        for table, columns, extra, constraints in layouts:
+        for table, columns, extra, keyed in layouts:
             definitions = {c.name: _definition(c, dialect) for c in columns}
             definitions |= {name: f"{quote(name)} {sql_type}" for name, sql_type in extra}
             existing = self._columns(table)
             if not existing:
-                self.backend.execute(
-                    f"CREATE TABLE {quote(table)} ({', '.join([*definitions.values(), *constraints])})"
-                )
+                created = [
+                    f"{definition} NOT NULL" if keyed and not declared and name in changes.key else definition
+                    for name, definition in definitions.items()
+                ]
+                if keyed and declared and changes.key:
+                    created.append(f"PRIMARY KEY ({_names(changes.key)})")
+                self.backend.execute(f"CREATE TABLE {quote(table)} ({', '.join(created)})")
                 self._known_columns[catalog_key(table)] = {
                     catalog_key(name): name not in changes.key for name in definitions
                 }

@@ -32,7 +32,7 @@ from typing import Any
 
 from fastavro.read import LOGICAL_READERS
 
-from spanner_cdc.schemas.avro_steps import Calendar, CompiledReader, Kind, Step
+from spanner_cdc.schemas.avro_steps import CompiledReader, Kind, Step
 from spanner_cdc.schemas.errors import ContractError
 
 #: ``(message, position)`` → the value read from ``position`` on and the position after it.
@@ -50,10 +50,10 @@ _PRIMITIVE_KINDS = {
 }
 #: Logical types the C steps make themselves (``avro_steps.calendar_value``), by fastavro's
 #: ``LOGICAL_READERS`` key; fastavro's converter stays the step's, for values out of range.
-_CALENDARS = {
-    "long-timestamp-micros": Calendar.UTC_MICROS,
-    "long-timestamp-millis": Calendar.UTC_MILLIS,
-    "int-date": Calendar.DAYS,
+_CALENDAR_KINDS = {
+    "long-timestamp-micros": Kind.UTC_MICROS,
+    "long-timestamp-millis": Kind.UTC_MILLIS,
+    "int-date": Kind.DAYS,
 }
 
 
@@ -96,6 +96,6 @@ class _StepBuilder:
             return Step(Kind.MAP, child=self.step(schema["values"]))
         if isinstance(kind, str) and kind in _PRIMITIVE_KINDS:  # a primitive, perhaps with a logicalType
             logical = f"{kind}-{schema.get('logicalType')}"
-            calendar = _CALENDARS.get(logical, Calendar.NOT_A_DATE)
-            return Step(_PRIMITIVE_KINDS[kind], LOGICAL_READERS.get(logical), schema, calendar=calendar)
+            step_kind = _CALENDAR_KINDS.get(logical, _PRIMITIVE_KINDS[kind])
+            return Step(step_kind, convert=LOGICAL_READERS.get(logical), schema=schema)
         raise ContractError(f"the compiled Avro reader does not support type {kind!r}")

@@ -17,12 +17,9 @@ class Kind(enum.IntEnum):
     UNION = 9
     ARRAY = 10
     MAP = 11
-
-class Calendar(enum.IntEnum):
-    NOT_A_DATE = 0
-    UTC_MICROS = 1
-    UTC_MILLIS = 2
-    DAYS = 3
+    UTC_MICROS = 12
+    UTC_MILLIS = 13
+    DAYS = 14
 
 class Step:
     def __init__(
@@ -32,7 +29,6 @@ class Step:
         schema: Any = None,
         child: Step | None = None,
         branches: tuple[Step, ...] = (),
-        calendar: Calendar = Calendar.NOT_A_DATE,
     ) -> None: ...
     def set_fields(self, names: tuple[str, ...], steps: tuple[Step, ...]) -> None: ...
 

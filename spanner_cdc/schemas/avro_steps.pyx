@@ -48,13 +48,9 @@ cpdef enum Kind:
     UNION
     ARRAY
     MAP
-
-
-cpdef enum Calendar:
-    NOT_A_DATE
-    UTC_MICROS  # timestamp-micros: a datetime in UTC
-    UTC_MILLIS  # timestamp-millis
-    DAYS  # date: days since 1970-01-01
+    UTC_MICROS  # long timestamp-micros: a datetime in UTC
+    UTC_MILLIS  # long timestamp-millis
+    DAYS  # int date: days since 1970-01-01
 
 
 cdef enum:
@@ -63,6 +59,8 @@ cdef enum:
 cdef int64_t MICROS_PER_DAY = 86_400_000_000
 cdef int64_t FIRST_DAY = -719_162  # 0001-01-01, in days since 1970-01-01: Python's first date
 cdef int64_t LAST_DAY = 2_932_896  # 9999-12-31: its last
+cdef int64_t FIRST_MICRO = FIRST_DAY * MICROS_PER_DAY  # its first microsecond (a whole millisecond)
+cdef int64_t LAST_MICRO = (LAST_DAY + 1) * MICROS_PER_DAY - 1
 cdef object UTC = timezone.utc  # the tzinfo of fastavro's timestamps
 
 
@@ -71,18 +69,14 @@ cdef class Step:
     record can be referred to before its definition is complete."""
 
     cdef int kind
-    cdef int calendar  # a Calendar: a long or int that stands for a date or time
     cdef object convert  # fastavro's logical-type converter, or None
     cdef object schema  # the node's schema, the converter's second argument
     cdef Step child  # a nullable's value, an array's item, a map's value
     cdef tuple names
     cdef tuple steps  # a record's fields or a union's branches
 
-    def __init__(
-        self, int kind, convert=None, schema=None, Step child=None, tuple branches=(), int calendar=NOT_A_DATE
-    ):
+    def __init__(self, int kind, convert=None, schema=None, Step child=None, tuple branches=()):
         self.kind = kind
-        self.calendar = calendar
         self.convert = convert
         self.schema = schema
         self.child = child
@@ -167,12 +161,6 @@ cdef object read(Step step, Cursor cursor):
     cdef double double_value
     cdef float float_value
     cdef dict record
-    if step.calendar != NOT_A_DATE:
-        number = read_long(cursor)
-        value = calendar_value(step.calendar, number)
-        if value is None:  # outside the years 1-9999: fastavro's converter says why
-            value = step.convert(number, step.schema, None)
-        return value
     if kind == RECORD:
         record = {}
         for i in range(len(step.names)):
@@ -202,6 +190,12 @@ cdef object read(Step step, Cursor cursor):
             value = (byte >> 1) ^ -(byte & 1)
         else:
             value = read_long(cursor)
+    elif kind == UTC_MICROS or kind == UTC_MILLIS or kind == DAYS:
+        number = read_long(cursor)
+        value = calendar_value(kind, number)
+        if value is not None:
+            return value
+        value = number  # outside the years 1-9999: fastavro's converter, below, says why
     elif kind == STRING or kind == BYTES:
         number = read_long(cursor)
         if number < 0:
@@ -233,23 +227,23 @@ cdef object read(Step step, Cursor cursor):
     return value
 
 
-cdef object calendar_value(int calendar, int64_t number):
+cdef object calendar_value(int kind, int64_t number):
     """The ``date`` or UTC ``datetime`` that ``number`` stands for, equal to what fastavro's
     converter makes of it; None when that is outside the years 1-9999."""
     cdef int64_t micros, days, rest
     cdef int year, month, day
-    if calendar == DAYS:
+    if kind == DAYS:
         if number < FIRST_DAY or number > LAST_DAY:
             return None
         civil_date(number, &year, &month, &day)
         return date_new(year, month, day)
-    if calendar == UTC_MILLIS:
-        if number < FIRST_DAY * MICROS_PER_DAY // 1000 or number > ((LAST_DAY + 1) * MICROS_PER_DAY - 1) // 1000:
+    if kind == UTC_MILLIS:
+        if number < FIRST_MICRO // 1000 or number > LAST_MICRO // 1000:
             return None
         micros = number * 1000
+    elif number < FIRST_MICRO or number > LAST_MICRO:
+        return None
     else:
-        if number < FIRST_DAY * MICROS_PER_DAY or number > (LAST_DAY + 1) * MICROS_PER_DAY - 1:
-            return None
         micros = number
     days = micros // MICROS_PER_DAY  # floor division: Cython keeps Python's semantics here
     rest = micros - days * MICROS_PER_DAY

@@ -186,19 +186,13 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
             f"  {whole.name.split(' (')[0]}: {whole.per_second / apart.per_second:.2f}x "
             "the same replica without transaction grouping"
         )
-    growth = found.changelog.per_second / found.changelog_on_one_core.per_second
+    one_core, warm = found.changelog_on_one_core.per_second, found.changelog_warm.per_second
+    growth = found.changelog.per_second / one_core
     print(f"  growth: changelog on local[2] {growth:.2f}x the same on local[1] (target 1.6x)")
-    warm = found.changelog_warm.per_second
-    print(
-        f"  growth, warm: changelog again on local[2] {warm / found.changelog_on_one_core.per_second:.2f}x "
-        "the same on local[1]"
-        + (
-            f"; {warm / one_cpu.per_second:.2f}x the same local[2] job pinned to one CPU "
-            f"({len(os.sched_getaffinity(0))} CPUs unpinned)"
-            if one_cpu
-            else ""
-        )
-    )
+    print(f"  growth, warm: changelog again on local[2] {warm / one_core:.2f}x the same on local[1]")
+    if one_cpu:
+        cpus = len(os.sched_getaffinity(0))
+        print(f"  growth, warm: the same on {cpus} CPUs {warm / one_cpu.per_second:.2f}x it pinned to one")
     small, large = found.driver_rss_small_batches, found.driver_rss_large_batches
     print(
         f"  driver peak RSS: {small:.0f} MiB with 10,000-event batches, {large:.0f} MiB with 200,000: "

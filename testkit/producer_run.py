@@ -8,7 +8,10 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 
+from spanner_cdc.producer.checkpoints import CheckpointStore
 from spanner_cdc.producer.errors import ProducerError
+from spanner_cdc.producer.kafka import KafkaClient
+from spanner_cdc.producer.partitions import Partition
 from spanner_cdc.producer.service import ProducerService
 
 
@@ -22,6 +25,13 @@ async def running(service: ProducerService) -> AsyncIterator[ProducerService]:
     finally:
         service.request_stop()
         await task
+
+
+def checkpointed_partitions(bootstrap: str, prefix: str) -> list[Partition]:
+    """The producer's partition table as its checkpoint topic holds it (each token's newest record)."""
+    return CheckpointStore(
+        KafkaClient(bootstrap, prefix, {}, topic_partitions=1, replication_factor=-1)
+    ).read()
 
 
 async def wait_until(service: ProducerService, condition: Callable[[], bool], timeout: float) -> None:

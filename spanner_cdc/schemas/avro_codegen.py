@@ -4,8 +4,8 @@
 The writer turns a schema, as ``fastavro.parse_schema`` returns it, into Python source and
 executes it once (the reader did too, until its steps moved to C: ``schemas.avro_reader``).
 Names from the schema appear in that source only as ``repr`` literals, and values only as
-constants passed in (``C[i]``), so a schema cannot inject code. Named records are looked up when called, so a
-reference may precede the end of its definition.
+constants passed in (``C[i]``), so a schema cannot inject code. Named records are looked up when
+called, so a reference may precede the end of its definition.
 """
 
 from __future__ import annotations

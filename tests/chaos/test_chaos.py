@@ -35,11 +35,10 @@ from typing import Any
 import pytest
 
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
-from spanner_cdc.producer.checkpoints import CheckpointStore
-from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.schemas.timestamps import format_timestamp_micros
 from spanner_cdc.stack import EmbeddedStack, stop_on_signals
 from testkit.consumer_run import consume_command, consumer_config, unique_prefix
+from testkit.producer_run import checkpointed_partitions
 from testkit.spanner_db import create_database
 from tests.support.churn import (
     ACCOUNTS_DDL,
@@ -213,8 +212,7 @@ def test_the_pipeline_loses_and_duplicates_nothing_under_kills_and_stalls(
 
 def partition_states(kafka: str, prefix: str) -> list[dict[str, Any]]:
     """The producer's partition table as its checkpoint topic holds it (merges have 2+ parents)."""
-    client = KafkaClient(kafka, prefix, {}, topic_partitions=1, replication_factor=-1)
-    return [partition.to_json() for partition in CheckpointStore(client).read()]
+    return [partition.to_json() for partition in checkpointed_partitions(kafka, prefix)]
 
 
 def outcome(events: list[Received], consumer: Any, writer: AccountWriter, database: Any) -> dict[str, int]:

@@ -33,7 +33,7 @@ from spanner_cdc.schemas.records import (
 from spanner_cdc.schemas.timestamps import now_micros
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import unique_prefix
-from testkit.producer_run import running, wait_until
+from testkit.producer_run import checkpointed_partitions, running, wait_until
 from testkit.records import account_transfer_records
 from tests.support.kafka_read import read_events
 
@@ -193,6 +193,6 @@ def test_checkpoints_produced_in_one_batch_are_all_restored(stack: EmbeddedStack
         await poller
 
     asyncio.run(write())
-    restored = CheckpointStore(KafkaClient(stack.endpoint("kafka"), prefix, {}, 1, -1)).read()
+    restored = checkpointed_partitions(stack.endpoint("kafka"), prefix)
     states: dict[str, Any] = {p.token: p.to_json() for p in restored}
     assert states == {p.token: p.to_json() for p in partitions}

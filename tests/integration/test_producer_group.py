@@ -20,12 +20,11 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.producer.checkpoints import CheckpointStore
-from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.producer.partitions import PartitionState, shard_of
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
 from testkit.producer_group import ProducerProcess
+from testkit.producer_run import checkpointed_partitions
 from testkit.spanner_db import create_database
 from tests.support.churn import (
     ACCOUNTS_DDL,
@@ -245,10 +244,9 @@ def taken_by(member: ProducerProcess, before: float) -> set[int]:
 def tokens_running_at_the_end(group: Group, shards: set[int]) -> list[str]:
     """Tokens of ``shards`` whose newest checkpoint record says their query was started and had
     not finished (a partition that waits for its parents is CREATED, not RUNNING)."""
-    client = KafkaClient(group.kafka, group.prefix, {}, topic_partitions=1, replication_factor=-1)
     return [
         partition.token
-        for partition in CheckpointStore(client).read()
+        for partition in checkpointed_partitions(group.kafka, group.prefix)
         if partition.state == PartitionState.RUNNING and shard_of(partition.token, SHARDS) in shards
     ]
 

@@ -7,7 +7,8 @@ from typing import Any
 import pyarrow as pa
 
 from spanner_cdc.consumer.decode import BatchDecoder
-from spanner_cdc.consumer.decoded import DecodedEvent
+from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent
+from spanner_cdc.consumer.outline_rows import outline_batch
 from spanner_cdc.schemas.wire import WriterSchema, encode
 from testkit.synthetic import ChangeFactory
 
@@ -37,3 +38,8 @@ def decoded_events(
         }
     )
     return decoder.decode(rows).events
+
+
+def event_rows(events: list[DecodedEvent]) -> pa.Table:
+    """The outline rows (consumer.outline_rows) the tasks would send the driver for ``events``."""
+    return pa.Table.from_batches([outline_batch(DecodedBatch(events, [], []))])

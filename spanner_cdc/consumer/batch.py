@@ -21,10 +21,14 @@ batch with the same offsets, and every step repeats its first attempt's result:
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
+import shutil
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -53,10 +57,17 @@ from spanner_cdc.consumer.outline_rows import (
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
 from spanner_cdc.consumer.sinks.replica.sink import BatchContents, ReplicaSink
+from spanner_cdc.consumer.sinks.replica.staged import ReplicaStaging, StagedEvents
 from spanner_cdc.consumer.status import BatchSeen
 from spanner_cdc.schemas.timestamps import now_micros, seconds_behind
 
 log = logging.getLogger("spanner_cdc.consumer")
+#: Held events the driver reads again itself when the consistent cut passes them; more are read
+#: by Spark tasks, so the driver's share stays this small however fast events come. Below it a
+#: job gains nothing: a consumer run releasing 2,000 / 5,000 / 20,000 / 50,000 held events took
+#: 1.49-1.65 / 1.49-1.54 / 1.89-2.01 / 3.50-3.60 s read on the driver, 1.39-1.53 / 1.46-1.57 /
+#: 1.93-1.99 / 2.79-2.91 s by tasks (2-core machine, local[2], two runs each).
+DRIVER_READS_HELD = 2_000
 
 
 @dataclass(frozen=True)
@@ -137,6 +148,24 @@ class CloudPickled:
         return cloudpickle.loads, (cloudpickle.dumps(self.value),)  # type: ignore[no-untyped-call]  # pyspark ships it untyped
 
 
+@dataclass(frozen=True)
+class Staging:
+    """Where an outlining job's tasks stage what they write besides the outline (None: nothing)."""
+
+    changelog: ChangelogSink | None = None
+    quarantine: Path | None = None
+    replica: ReplicaStaging | None = None
+
+    def clear(self) -> None:
+        """What an earlier attempt staged, or this job before it learnt a schema."""
+        if self.changelog is not None:
+            self.changelog.clear()
+        if self.quarantine is not None:
+            shutil.rmtree(self.quarantine, ignore_errors=True)
+        if self.replica is not None:
+            self.replica.clear()
+
+
 @dataclass
 class BatchProcessor:
     decoder: BatchDecoder
@@ -169,13 +198,13 @@ class BatchProcessor:
                 self.changelog.remove_batch(batch_id)
             if self.replica is not None:
                 self.replica.clear_staging()
-        context = self.decoder.start_batch()
-        staged = self.changelog.staging(batch_id) if self.changelog is not None else None
-        outlined = self._outline(rows, context, batch_id, staged)
-        unknown = outlined.unknown()
-        learnt = self.decoder.learn(context, unknown) if unknown else None
-        if learnt is not None:
-            context, outlined = learnt, self._outline(rows, learnt, batch_id, staged)
+        self.quarantine.discard_staged(batch_id)  # what an earlier attempt staged
+        staging = Staging(
+            self.changelog.staging(batch_id) if self.changelog is not None else None,
+            None if self.fail_on_bad_message else self.quarantine.staging(batch_id),
+            self.replica.staging(batch_id) if self.replica is not None else None,
+        )
+        context, outlined = self._read(rows, self.decoder.start_batch(), batch_id, staging)
         decoded = outlined.decoded(context)
         watermarks, refuted = self.decoder.refuted(decoded.watermarks, context)
         quarantined = sorted([*decoded.quarantined, *refuted], key=lambda q: (q.topic, q.partition, q.offset))
@@ -193,10 +222,11 @@ class BatchProcessor:
             self._write_changelog(self.changelog, rows, duplicates, batch_id, kept=per_table(fresh))
         self._started = True
         if self.replica is not None:
-            staging = self.replica.staging(batch_id)
-            contents = BatchContents(fresh, staging.read(), staging.messages(), watermarks)
+            staged = self.replica.staging(batch_id)
+            stage_held = self._held_stager(rows.sparkSession, context, batch_id, staged)
+            contents = BatchContents(fresh, staged.read(), staged.messages(), watermarks, stage_held)
             self.replica.write(batch_id, contents)
-            staging.clear()
+            staged.clear()
         self.quarantine.publish(batch_id, refuted)
         horizon = self.delivered.oldest_remembered(batch_id)
         self.delivered.remember(batch_id, fresh)
@@ -211,28 +241,53 @@ class BatchProcessor:
         )
         self._observe(seen, fresh, quarantined, horizon)
 
-    def _outline(
-        self, rows: Any, context: DecodeContext, batch_id: int, staged: ChangelogSink | None
-    ) -> Outline:
-        """The tasks' outline of ``rows``."""
-        # What an earlier attempt staged, or this batch before it learnt a schema.
-        self.quarantine.discard_staged(batch_id)
-        if staged is not None:
-            staged.clear()
-        replica = self.replica.staging(batch_id) if self.replica is not None else None
-        if replica is not None:
-            replica.clear()
+    def _read(
+        self, rows: Any, context: DecodeContext, batch_id: int, staging: Staging
+    ) -> tuple[DecodeContext, Outline]:
+        """The tasks' outline of ``rows`` (Kafka rows, a Spark DataFrame) and the context it was
+        read with: read again, once, with what the driver learnt if messages named something
+        the context lacked."""
+        outlined = self._outline(rows, context, batch_id, staging)
+        unknown = outlined.unknown()
+        learnt = self.decoder.learn(context, unknown) if unknown else None
+        if learnt is None:
+            return context, outlined
+        return learnt, self._outline(rows, learnt, batch_id, staging)
+
+    def _outline(self, rows: Any, context: DecodeContext, batch_id: int, staging: Staging) -> Outline:
+        staging.clear()
         task = outline(
             self._context.share(rows.sparkSession.sparkContext, context),
             context.now_micros,
             batch_id,
-            staging=staged.root if staged is not None else None,
-            quarantine=None if self.fail_on_bad_message else self.quarantine.staging(batch_id),
-            replica=replica.root if replica is not None else None,
+            staging=staging.changelog.root if staging.changelog is not None else None,
+            quarantine=staging.quarantine,
+            replica=staging.replica.root if staging.replica is not None else None,
         )
         return Outline(
             rows.mapInArrow(task, from_arrow_schema(OUTLINE_SCHEMA)).toArrow().cast(OUTLINE_SCHEMA)
         )
+
+    def _held_stager(
+        self, spark: Any, context: DecodeContext, batch_id: int, staged: ReplicaStaging
+    ) -> Callable[[pa.Table], StagedEvents]:
+        """How the batch stages held events again when the consistent cut passes them
+        (sinks.replica.cut): read by Spark tasks from their Kafka rows, as the batch's own. With
+        the default trigger and watermark interval (1 s each) a steady stream holds nearly every
+        event once, and when one partition's watermarks lag or stop the batch that brings the
+        watermark releases the whole backlog; read again on the driver, that was per-event work in
+        one Python thread, however large the cluster (docs/consumer.md, "Where the work runs"). A
+        few (:data:`DRIVER_READS_HELD`) are read on the driver, where a job costs more than they do."""
+        jobs = itertools.count()
+
+        def stage(held: pa.Table) -> StagedEvents:
+            if held.num_rows <= DRIVER_READS_HELD:
+                return StagedEvents.of(self.decoder.decode(held))
+            staging = ReplicaStaging(staged.root / f"held-{next(jobs)}")
+            _, outlined = self._read(spark.createDataFrame(held), context, batch_id, Staging(replica=staging))
+            return StagedEvents(outlined.rows, staging.read())
+
+        return stage
 
     def _write_changelog(
         self, changelog: ChangelogSink, rows: Any, duplicates: pa.Table, batch_id: int, *, kept: Counter[str]

@@ -141,7 +141,7 @@ class ConsumerJob:
         replica: ReplicaSink | None = None
         if backend is not None:
             cut = (
-                ConsistentCut(backend, decoder.decode, config.subscribed, config.max_events_per_batch)
+                ConsistentCut(backend, config.subscribed, config.max_events_per_batch)
                 if config.whole_transactions
                 else None
             )

@@ -154,12 +154,6 @@ def unknown_from_columns(row: dict[str, Any]) -> Unknown:
     )
 
 
-def event_rows(events: Sequence[DecodedEvent]) -> pa.Table:
-    """Outline rows of ``events``: for events decoded on the driver (held ones the consistent
-    cut brings back)."""
-    return pa.Table.from_batches([_event_batch(events)])
-
-
 def row_numbers(rows: pa.Table, coordinates: Sequence[str], messages: pa.Table, *, named: bool) -> pa.Array:
     """The numbers, ascending, of the ``rows`` whose Kafka coordinates (in their columns
     ``coordinates``) are (``named``) or are not among ``messages`` (columns :data:`COORDINATES`).

@@ -10,19 +10,19 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from spanner_cdc.consumer.decode import BatchDecoder, BrokerPartitions
 from spanner_cdc.consumer.decoded import DecodedEvent, WatermarkSeen
-from spanner_cdc.consumer.outline_rows import event_rows
 from spanner_cdc.consumer.schema_topic import SchemaTopic
 from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend
 from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut, Release, Slice, incomplete_transactions
-from spanner_cdc.consumer.sinks.replica.staged import event_messages
+from spanner_cdc.consumer.sinks.replica.staged import StagedEvents, event_messages
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark
 from spanner_cdc.schemas.wire import SchemaStore
-from testkit.decoding import decoded_events
+from testkit.decoding import decoded_events, event_rows
 from testkit.synthetic import STREAM, ChangeFactory
 
 pytestmark = pytest.mark.unit
@@ -36,18 +36,21 @@ def decoder() -> BatchDecoder:
 
 @pytest.fixture
 def cut(tmp_path: Path, decoder: BatchDecoder) -> ConsistentCut:
-    return ConsistentCut(
-        DuckDbBackend(tmp_path / "replica.duckdb"), decoder.decode, lambda topic: topic != "P.Other", 1_000
-    )
+    return ConsistentCut(DuckDbBackend(tmp_path / "replica.duckdb"), lambda topic: topic != "P.Other", 1_000)
 
 
 def release(
-    cut: ConsistentCut, fresh: list[DecodedEvent], marks: list[WatermarkSeen]
+    cut: ConsistentCut, decoder: BatchDecoder, fresh: list[DecodedEvent], marks: list[WatermarkSeen]
 ) -> tuple[Release, list[Slice]]:
-    """The release of ``fresh`` (as the batch's outline rows), and the slices it handed over."""
+    """The release of ``fresh`` (as the batch's outline rows), and the slices it handed over;
+    held events are read again on the driver."""
     slices: list[Slice] = []
     outlined, messages = event_rows(fresh), event_messages(fresh)
-    return cut.release(outlined, messages, marks, lambda piece, _cut: slices.append(piece)), slices
+
+    def stage(rows: pa.Table) -> StagedEvents:
+        return StagedEvents.of(decoder.decode(rows))
+
+    return cut.release(outlined, messages, marks, lambda piece, _cut: slices.append(piece), stage), slices
 
 
 def uuids(slices: list[Slice]) -> list[str]:
@@ -70,14 +73,14 @@ def test_the_cut_is_the_lowest_partition_watermark_and_waits_for_every_partition
     events = decoded(decoder, [early, late])
     early_micros, late_micros = (e.commit_micros for e in events)
 
-    waiting, applied = release(cut, events, [mark(0, late_micros)])
+    waiting, applied = release(cut, decoder, events, [mark(0, late_micros)])
     assert (applied, waiting.cut_micros, waiting.held) == ([], None, 2), "partition 1 unheard"
 
-    partial, applied = release(cut, [], [mark(1, early_micros)])
+    partial, applied = release(cut, decoder, [], [mark(1, early_micros)])
     assert uuids(applied) == [events[0].record["uuid"]]
     assert (partial.cut_micros, partial.held) == (early_micros, 1)
 
-    rest, applied = release(cut, [], [mark(1, late_micros)])
+    rest, applied = release(cut, decoder, [], [mark(1, late_micros)])
     assert uuids(applied) == [events[1].record["uuid"]]
     assert (rest.cut_micros, rest.held) == (late_micros, 0)
 
@@ -86,12 +89,12 @@ def test_a_topic_missing_from_the_newest_watermark_stops_holding_the_cut_back(
     cut: ConsistentCut, decoder: BatchDecoder
 ) -> None:
     both = {TOPIC: 1, "P.Dropped": 1}
-    assert release(cut, [], [mark(0, 100, both)])[0].cut_micros is None, "P.Dropped has no watermark"
-    assert release(cut, [], [mark(0, 200, {TOPIC: 1})])[0].cut_micros == 200
+    assert release(cut, decoder, [], [mark(0, 100, both)])[0].cut_micros is None, "P.Dropped has no watermark"
+    assert release(cut, decoder, [], [mark(0, 200, {TOPIC: 1})])[0].cut_micros == 200
 
 
-def test_unsubscribed_topics_are_not_waited_for(cut: ConsistentCut) -> None:
-    assert release(cut, [], [mark(0, 100, {TOPIC: 1, "P.Other": 3})])[0].cut_micros == 100
+def test_unsubscribed_topics_are_not_waited_for(cut: ConsistentCut, decoder: BatchDecoder) -> None:
+    assert release(cut, decoder, [], [mark(0, 100, {TOPIC: 1, "P.Other": 3})])[0].cut_micros == 100
 
 
 def test_the_cut_never_moves_back_and_late_events_are_applied_and_counted(
@@ -99,8 +102,9 @@ def test_the_cut_never_moves_back_and_late_events_are_applied_and_counted(
 ) -> None:
     events = decoded(decoder, [ChangeFactory().record("INSERT", {"Id": "a"}, {"Balance": "1"})])
     commit = events[0].commit_micros
-    assert release(cut, [], [mark(0, commit + 10, {TOPIC: 1})])[0].cut_micros == commit + 10
-    late, applied = release(cut, events, [mark(0, commit - 10, {TOPIC: 1})])  # a restarted producer's stamp
+    assert release(cut, decoder, [], [mark(0, commit + 10, {TOPIC: 1})])[0].cut_micros == commit + 10
+    stamp = mark(0, commit - 10, {TOPIC: 1})  # a restarted producer's
+    late, applied = release(cut, decoder, events, [stamp])
     assert (late.cut_micros, late.behind_cut, len(uuids(applied))) == (commit + 10, 1, 1)
 
 
@@ -115,10 +119,11 @@ def test_a_held_backlog_comes_back_in_slices_that_never_split_a_transaction(
     held = decoded(decoder, [*singles, *whole])
     newest = max(e.commit_micros for e in held)
     cut.slice_events = 2
-    assert release(cut, held, [mark(0, newest, {TOPIC: 1, "P.Late": 1})])[0].held == 8  # P.Late unheard
+    late_unheard = mark(0, newest, {TOPIC: 1, "P.Late": 1})
+    assert release(cut, decoder, held, [late_unheard])[0].held == 8
     fresh = decoded(decoder, [factory.record("INSERT", {"Id": "f"}, {"Balance": "1"})])
 
-    after, slices = release(cut, fresh, [mark(0, newest + 10_000, {TOPIC: 1})])
+    after, slices = release(cut, decoder, fresh, [mark(0, newest + 10_000, {TOPIC: 1})])
 
     commits = [piece.rows.column("commit_micros").to_pylist() for piece in slices]
     assert [len(c) for c in commits] == [2, 2, 4, 1], "2 held, 2 held, 1 + the 3-record transaction, fresh"

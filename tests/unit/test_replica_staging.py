@@ -11,7 +11,6 @@ import pytest
 from spanner_cdc.consumer.change_rows import SET_PREFIX
 from spanner_cdc.consumer.decode import BatchDecoder, BrokerPartitions
 from spanner_cdc.consumer.decoded import DecodedEvent
-from spanner_cdc.consumer.outline_rows import event_rows
 from spanner_cdc.consumer.schema_topic import SchemaTopic
 from spanner_cdc.consumer.sinks.changelog import COORDINATES
 from spanner_cdc.consumer.sinks.replica.staged import (
@@ -21,7 +20,7 @@ from spanner_cdc.consumer.sinks.replica.staged import (
     staged_parts,
 )
 from spanner_cdc.schemas.topics import Topics
-from testkit.decoding import decoded_events
+from testkit.decoding import decoded_events, event_rows
 from testkit.synthetic import ACCOUNT_COLUMNS, ChangeFactory
 
 pytestmark = pytest.mark.unit

@@ -19,7 +19,8 @@ Per micro-batch, inside the replica's transaction (so a replay repeats it exactl
    at most ``slice_events`` held events (a slice never splits a commit timestamp, so never a
    transaction): a backlog held for hours is not brought into memory at once. This batch's
    events are named by their outline rows (the tasks staged their stage rows); held ones are
-   decoded from their bytes on the driver when the cut passes them;
+   staged again from their bytes when the cut passes them, by the function the batch gives
+   (consumer.batch: Spark tasks, or the driver for a few);
 4. ``cdc$consistent_cut`` records the cut: the replica equals the source as of that commit
    timestamp.
 
@@ -38,12 +39,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent, WatermarkSeen
+from spanner_cdc.consumer.decoded import WatermarkSeen
 from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.kafka_rows import DECODE_SCHEMA
-from spanner_cdc.consumer.outline_rows import COORDINATES, event_rows
+from spanner_cdc.consumer.outline_rows import COORDINATES, EVENT
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table, quote
-from spanner_cdc.consumer.sinks.replica.staged import MESSAGES_SCHEMA, taken
+from spanner_cdc.consumer.sinks.replica.staged import MESSAGES_SCHEMA, StagedEvents, taken
 from spanner_cdc.schemas.timestamps import datetime_from_micros
 
 log = logging.getLogger("spanner_cdc.consumer")
@@ -56,17 +57,17 @@ _COMMIT = "commit_micros"
 @dataclass(frozen=True)
 class Slice:
     """Events the cut lets through together: this batch's, as outline rows
-    (consumer.outline_rows), and held ones brought back, decoded."""
+    (consumer.outline_rows), and held ones brought back, staged again."""
 
     fresh: pa.Table
-    held: list[DecodedEvent]
+    held: StagedEvents | None = None
 
     @property
     def rows(self) -> pa.Table:
         """Outline rows of every event of the slice."""
-        if not self.held:
+        if self.held is None:
             return self.fresh
-        return pa.concat_tables([self.fresh, event_rows(self.held).select(self.fresh.column_names)])
+        return pa.concat_tables([self.fresh, self.held.outline.select(self.fresh.column_names)])
 
 
 @dataclass(frozen=True)
@@ -85,15 +86,12 @@ class ConsistentCut:
     def __init__(
         self,
         backend: SqlBackend,
-        decode: Callable[[pa.Table], DecodedBatch],
         subscribed: Callable[[str], bool],
         slice_events: int,
     ) -> None:
         self.backend = backend
         #: Held events brought back per slice (the consumer passes its --max-events-per-batch).
         self.slice_events = slice_events
-        #: Kafka rows (``kafka_rows.DECODE_SCHEMA``) → events: held events are kept as their bytes.
-        self.decode = decode
         self.subscribed = subscribed
         backend.execute(
             f"CREATE TABLE IF NOT EXISTS {quote(PENDING)} (topic VARCHAR NOT NULL, "
@@ -115,11 +113,14 @@ class ConsistentCut:
         messages: pa.Table,
         watermarks: Sequence[WatermarkSeen],
         apply: Callable[[Slice, int], None],
+        stage: Callable[[pa.Table], StagedEvents],
     ) -> Release:
         """Call inside the replica transaction of the batch that delivered ``fresh`` (outline
         rows of its kept events); ``messages`` (``staged.MESSAGES_SCHEMA``) has their Kafka
         messages, and maybe others', for the ones held. ``apply`` is called with each slice of
-        what may be applied now, oldest commits first, and the cut they are applied up to."""
+        what may be applied now, oldest commits first, and the cut they are applied up to;
+        ``stage`` stages held events again from their Kafka rows (``kafka_rows.DECODE_SCHEMA``)
+        when the cut passes them."""
         previous, topics_from = self._stored()
         computed, topics_from = self._merge_watermarks(watermarks, topics_from)
         known = [c for c in (previous, computed) if c is not None]
@@ -133,7 +134,7 @@ class ConsistentCut:
         due = fresh.filter(pc.less_equal(commits, cut))
         held_up_to = cut if previous is None or cut > previous else None
         incomplete: list[str] = []
-        for piece in self._slices(due, held_up_to):
+        for piece in self._slices(due, held_up_to, stage):
             rows = piece.rows
             newly_cut = rows if previous is None else rows.filter(pc.greater(rows.column(_COMMIT), previous))
             incomplete += incomplete_transactions(newly_cut)
@@ -149,7 +150,9 @@ class ConsistentCut:
         self._record(cut, topics_from)
         return Release(cut, self._held_count(), len(incomplete), behind, previous)
 
-    def _slices(self, due: pa.Table, held_up_to: int | None) -> Iterator[Slice]:
+    def _slices(
+        self, due: pa.Table, held_up_to: int | None, stage: Callable[[pa.Table], StagedEvents]
+    ) -> Iterator[Slice]:
         """``due`` with the held events committed at or before ``held_up_to``, in slices that end
         at a commit timestamp: each has at most ``slice_events`` held events, unless one commit
         timestamp alone has more (a transaction is never split)."""
@@ -157,11 +160,11 @@ class ConsistentCut:
         after = -1  # every event committed at or before it has been handed over
         while held_up_to is not None and (upper := self._slice_end(after, held_up_to)) is not None:
             between = pc.and_(pc.greater(commits, after), pc.less_equal(commits, upper))
-            yield Slice(due.filter(between), self._take_held(after, upper))
+            yield Slice(due.filter(between), self._take_held(after, upper, stage))
             after = upper
         rest = due.filter(pc.greater(commits, after))
         if rest.num_rows:
-            yield Slice(rest, [])
+            yield Slice(rest)
 
     # --- watermarks and the cut -------------------------------------------------------------
 
@@ -230,15 +233,18 @@ class ConsistentCut:
         )
         return None if rows[0][0] is None else int(rows[0][0])
 
-    def _take_held(self, after: int, upper: int) -> list[DecodedEvent]:
-        """The held events committed after ``after`` and at or before ``upper``, no longer held."""
+    def _take_held(
+        self, after: int, upper: int, stage: Callable[[pa.Table], StagedEvents]
+    ) -> StagedEvents | None:
+        """The held events committed after ``after`` and at or before ``upper``, no longer held,
+        staged again."""
         between = "commit_micros > ? AND commit_micros <= ?"
         rows = self.backend.execute(
             f'SELECT topic, "partition", "offset", key, value FROM {quote(PENDING)} WHERE {between}',
             [after, upper],
         )
         if not rows:
-            return []
+            return None
         self.backend.execute(f"DELETE FROM {quote(PENDING)} WHERE {between}", [after, upper])
         topics, partitions, offsets, keys, values = zip(*rows, strict=True)
         table = pa.table(
@@ -251,14 +257,16 @@ class ConsistentCut:
             },
             schema=DECODE_SCHEMA,
         )
-        decoded = self.decode(table)
-        if decoded.quarantined or decoded.watermarks:
-            first = decoded.quarantined[0] if decoded.quarantined else None
+        staged = stage(table)
+        kinds = staged.outline.column("kind")
+        others = staged.outline.filter(pc.not_equal(kinds, EVENT))
+        if others.num_rows:
+            first = others.slice(0, 1).to_pylist()[0]
             raise ConsumerError(
-                f"a held event no longer decodes ({first.reason if first else 'watermark'}); "
+                f"a held event no longer decodes ({first['reason'] or first['kind']}); "
                 f"{PENDING} is inconsistent with the schemas topic"
             )
-        return decoded.events
+        return staged
 
     def _held_count(self) -> int:
         return int(self.backend.execute(f"SELECT count(*) FROM {quote(PENDING)}")[0][0])

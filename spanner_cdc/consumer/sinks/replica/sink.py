@@ -23,7 +23,7 @@ from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.sinks.parquet_files import batch_file_name
 from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut, Slice
 from spanner_cdc.consumer.sinks.replica.merge import ReplicaMerge
-from spanner_cdc.consumer.sinks.replica.staged import ReplicaStaging, StagedPart, combined, staged_parts
+from spanner_cdc.consumer.sinks.replica.staged import ReplicaStaging, StagedEvents, StagedPart, combined
 from spanner_cdc.consumer.status import StreamSeen
 from spanner_cdc.consumer.streams.catalog import existing_streams
 
@@ -40,6 +40,8 @@ class BatchContents:
     #: Those events' Kafka messages (``staged.MESSAGES_SCHEMA``), which the cut holds.
     messages: pa.Table
     watermarks: list[WatermarkSeen]
+    #: Held events' Kafka rows (``kafka_rows.DECODE_SCHEMA``) staged again, when the cut passes them.
+    stage_held: Callable[[pa.Table], StagedEvents]
 
     def staged_among(self, events: pa.Table) -> list[StagedPart]:
         """The staged rows of ``events`` (outline rows, some of ``fresh``)."""
@@ -125,11 +127,14 @@ class ReplicaSink:
                 applied: list[int] = []
 
                 def apply(piece: Slice, cut: int) -> None:
-                    parts = [*contents.staged_among(piece.fresh), *staged_parts(piece.held)]
+                    held = piece.held.parts if piece.held is not None else []
+                    parts = [*contents.staged_among(piece.fresh), *held]
                     self.merge.write(combined(parts), cut)
                     applied.extend(_commits(piece.rows))
 
-                release = self.cut.release(fresh, contents.messages, contents.watermarks, apply)
+                release = self.cut.release(
+                    fresh, contents.messages, contents.watermarks, apply, contents.stage_held
+                )
                 if self.merge.history is not None and release.cut_micros is not None:
                     self.merge.history.record(release.cut_micros, release.previous_cut_micros)
                 commit = ReplicaCommit(batch_id, release.cut_micros, applied, release.held, query)

@@ -7,8 +7,9 @@ to the batch's replica staging directory as Arrow IPC files (:class:`ReplicaStag
 maps the files into memory and hands their rows to the database (DuckDB reads Arrow in place;
 PostgreSQL takes them by COPY): the kept events are not decoded a second time on the driver, nor
 held there as Python objects. The task also stages its events' Kafka messages, which the
-consistent cut holds (in ``cdc$pending``) for the events past the cut; those are decoded on the
-driver, from their bytes, when the cut passes them (:func:`staged_parts`).
+consistent cut holds (in ``cdc$pending``) for the events past the cut; when the cut passes them
+they are staged again from their bytes (:class:`StagedEvents`) — by tasks, as the batch's own,
+unless they are a few (consumer.batch).
 
 A task stages every event it read, duplicates too: the driver decides what is kept after the
 tasks ran, and takes the kept rows by their coordinates (:meth:`StagedPart.among`).
@@ -27,8 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spanner_cdc.consumer.change_rows import SET_PREFIX, SORT_COLUMNS, TableChanges
-from spanner_cdc.consumer.decoded import DecodedEvent
-from spanner_cdc.consumer.outline_rows import row_numbers
+from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent
+from spanner_cdc.consumer.outline_rows import outline_batch, row_numbers
 from spanner_cdc.consumer.sinks.changelog import COORDINATES
 from spanner_cdc.consumer.sinks.contents import by_primary_key, by_table
 from spanner_cdc.consumer.table_version import ColumnType, PayloadColumn
@@ -89,6 +90,20 @@ class StagedPart:
 
     def with_rows(self, rows: pa.Table) -> StagedPart:
         return StagedPart(self.table, self.key, self.columns, rows)
+
+
+@dataclass(frozen=True)
+class StagedEvents:
+    """Messages read again and staged for the replica: one outline row per message
+    (consumer.outline_rows; a held message should be an event again) and the events' stage rows."""
+
+    outline: pa.Table
+    parts: list[StagedPart]
+
+    @classmethod
+    def of(cls, decoded: DecodedBatch) -> StagedEvents:
+        """Messages read on the driver."""
+        return cls(pa.Table.from_batches([outline_batch(decoded)]), staged_parts(decoded.events))
 
 
 def taken(rows: pa.Table, coordinates: Sequence[str], messages: pa.Table) -> pa.Table:

@@ -15,9 +15,16 @@ import pytest
 
 from spanner_cdc.consumer.decode import BatchDecoder, BrokerPartitions
 from spanner_cdc.consumer.decoded import DecodedEvent, WatermarkSeen
+from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.schema_topic import SchemaTopic
-from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend
-from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut, Release, Slice, incomplete_transactions
+from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend, quote
+from spanner_cdc.consumer.sinks.replica.cut import (
+    PENDING,
+    ConsistentCut,
+    Release,
+    Slice,
+    incomplete_transactions,
+)
 from spanner_cdc.consumer.sinks.replica.staged import StagedEvents, event_messages
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark
@@ -130,6 +137,18 @@ def test_a_held_backlog_comes_back_in_slices_that_never_split_a_transaction(
     assert all(max(a) < min(b) for a, b in itertools.pairwise(commits)), "oldest commits first"
     assert sorted(uuids(slices)) == sorted(e.record["uuid"] for e in [*held, *fresh])
     assert (after.held, after.incomplete_transactions) == (0, 0)
+
+
+def test_a_held_event_that_no_longer_reads_as_one_stops_the_batch_naming_why(
+    cut: ConsistentCut, decoder: BatchDecoder
+) -> None:
+    events = decoded(decoder, [ChangeFactory().record("INSERT", {"Id": "a"}, {"Balance": "1"})])
+    commit = events[0].commit_micros
+    assert release(cut, decoder, events, [mark(0, commit - 1, {TOPIC: 1})])[0].held == 1
+    cut.backend.execute(f"UPDATE {quote(PENDING)} SET value = ?", [b"\x00 framed for a schema registry"])
+
+    with pytest.raises(ConsumerError, match=r"a held event no longer decodes \(registry-framed\)"):
+        release(cut, decoder, [], [mark(0, commit, {TOPIC: 1})])
 
 
 def test_transactions_missing_records_or_mods_are_reported(decoder: BatchDecoder) -> None:

@@ -152,6 +152,9 @@ def test_the_batch_context_reaches_the_executors_once_until_the_driver_learns_so
 #: Held events released by one batch: far more than the driver reads again itself
 #: (consumer.batch.DRIVER_READS_HELD).
 HELD = 20_000
+#: What the driver's Python heap may grow by while that batch runs: the held messages come from
+#: the replica as Arrow, the tasks stage their rows.
+HELD_HEAP_BOUND = 12 * 2**20
 
 
 def test_held_events_are_read_again_by_tasks_when_the_cut_passes_them(
@@ -160,8 +163,9 @@ def test_held_events_are_read_again_by_tasks_when_the_cut_passes_them(
     """20,000 events arrive before any watermark lets them through (as in a steady stream, where
     most events arrive before their watermark): all are held. The batch that brings the watermark
     applies them from their held messages, read again by Spark tasks: the replica is right, and the
-    driver's Python heap grows by less than the bound above (read again on the driver, as before,
-    the same batch grew it by 81.2 MiB; by tasks, 16.9 MiB)."""
+    driver's Python heap grows by less than the bound above. Measured: 4.8 MiB; 68.4 MiB with the
+    held messages read again on the driver, as before; 81.2 MiB when, also as before, they came
+    from the replica as Python rows."""
     config = consumer_config(stack.endpoint("kafka"), unique_prefix("W"), tmp_path / "out", sinks=["replica"])
     factory, warm_up = warmed_up(spark, config)
     events = random_history(factory, HELD, keys=2000, seed=3)
@@ -176,4 +180,4 @@ def test_held_events_are_read_again_by_tasks_when_the_cut_passes_them(
     assert replica_rows(config, PENDING, "count(*)") == [(0,)]
     assert sorted(replica_rows(config, "Accounts", '"Id", "Balance", "Note"')) == final_rows(warm_up + events)
     assert not any(config.replica_staging_dir.iterdir()), "the batch's staged rows were left behind"
-    assert peak < DRIVER_HEAP_BOUND, f"the driver's heap grew by {peak / 2**20:.1f} MiB"
+    assert peak < HELD_HEAP_BOUND, f"the driver's heap grew by {peak / 2**20:.1f} MiB"

@@ -71,6 +71,10 @@ class SqlBackend(Protocol):
 
     def select(self, sql: str, params: Sequence[Any] = ()) -> Selected: ...
 
+    def select_arrow(self, sql: str, params: Sequence[Any], schema: pa.Schema) -> pa.Table:
+        """``sql``'s rows as an Arrow table of ``schema`` (its fields in the select's order)."""
+        ...
+
     def load(self, table: str, rows: pa.Table) -> None: ...
 
     def storable(self, rows: pa.Table, columns: Sequence[PayloadColumn]) -> Cleaned:
@@ -221,6 +225,13 @@ class DuckDbBackend:
         columns = [column.to_pylist() for column in table.columns]
         return Selected(table.column_names, list(zip(*columns, strict=True)))
 
+    def select_arrow(self, sql: str, params: Sequence[Any], schema: pa.Schema) -> pa.Table:
+        """DuckDB's own Arrow result: no Python object per row."""
+        with _duckdb_errors():
+            relation = self._db.sql(sql, params=list(params))
+            table = relation.to_arrow_table() if relation is not None else schema.empty_table()
+        return table.rename_columns(schema.names).cast(schema)
+
     def load(self, table: str, rows: pa.Table) -> None:
         self._db.register("arrow_rows", rows)
         try:
@@ -322,6 +333,13 @@ class PostgresBackend:
             if not cursor.description:
                 return Selected([], [])
             return Selected([d.name for d in cursor.description], cursor.fetchall())
+
+    def select_arrow(self, sql: str, params: Sequence[Any], schema: pa.Schema) -> pa.Table:
+        """psycopg's rows, converted (BYTEA comes as memoryview, which Arrow takes as is)."""
+        rows = self.execute(sql, params)
+        columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
+        arrays = [pa.array(column, field.type) for column, field in zip(columns, schema, strict=True)]
+        return pa.Table.from_arrays(arrays, schema=schema)
 
     def load(self, table: str, rows: pa.Table) -> None:
         """COPY ``rows`` into ``table``: rendered as CSV by pyarrow (C++, no Python per row) when

@@ -239,24 +239,14 @@ class ConsistentCut:
         """The held events committed after ``after`` and at or before ``upper``, no longer held,
         staged again."""
         between = "commit_micros > ? AND commit_micros <= ?"
-        rows = self.backend.execute(
-            f'SELECT topic, "partition", "offset", key, value FROM {quote(PENDING)} WHERE {between}',
+        table = self.backend.select_arrow(
+            f'SELECT key, value, topic, "partition", "offset" FROM {quote(PENDING)} WHERE {between}',
             [after, upper],
+            DECODE_SCHEMA,
         )
-        if not rows:
+        if not table.num_rows:
             return None
         self.backend.execute(f"DELETE FROM {quote(PENDING)} WHERE {between}", [after, upper])
-        topics, partitions, offsets, keys, values = zip(*rows, strict=True)
-        table = pa.table(
-            {
-                "key": [_bytes(k) for k in keys],
-                "value": [_bytes(v) for v in values],
-                "topic": topics,
-                "partition": partitions,
-                "offset": offsets,
-            },
-            schema=DECODE_SCHEMA,
-        )
         staged = stage(table)
         kinds = staged.outline.column("kind")
         others = staged.outline.filter(pc.not_equal(kinds, EVENT))
@@ -278,11 +268,6 @@ def recorded_cut(backend: SqlBackend) -> int | None:
         return None
     rows = backend.execute(f"SELECT cut_micros FROM {quote(CUT)} WHERE id = 1")
     return int(rows[0][0]) if rows else None
-
-
-def _bytes(value: bytes | memoryview | None) -> bytes | None:
-    """PostgreSQL hands BYTEA back as memoryview, DuckDB as bytes."""
-    return None if value is None else bytes(value)
 
 
 def incomplete_transactions(events: pa.Table) -> list[str]:

@@ -196,11 +196,11 @@ class BatchProcessor:
     def _process(self, rows: Any, batch_id: int, started: float) -> None:
         if not self._started:  # the first batch after a start is the only one that can be a replay
             self.quarantine.remove_batch(batch_id)
+            self.quarantine.discard_staged(batch_id)  # an earlier run's; this run's jobs clear their own
             if self.changelog is not None:
                 self.changelog.remove_batch(batch_id)
             if self.replica is not None:
                 self.replica.clear_staging()
-        self.quarantine.discard_staged(batch_id)  # what an earlier attempt staged
         staging = Staging(
             self.changelog.staging(batch_id) if self.changelog is not None else None,
             None if self.fail_on_bad_message else self.quarantine.staging(batch_id),
@@ -284,7 +284,7 @@ class BatchProcessor:
 
         def stage(held: pa.Table) -> StagedEvents:
             if held.num_rows <= DRIVER_READS_HELD:
-                return StagedEvents.of(self.decoder.decode(held))
+                return StagedEvents.of(self.decoder.read(held, context)[1])
             staging = ReplicaStaging(staged.root / f"held-{next(jobs)}")
             _, outlined = self._read(spark.createDataFrame(held), context, batch_id, Staging(replica=staging))
             return StagedEvents(outlined.rows, staging.read())

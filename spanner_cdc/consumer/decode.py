@@ -174,15 +174,21 @@ class BatchDecoder:
         return watermarks, quarantined
 
     def decode(self, rows: pa.Table) -> DecodedBatch:
-        """Rows held on the driver (``kafka_rows.DECODE_SCHEMA``), read, learnt from and checked."""
-        context = self.start_batch()
+        """Rows held on the driver (``kafka_rows.DECODE_SCHEMA``), read as a batch of their own,
+        learnt from and checked."""
+        context, batch = self.read(rows, self.start_batch())
+        watermarks, refuted = self.refuted(batch.watermarks, context)
+        return replace(batch, watermarks=watermarks, quarantined=[*batch.quarantined, *refuted])
+
+    def read(self, rows: pa.Table, context: DecodeContext) -> tuple[DecodeContext, DecodedBatch]:
+        """``rows`` read on the driver with ``context``, and read again, once, with what the
+        driver learnt if messages named something it lacked; the context they were read with."""
         batch = MessageReader(context).read(rows)
         unknown = {q.unknown for q in batch.quarantined if q.unknown is not None}
         learnt = self.learn(context, unknown) if unknown else None
-        if learnt is not None:
-            context, batch = learnt, MessageReader(learnt).read(rows)
-        watermarks, refuted = self.refuted(batch.watermarks, context)
-        return replace(batch, watermarks=watermarks, quarantined=[*batch.quarantined, *refuted])
+        if learnt is None:
+            return context, batch
+        return learnt, MessageReader(learnt).read(rows)
 
     def _registered(self, schema_id: int) -> int | tuple[str, str]:
         """The fingerprint of the registry's schema ``schema_id``, or why its messages cannot be

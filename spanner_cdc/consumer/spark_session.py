@@ -5,6 +5,12 @@ workers print stack traces to the stderr they inherit: on a person's terminal th
 project's own progress line and reads like a crash when a stop cancels a job. Given a log
 directory, the session sends all of it there: log4j2 to ``spark.log``, the JVM's own stdout and
 stderr (and so the workers') to ``spark-jvm.out``, py4j's logs to ``py4j.log``, no progress bars.
+
+The caller's settings (``--spark-conf``) are part of the configuration the JVM is launched
+with, so launch-time settings take effect: ``spark.driver.memory``, ``spark.jars.packages``,
+``spark.driver.extraJavaOptions`` (after the log configuration's option, so a caller's own
+``-D`` of the same name wins). One JVM per process: a session after a stopped one reuses it,
+and its log files.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ _SETTINGS = {
     "spark.ui.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
 }
+_DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 #: Kept open for the JVM's lifetime (it writes to it); one per process, like the JVM itself.
 _jvm_output: IO[bytes] | None = None
 
@@ -48,9 +55,9 @@ def spark_session(
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(_SETTINGS.items()))
-    if log_dir is not None and SparkContext._active_spark_context is None:
-        _start_jvm_logging_to(log_dir, conf)
     conf.setAll(list((extra_conf or {}).items()))
+    if log_dir is not None and SparkContext._gateway is None:  # this session launches the JVM
+        _start_jvm_logging_to(log_dir, conf)
     session = SparkSession.builder.config(conf=conf).getOrCreate()
     session.dataSource.register(KafkaSource)
     return session
@@ -65,7 +72,8 @@ def _start_jvm_logging_to(log_dir: Path, conf: Any) -> None:
     log_dir.mkdir(parents=True, exist_ok=True)
     properties = log_dir / "log4j2.properties"
     properties.write_text(LOG4J2_PROPERTIES.format(log_file=log_dir / "spark.log"))
-    conf.set("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{properties}")
+    callers = conf.get(_DRIVER_JAVA_OPTIONS, "")
+    conf.set(_DRIVER_JAVA_OPTIONS, f"-Dlog4j2.configurationFile=file:{properties} {callers}".rstrip())
     conf.set("spark.ui.showConsoleProgress", "false")
     _jvm_output = (log_dir / "spark-jvm.out").open("ab")
     # py4j logs every exception a Python callback raises, with the Java stack trace inside (a stop

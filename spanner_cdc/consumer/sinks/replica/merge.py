@@ -414,25 +414,41 @@ class ReplicaMerge:
         return cleaned.rows
 
     def _fold(self, changes: ReplicaTable) -> None:
+        """One row per key of the stage table: its last change since its last delete, each value
+        column as the last of those changes that set it (``set$`` false where none did).
+
+        A column's last setting change is found by position, not by a sort of its own: its
+        ``set$`` column first carries the position (``cdc$n``) of that change among the key's
+        rows, then ``nth_value`` (PostgreSQL's takes an INTEGER) reads the value there. So a
+        fold's sorts do not grow with the table's columns (PostgreSQL's plan has three); ordering
+        each column's changes by its flag cost a sort per value column (21 for ten columns), and
+        such sorts spilled to disk at 45,000 rows (docs/consumer.md, Performance, run 17).
+        """
         key = changes.key
         by_key = f"PARTITION BY {_names(key)}" if key else ""
-        whole = "ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING"
-        values = ", ".join(
-            f"first_value({quote(c.name)}) OVER ({by_key} ORDER BY {quote(SET_PREFIX + c.name)} DESC, "
-            f"{quote(_N)} DESC {whole}) AS {quote(c.name)}, "
-            f"bool_or({quote(SET_PREFIX + c.name)}) OVER ({by_key}) AS {quote(SET_PREFIX + c.name)}"
-            for c in changes.value_columns
-        )
+        n, first = quote(_N), f"coalesce({quote(_LAST_DELETE)}, 1)"
+        whole = f"({by_key} ORDER BY {n} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)"
         carried = _names([*key, _N, _LAST, _LAST_DELETE, IS_DELETE, REPLICA_ROW_ID, *ORDER_COLUMNS])
+        flags = [(quote(c.name), quote(SET_PREFIX + c.name)) for c in changes.value_columns]
+        positions = "".join(
+            f", {column}, max(CASE WHEN {flag} THEN {n} END) OVER ({by_key}) AS {flag}"
+            for column, flag in flags
+        )
+        values = "".join(
+            f", nth_value({column}, CAST({flag} - {first} + 1 AS INTEGER)) OVER {whole} AS {column}, "
+            f"{flag} IS NOT NULL AS {flag}"
+            for column, flag in flags
+        )
         self.backend.execute(
             f"CREATE TEMP TABLE {quote(FOLDED)} AS "
             f"WITH ordered AS (SELECT *, row_number() OVER ({by_key} ORDER BY {_names(SORT_COLUMNS)}) "
-            f"AS {quote(_N)} FROM {quote(STAGE)}), "
-            f"marked AS (SELECT *, max(CASE WHEN {quote(IS_DELETE)} THEN {quote(_N)} END) OVER ({by_key}) "
-            f"AS {quote(_LAST_DELETE)}, max({quote(_N)}) OVER ({by_key}) AS {quote(_LAST)} FROM ordered), "
-            f"relevant AS (SELECT * FROM marked WHERE {quote(_N)} >= coalesce({quote(_LAST_DELETE)}, 0)), "
-            f"folded AS (SELECT {carried}{', ' + values if values else ''} FROM relevant) "
-            f"SELECT * FROM folded WHERE {quote(_N)} = {quote(_LAST)}"
+            f"AS {n} FROM {quote(STAGE)}), "
+            f"marked AS (SELECT *, max(CASE WHEN {quote(IS_DELETE)} THEN {n} END) OVER ({by_key}) "
+            f"AS {quote(_LAST_DELETE)}, max({n}) OVER ({by_key}) AS {quote(_LAST)} FROM ordered), "
+            f"relevant AS (SELECT {carried}{positions} FROM marked "
+            f"WHERE {n} >= coalesce({quote(_LAST_DELETE)}, 0)), "
+            f"folded AS (SELECT {carried}{values} FROM relevant) "
+            f"SELECT * FROM folded WHERE {n} = {quote(_LAST)}"
         )
 
 

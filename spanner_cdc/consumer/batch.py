@@ -157,6 +157,8 @@ class Staging:
     changelog: ChangelogSink | None = None
     quarantine: Path | None = None
     replica: ReplicaStaging | None = None
+    #: The events' Kafka messages beside their replica stage rows: what the consistent cut holds.
+    replica_messages: bool = True
 
     def clear(self) -> None:
         """What an earlier attempt staged, or this job before it learnt a schema."""
@@ -265,6 +267,7 @@ class BatchProcessor:
             staging=staging.changelog.root if staging.changelog is not None else None,
             quarantine=staging.quarantine,
             replica=staging.replica.root if staging.replica is not None else None,
+            replica_messages=staging.replica_messages,
         )
         return Outline(
             rows.mapInArrow(task, from_arrow_schema(OUTLINE_SCHEMA)).toArrow().cast(OUTLINE_SCHEMA)
@@ -286,7 +289,8 @@ class BatchProcessor:
             if held.num_rows <= DRIVER_READS_HELD:
                 return StagedEvents.of(self.decoder.read(held, context)[1])
             staging = ReplicaStaging(staged.root / f"held-{next(jobs)}")
-            _, outlined = self._read(spark.createDataFrame(held), context, batch_id, Staging(replica=staging))
+            held_staging = Staging(replica=staging, replica_messages=False)  # held already
+            _, outlined = self._read(spark.createDataFrame(held), context, batch_id, held_staging)
             return StagedEvents(outlined.rows, staging.read())
 
         return stage

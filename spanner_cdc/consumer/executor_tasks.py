@@ -53,14 +53,16 @@ def outline(
     staging: Path | None,
     quarantine: Path | None,
     replica: Path | None,
+    replica_messages: bool,
 ) -> ArrowTask:
     """The ``mapInArrow`` function that outlines its share of the batch (see the module
     docstring), read with the context ``lookups`` holds at the batch's ``now_micros``. With
     ``quarantine`` it stages what its gate refused, bytes and all, there
     (``QuarantineSink.stage``; none with ``--on-bad-message fail``, which stops the query
     instead); with ``staging``, it also writes the changelog of every event it read there, and
-    with ``replica`` their replica stage rows and Kafka messages there, so a batch is decoded
-    once (consumer.batch)."""
+    with ``replica`` their replica stage rows there, and with ``replica_messages`` their Kafka
+    messages (what the consistent cut holds; held events read again need not stage theirs), so a
+    batch is decoded once (consumer.batch)."""
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         with collector_paused():
@@ -82,7 +84,8 @@ def outline(
                 for changes in tables:
                     changelog.write_table(batch_id, changes, part)
             if replica is not None:
-                ReplicaStaging(replica).write(part, parts_of_tables(tables), event_messages(events))
+                messages = event_messages(events) if replica_messages else None
+                ReplicaStaging(replica).write(part, parts_of_tables(tables), messages)
 
     return task
 

@@ -187,8 +187,9 @@ class ReplicaStaging:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def write(self, task: int, parts: Sequence[StagedPart], messages: pa.Table) -> None:
-        """Task ``task``'s stage rows and the messages they came from (``MESSAGES_SCHEMA``)."""
+    def write(self, task: int, parts: Sequence[StagedPart], messages: pa.Table | None) -> None:
+        """Task ``task``'s stage rows and the messages they came from (``MESSAGES_SCHEMA``;
+        None: not staged)."""
         for number, part in enumerate(parts):
             header = {
                 "table": part.table,
@@ -197,7 +198,8 @@ class ReplicaStaging:
             }
             rows = part.rows.replace_schema_metadata({_HEADER: json.dumps(header).encode()})
             self._write(f"part-{task:05d}-{number:05d}.arrow", rows)
-        self._write(f"messages-{task:05d}.arrow", messages)
+        if messages is not None:
+            self._write(f"messages-{task:05d}.arrow", messages)
 
     def messages(self) -> pa.Table:
         """Every task's messages, memory-mapped."""

@@ -166,6 +166,8 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
             found.changelog_warm,
             *([one_cpu] if one_cpu else []),
             found.changelog_on_one_core,
+            found.wide_raw,
+            *found.wide_replicas,
         ]
     )
     print(
@@ -180,6 +182,12 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
         print(
             f"  {figure.name.split(' (')[0]}: {figure.per_second / raw.per_second:.2f}x the raw read "
             f"on the executors, {figure.per_second / target:.0%} of the {target:,} ev/s target"
+        )
+    for figure in found.wide_replicas:
+        print(
+            f"  {figure.name.split(' (')[0]}: {figure.per_second / found.wide_raw.per_second:.2f}x the raw "
+            f"read of its topic, {figure.per_second / REPLICA_TARGET_EVENTS_PER_SECOND:.0%} of the "
+            f"{REPLICA_TARGET_EVENTS_PER_SECOND:,} ev/s target"
         )
     for whole, apart in zip(found.replicas[::2], found.replicas[1::2], strict=True):
         print(

@@ -18,6 +18,9 @@ duplicates) is consumed by separate Trigger.AvailableNow queries:
   feeds its Python worker through the JVM);
 - driver memory: this process's peak RSS while the changelog runs with batches of 10,000 and
   of 200,000 events;
+- a wide table: the same history's shape on a table of 30 INT64 value columns, an update setting
+  3 of them — its raw read, and its DuckDB and PostgreSQL replicas with whole transactions — where
+  costs that grow with a table's columns show;
 - decoding alone, in this process (no Spark): the same events read by fastavro's
   ``schemaless_reader`` and by the consumer's compiled reader (``schemas.avro_reader``, through
   ``schemas.wire.read_body``), the largest cost of a task's Python (docs/consumer.md).
@@ -58,12 +61,17 @@ from spanner_cdc.consumer.main import ConsumerJob, drain
 from spanner_cdc.consumer.spark_session import spark_session
 from spanner_cdc.schemas.wire import HEADER_LENGTH, WriterSchema, encode, read_body
 from testkit.consumer_run import consumer_config, fresh_postgres_database, unique_prefix
-from testkit.synthetic import ChangeFactory, publish, random_history
+from testkit.synthetic import ChangeFactory, publish, random_history, wide_table
 
 WATERMARK_EVERY = 5_000
 #: Changes the warm-up consumer reads (on topics of their own) before anything is timed.
 WARM_UP_CHANGES = 200
 CHANGELOG = "changelog (decode, dedupe, order, Parquet)"
+#: The wide table's shape: a real table's columns, where per-column costs show (the fold sorted
+#: once per value column until run 17, docs/consumer.md), which the two of the main table hide.
+WIDE_VALUE_COLUMNS = 30
+WIDE_UPDATED_COLUMNS = 3
+WIDE_NAME = f"a table of {WIDE_VALUE_COLUMNS} value columns, {WIDE_UPDATED_COLUMNS} set per update"
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,9 @@ class ConsumerFigures:
     #: Peak RSS of this (driver) process, MiB, with small and with large batches.
     driver_rss_small_batches: float
     driver_rss_large_batches: float
+    #: The raw read of the wide table's topic, then its DuckDB and PostgreSQL replicas.
+    wide_raw: Figure
+    wide_replicas: list[Figure]
 
 
 def raw_read(spark: Any, config: ConsumerConfig, checkpoint: Path, to_driver: bool) -> int:
@@ -150,12 +161,45 @@ def on_one_cpu(spark: Any, name: str, run: Callable[[], int]) -> Figure | None:
         return timed(name, run)
 
 
-def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> ConsumerFigures:
+def published_history(bootstrap: str, factory: ChangeFactory, changes: int, **shape: Any) -> str:
+    """A random history of ``changes`` over ``changes / 5`` keys, a tenth of it sent again, in
+    chunks of ``WATERMARK_EVERY`` with a watermark after each; the topics' prefix."""
     prefix = unique_prefix("Bench")
-    events = random_history(ChangeFactory(), changes, keys=max(10, changes // 5))
+    events = random_history(factory, changes, keys=max(10, changes // 5), **shape)
     published = events + random.Random(1).sample(events, changes // 10)
     for start in range(0, len(published), WATERMARK_EVERY):
         publish(bootstrap, prefix, published[start : start + WATERMARK_EVERY])
+    return prefix
+
+
+def wide_figures(
+    spark: Any, wide: ConsumerConfig, consumed: Callable[..., int], postgres_dsn: str
+) -> tuple[Figure, list[Figure]]:
+    """The wide table's topic (``wide``) read raw, then into each replica with whole transactions
+    (``consumed``: a directory name, the topics' prefix and the consumer's settings)."""
+    raw = timed(
+        f"raw read on the executors, {WIDE_NAME}",
+        lambda: raw_read(spark, wide, wide.output_dir.parent / "wide-raw", False),
+    )
+    replicas = [
+        timed(
+            f"replica {database}, whole transactions, {WIDE_NAME}",
+            functools.partial(consumed, f"wide-{database}", wide.topic_prefix, sinks=("replica",), **options),
+        )
+        for database, options in (
+            ("DuckDB", {}),
+            ("PostgreSQL", {"replica": "postgres", "postgres_dsn": fresh_postgres_database(postgres_dsn)}),
+        )
+    ]
+    return raw, replicas
+
+
+def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> ConsumerFigures:
+    prefix = published_history(bootstrap, ChangeFactory(), changes)
+    wide_prefix = published_history(
+        bootstrap, wide_table(WIDE_VALUE_COLUMNS), changes, updated_columns=WIDE_UPDATED_COLUMNS
+    )
+    messages = changes + changes // 10
     work = Path(tempfile.mkdtemp(prefix="spanner-cdc-bench-"))
     logs = Path(tempfile.mkdtemp(prefix="spark-logs-"))
     base = consumer_config(bootstrap, prefix, work / "unused")
@@ -170,7 +214,7 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
             drain(job, spark, StopRequest())
         finally:
             job.close()
-        return len(published)
+        return messages
 
     def warm_up(name: str) -> None:
         """The JVM and the Python workers of the source and of the consumer's tasks started, and
@@ -197,6 +241,9 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
                 name = f"replica {database}, {grouping} (decode, dedupe, order, merge)"
                 directory = name.split(" (", maxsplit=1)[0].replace(" ", "-").replace(",", "")
                 replicas.append(timed(name, functools.partial(consumed, directory, **options)))
+        wide_raw, wide_replicas = wide_figures(
+            spark, consumer_config(bootstrap, wide_prefix, work / "unused-wide"), consumed, postgres_dsn
+        )
         rss = []
         for size in (10_000, 200_000):
             with PeakRss() as peak:
@@ -215,5 +262,15 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
     finally:
         spark.stop()
     return ConsumerFigures(
-        raw_executors, raw_driver, changelog, replicas, one_core, warm, one_cpu, rss[0], rss[1]
+        raw_executors,
+        raw_driver,
+        changelog,
+        replicas,
+        one_core,
+        warm,
+        one_cpu,
+        rss[0],
+        rss[1],
+        wide_raw,
+        wide_replicas,
     )

@@ -126,19 +126,40 @@ def publish(
     asyncio.run(run())
 
 
-def random_history(factory: ChangeFactory, changes: int, keys: int = 40, seed: int = 11) -> list[Event]:
-    """A valid history of inserts, updates and deletes over ``keys`` rows, commit time ascending."""
+def random_history(
+    factory: ChangeFactory, changes: int, keys: int = 40, seed: int = 11, updated_columns: int | None = None
+) -> list[Event]:
+    """A valid history of inserts, updates and deletes over ``keys`` rows, commit time ascending.
+    An insert sets every value column of ``factory``'s table (INT64 or STRING), an update
+    ``updated_columns`` of them picked at random (None: every one)."""
     rng = random.Random(seed)
+    [key_column] = [name for name, _, is_key in factory.columns if is_key]
+    value_columns = [(name, code) for name, code, is_key in factory.columns if not is_key]
     alive: set[str] = set()
     records = []
     for step in range(changes):
         key = f"k{rng.randrange(keys):03d}"
         if key not in alive:
-            records.append(factory.record("INSERT", {"Id": key}, {"Balance": str(step), "Note": f"n{step}"}))
+            records.append(factory.record("INSERT", {key_column: key}, _values(value_columns, step)))
             alive.add(key)
         elif rng.random() < 0.25:
-            records.append(factory.record("DELETE", {"Id": key}, {}))
+            records.append(factory.record("DELETE", {key_column: key}, {}))
             alive.discard(key)
         else:
-            records.append(factory.record("UPDATE", {"Id": key}, {"Balance": str(step), "Note": f"n{step}"}))
+            updated = value_columns if updated_columns is None else rng.sample(value_columns, updated_columns)
+            records.append(factory.record("UPDATE", {key_column: key}, _values(updated, step)))
     return factory.events(*records)
+
+
+def wide_table(value_columns: int) -> ChangeFactory:
+    """A table ``Wide`` of a STRING key ``Id`` and ``value_columns`` INT64 columns."""
+    return ChangeFactory(
+        table="Wide",
+        columns=[("Id", "STRING", True), *((f"V{i:02d}", "INT64", False) for i in range(value_columns))],
+    )
+
+
+def _values(columns: Sequence[tuple[str, str]], step: int) -> dict[str, str]:
+    """Spanner JSON values for ``columns`` at history step ``step``."""
+    spelled = {"INT64": str(step), "STRING": f"n{step}"}
+    return {name: spelled[code] for name, code in columns}

@@ -216,7 +216,7 @@ def key_value(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
-def settings_option(name: str, what: str) -> Option:
+def settings_option(name: str, what: str, detail: str = "") -> Option:
     """A repeatable ``KEY=VALUE`` option passed through to a client library (librdkafka, Spark).
 
     Values may contain commas (lists, JAAS configurations) and credentials: each command-line
@@ -225,7 +225,7 @@ def settings_option(name: str, what: str) -> Option:
     """
     return Option(
         name,
-        f"extra {what} setting KEY=VALUE (repeatable; in the environment one per line)",
+        f"extra {what} setting KEY=VALUE (repeatable; in the environment one per line){detail}",
         key_value,
         repeated=True,
         metavar="KEY=VALUE",

@@ -123,7 +123,11 @@ CONSUME_OPTIONS = (
         default="auto",
     ),
     Option("spark-master", "Spark master URL", default="local[2]"),
-    settings_option("spark-conf", "Spark"),
+    settings_option(
+        "spark-conf",
+        "Spark",
+        "; launch-time ones too (spark.driver.memory, spark.jars.packages, spark.driver.extraJavaOptions)",
+    ),
     *SERVICE_OPTIONS,
 )
 

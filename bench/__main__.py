@@ -175,19 +175,14 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
         f"{RAW_TARGET_EVENTS_PER_SECOND:,} ev/s target; to the driver: "
         f"{found.raw_to_driver.per_second / raw.per_second:.2f}x the read on the executors"
     )
-    for figure, target in (
-        (found.changelog, CHANGELOG_TARGET_EVENTS_PER_SECOND),
-        *((replica, REPLICA_TARGET_EVENTS_PER_SECOND) for replica in found.replicas),
+    for figure, baseline, target in (
+        (found.changelog, raw, CHANGELOG_TARGET_EVENTS_PER_SECOND),
+        *((replica, raw, REPLICA_TARGET_EVENTS_PER_SECOND) for replica in found.replicas),
+        *((replica, found.wide_raw, REPLICA_TARGET_EVENTS_PER_SECOND) for replica in found.wide_replicas),
     ):
         print(
-            f"  {figure.name.split(' (')[0]}: {figure.per_second / raw.per_second:.2f}x the raw read "
-            f"on the executors, {figure.per_second / target:.0%} of the {target:,} ev/s target"
-        )
-    for figure in found.wide_replicas:
-        print(
-            f"  {figure.name.split(' (')[0]}: {figure.per_second / found.wide_raw.per_second:.2f}x the raw "
-            f"read of its topic, {figure.per_second / REPLICA_TARGET_EVENTS_PER_SECOND:.0%} of the "
-            f"{REPLICA_TARGET_EVENTS_PER_SECOND:,} ev/s target"
+            f"  {figure.name.split(' (')[0]}: {figure.per_second / baseline.per_second:.2f}x the "
+            f"{baseline.name.split(' (')[0]}, {figure.per_second / target:.0%} of the {target:,} ev/s target"
         )
     for whole, apart in zip(found.replicas[::2], found.replicas[1::2], strict=True):
         print(

@@ -161,15 +161,16 @@ def on_one_cpu(spark: Any, name: str, run: Callable[[], int]) -> Figure | None:
         return timed(name, run)
 
 
-def published_history(bootstrap: str, factory: ChangeFactory, changes: int, **shape: Any) -> str:
+def published_history(bootstrap: str, factory: ChangeFactory, changes: int, **shape: Any) -> tuple[str, int]:
     """A random history of ``changes`` over ``changes / 5`` keys, a tenth of it sent again, in
-    chunks of ``WATERMARK_EVERY`` with a watermark after each; the topics' prefix."""
+    chunks of ``WATERMARK_EVERY`` with a watermark after each; the topics' prefix, and how many
+    events it published."""
     prefix = unique_prefix("Bench")
     events = random_history(factory, changes, keys=max(10, changes // 5), **shape)
     published = events + random.Random(1).sample(events, changes // 10)
     for start in range(0, len(published), WATERMARK_EVERY):
         publish(bootstrap, prefix, published[start : start + WATERMARK_EVERY])
-    return prefix
+    return prefix, len(published)
 
 
 def wide_figures(
@@ -195,11 +196,10 @@ def wide_figures(
 
 
 def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> ConsumerFigures:
-    prefix = published_history(bootstrap, ChangeFactory(), changes)
-    wide_prefix = published_history(
+    prefix, messages = published_history(bootstrap, ChangeFactory(), changes)
+    wide_prefix, wide_messages = published_history(
         bootstrap, wide_table(WIDE_VALUE_COLUMNS), changes, updated_columns=WIDE_UPDATED_COLUMNS
     )
-    messages = changes + changes // 10
     work = Path(tempfile.mkdtemp(prefix="spanner-cdc-bench-"))
     logs = Path(tempfile.mkdtemp(prefix="spark-logs-"))
     base = consumer_config(bootstrap, prefix, work / "unused")
@@ -207,6 +207,7 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
     warm_prefix = unique_prefix("BenchWarmUp")
     warm_events = random_history(ChangeFactory(), WARM_UP_CHANGES)
     publish(bootstrap, warm_prefix, warm_events + warm_events)
+    published = {prefix: messages, wide_prefix: wide_messages, warm_prefix: 2 * len(warm_events)}
 
     def consumed(directory: str, topics: str = prefix, **overrides: Any) -> int:
         job = ConsumerJob.open(consumer_config(bootstrap, topics, work / directory, **overrides))
@@ -214,7 +215,7 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
             drain(job, spark, StopRequest())
         finally:
             job.close()
-        return messages
+        return published[topics]
 
     def warm_up(name: str) -> None:
         """The JVM and the Python workers of the source and of the consumer's tasks started, and

@@ -20,13 +20,13 @@ from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import fresh_postgres_database
 from testkit.decoding import decoded_events
-from testkit.synthetic import ChangeFactory
+from testkit.synthetic import ChangeFactory, wide_table
 
 pytestmark = pytest.mark.integration
 
 TOPIC = "P.Wide"
-VALUES = [f"V{i}" for i in range(10)]
-COLUMNS = [("Id", "STRING", True), *((name, "INT64", False) for name in VALUES)]
+TABLE = wide_table(10)
+VALUES = [name for name, _, is_key in TABLE.columns if not is_key]
 Row = dict[str, int | None]
 
 
@@ -71,7 +71,7 @@ def test_many_changes_of_a_key_in_one_batch_fold_as_applied_one_by_one(
     """Three batches of 400 changes over 30 keys: each key changes about 13 times a batch, each
     change names 1-3 of ten value columns, so a column's last setting change is seldom the key's
     last change."""
-    records, expected = history(ChangeFactory(table="Wide", columns=COLUMNS), seed, changes=1200, keys=30)
+    records, expected = history(TABLE, seed, changes=1200, keys=30)
     decoder = BatchDecoder(SchemaTopic({}, "P"), Topics("P"), BrokerPartitions(lambda: {TOPIC: 1}))
     events = decoded_events(decoder, records, TOPIC)
     merge = ReplicaMerge(backend)

@@ -6,15 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from spanner_cdc.consumer.change_rows import SET_PREFIX
 from spanner_cdc.consumer.decode import BatchDecoder, BrokerPartitions
 from spanner_cdc.consumer.decoded import DecodedEvent
+from spanner_cdc.consumer.kafka_rows import DECODE_SCHEMA
 from spanner_cdc.consumer.schema_topic import SchemaTopic
 from spanner_cdc.consumer.sinks.changelog import COORDINATES
+from spanner_cdc.consumer.sinks.replica.held_rows import HeldStageRows
 from spanner_cdc.consumer.sinks.replica.staged import (
     ReplicaStaging,
+    StagedEvents,
     combined,
     event_messages,
     staged_parts,
@@ -27,9 +31,12 @@ pytestmark = pytest.mark.unit
 TOPIC = "P.Accounts"
 
 
+def new_decoder() -> BatchDecoder:
+    return BatchDecoder(SchemaTopic({}, "P"), Topics("P"), BrokerPartitions(lambda: {TOPIC: 1}))
+
+
 def decoded(records: list[dict[str, Any]], first_offset: int = 0) -> list[DecodedEvent]:
-    decoder = BatchDecoder(SchemaTopic({}, "P"), Topics("P"), BrokerPartitions(lambda: {TOPIC: 1}))
-    return decoded_events(decoder, records, TOPIC, first_offset=first_offset)
+    return decoded_events(new_decoder(), records, TOPIC, first_offset=first_offset)
 
 
 def test_two_tasks_parts_of_two_table_versions_combine_into_one_with_every_column(tmp_path: Path) -> None:
@@ -65,3 +72,84 @@ def test_the_kept_rows_are_taken_by_their_kafka_coordinates_in_their_order(tmp_p
 
     assert part.among(kept).rows.column("Id").to_pylist() == ["a", "d", "e"]
     assert part.among(kept.slice(0, 0)).rows.num_rows == 0
+
+
+class RecordingStager:
+    """Stages held events from their bytes, as a batch does on the driver, and records which."""
+
+    def __init__(self, decoder: BatchDecoder) -> None:
+        self.decoder = decoder
+        self.offsets: list[list[int]] = []
+
+    def __call__(self, rows: pa.Table) -> StagedEvents:
+        self.offsets.append(rows.column("offset").to_pylist())
+        return StagedEvents.of(self.decoder.decode(rows))
+
+
+def kafka_rows(events: list[DecodedEvent]) -> pa.Table:
+    return event_messages(events).select(DECODE_SCHEMA.names)
+
+
+def stage_rows(staged: StagedEvents) -> list[dict[str, Any]]:
+    return sorted(
+        (row for part in combined(staged.parts) for row in part.rows.to_pylist()),
+        key=lambda row: row[COORDINATES[2]],
+    )
+
+
+def history(changes: int) -> tuple[BatchDecoder, list[DecodedEvent]]:
+    """Events of three keys, and the decoder that read them (it knows their schemas)."""
+    factory, decoder = ChangeFactory(), new_decoder()
+    records = [
+        factory.record("INSERT" if n < 3 else "UPDATE", {"Id": "abc"[n % 3]}, {"Balance": str(n)})
+        for n in range(changes)
+    ]
+    return decoder, decoded_events(decoder, records, TOPIC)
+
+
+def test_held_events_kept_from_their_batch_come_back_as_staging_them_again_would_build_them(
+    tmp_path: Path,
+) -> None:
+    """Offsets 1-3 were held by batch 7 and kept; 2-4 are released: 2 and 3 come from what was
+    kept, 4 (not kept) is staged from its bytes, and the rows are those of staging all three."""
+    decoder, events = history(5)
+    held_rows = HeldStageRows(tmp_path / "held")
+    held_rows.keep(7, event_rows(events[1:4]), staged_parts(events))
+    stager = RecordingStager(decoder)
+
+    staged = held_rows.staging_with(stager)(kafka_rows(events[2:5]))
+
+    assert stager.offsets == [[4]]
+    assert sorted(staged.outline.column("offset").to_pylist()) == [2, 3, 4]
+    again = RecordingStager(decoder)(kafka_rows(events[2:5]))
+    assert stage_rows(staged) == stage_rows(again)
+
+
+def test_an_event_kept_by_two_batches_comes_back_once(tmp_path: Path) -> None:
+    decoder, events = history(3)
+    held_rows = HeldStageRows(tmp_path / "held")
+    for batch_id in (1, 2):
+        held_rows.keep(batch_id, event_rows(events), staged_parts(events))
+    stager = RecordingStager(decoder)
+
+    staged = held_rows.staging_with(stager)(kafka_rows(events))
+
+    assert stager.offsets == []
+    assert sorted(staged.outline.column("offset").to_pylist()) == [0, 1, 2]
+    assert [row[COORDINATES[2]] for row in stage_rows(staged)] == [0, 1, 2]
+
+
+def test_rows_taken_are_kept_no_longer_and_a_batch_goes_with_its_last(tmp_path: Path) -> None:
+    """Taken rows leave the cache as they are taken: were their transaction rolled back, they
+    would be staged again from the messages ``cdc$pending`` still holds."""
+    decoder, events = history(4)
+    held_rows = HeldStageRows(tmp_path / "held")
+    held_rows.keep(1, event_rows(events), staged_parts(events))
+    stager = RecordingStager(decoder)
+    stage = held_rows.staging_with(stager)
+
+    stage(kafka_rows(events[:2]))
+    stage(kafka_rows(events))
+
+    assert stager.offsets == [[0, 1]]
+    assert not list((tmp_path / "held").iterdir())

@@ -19,8 +19,9 @@ Per micro-batch, inside the replica's transaction (so a replay repeats it exactl
    at most ``slice_events`` held events (a slice never splits a commit timestamp, so never a
    transaction): a backlog held for hours is not brought into memory at once. This batch's
    events are named by their outline rows (the tasks staged their stage rows); held ones are
-   staged again from their bytes when the cut passes them, by the function the batch gives
-   (consumer.batch: Spark tasks, or the driver for a few);
+   staged by the function the batch gives: the rows kept from the batch that held them
+   (sinks.replica.held_rows), and what is not kept staged again from its bytes (consumer.batch:
+   Spark tasks, or the driver for a few);
 4. ``cdc$consistent_cut`` records the cut: the replica equals the source as of that commit
    timestamp.
 
@@ -80,6 +81,8 @@ class Release:
     behind_cut: int
     #: The cut recorded before this batch.
     previous_cut_micros: int | None
+    #: Outline rows of this batch's events that it held.
+    newly_held: pa.Table
 
 
 class ConsistentCut:
@@ -127,9 +130,10 @@ class ConsistentCut:
         commits = fresh.column(_COMMIT)
         if not known:
             self._hold(messages, fresh)
-            return Release(None, self._held_count(), 0, 0, previous)
+            return Release(None, self._held_count(), 0, 0, previous, fresh)
         cut = max(known)
-        self._hold(messages, fresh.filter(pc.greater(commits, cut)))
+        held = fresh.filter(pc.greater(commits, cut))
+        self._hold(messages, held)
         behind = 0 if previous is None else pc.sum(pc.less_equal(commits, previous)).as_py() or 0
         due = fresh.filter(pc.less_equal(commits, cut))
         held_up_to = cut if previous is None or cut > previous else None
@@ -148,7 +152,7 @@ class ConsistentCut:
         if behind:
             log.warning("%d event(s) arrived committed at or before the recorded cut; applied now", behind)
         self._record(cut, topics_from)
-        return Release(cut, self._held_count(), len(incomplete), behind, previous)
+        return Release(cut, self._held_count(), len(incomplete), behind, previous, held)
 
     def _slices(
         self, due: pa.Table, held_up_to: int | None, stage: Callable[[pa.Table], StagedEvents]

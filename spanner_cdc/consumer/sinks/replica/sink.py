@@ -22,6 +22,7 @@ from spanner_cdc.consumer.decoded import WatermarkSeen
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.sinks.parquet_files import batch_file_name
 from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut, Slice
+from spanner_cdc.consumer.sinks.replica.held_rows import HeldStageRows
 from spanner_cdc.consumer.sinks.replica.merge import ReplicaMerge
 from spanner_cdc.consumer.sinks.replica.staged import ReplicaStaging, StagedEvents, StagedPart, combined
 from spanner_cdc.consumer.status import StreamSeen
@@ -99,6 +100,11 @@ class ReplicaSink:
         """Where the tasks stage ``batch_id``'s stage rows; removed once the batch is written."""
         return ReplicaStaging(self.staging_root / batch_file_name(batch_id).removesuffix(".parquet"))
 
+    @property
+    def held_rows(self) -> HeldStageRows:
+        """The stage rows of held events, kept from the batches that staged them."""
+        return HeldStageRows(self.staging_root / "held")
+
     def clear_staging(self) -> None:
         """Remove whatever earlier runs staged (a batch staged before a crash, committed or not:
         a replay stages it again)."""
@@ -132,11 +138,12 @@ class ReplicaSink:
                     self.merge.write(combined(parts), cut)
                     applied.extend(_commits(piece.rows))
 
-                release = self.cut.release(
-                    fresh, contents.messages, contents.watermarks, apply, contents.stage_held
-                )
+                held_rows = self.held_rows
+                stage_held = held_rows.staging_with(contents.stage_held)
+                release = self.cut.release(fresh, contents.messages, contents.watermarks, apply, stage_held)
                 if self.merge.history is not None and release.cut_micros is not None:
                     self.merge.history.record(release.cut_micros, release.previous_cut_micros)
+                held_rows.keep(batch_id, release.newly_held, contents.staged)
                 commit = ReplicaCommit(batch_id, release.cut_micros, applied, release.held, query)
                 self.metrics.observe_release(release)
                 self.metrics.observe_streams(

@@ -201,6 +201,14 @@ class ReplicaStaging:
         if messages is not None:
             self._write(f"messages-{task:05d}.arrow", messages)
 
+    def write_outline(self, rows: pa.Table) -> None:
+        """The outline rows (consumer.outline_rows) of the staged events."""
+        self._write("outline.arrow", rows)
+
+    def outline(self) -> pa.Table:
+        """The outline rows written by :meth:`write_outline`, memory-mapped."""
+        return _mapped(self.root / "outline.arrow")
+
     def messages(self) -> pa.Table:
         """Every task's messages, memory-mapped."""
         tables = [_mapped(path) for path in sorted(self.root.glob("messages-*.arrow"))]

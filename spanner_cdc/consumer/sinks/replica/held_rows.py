@@ -1,0 +1,80 @@
+"""Held events' stage rows, kept from the batch whose tasks built them.
+
+The consistent cut (sinks.replica.cut) holds the events committed after it in ``cdc$pending``
+as their Kafka messages: that copy is the durable one, written in the replica's transaction.
+When a later batch's cut passes them they need stage rows, and building those from the bytes
+means decoding the events a second time (on the driver for a few, by a Spark job for more). The
+tasks of the batch that delivered them built those rows once already, in the batch's staging
+directory, which goes when the batch is written. This keeps the held events' rows — only
+theirs — as Arrow files per batch beside it (memory-mapped when read, like the staging), so a
+release takes them by Kafka coordinates and stages from the bytes only what is not kept.
+
+It is a cache, and nothing depends on it for correctness: rows are staged from a message's
+bytes and its writer schema alone, so a kept row is the row staging again would build. Rows are
+dropped as they are taken, before the transaction that applies them commits; if it rolls back,
+or after a restart (which clears the staging root, this with it), what is missing is staged
+from ``cdc$pending`` as before. So the files hold at most what ``cdc$pending`` holds, and a
+release reads only the batches that still have held events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+
+from spanner_cdc.consumer.outline_rows import COORDINATES, row_numbers
+from spanner_cdc.consumer.sinks.replica.staged import ReplicaStaging, StagedEvents, StagedPart, taken
+
+
+class HeldStageRows:
+    """Per batch, the stage rows and outline rows of the events the cut held."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def keep(self, batch_id: int, held: pa.Table, parts: Sequence[StagedPart]) -> None:
+        """Keep the rows of ``held`` (outline rows of events the cut held) from ``parts`` (the
+        batch's staged parts, which hold every event the batch read)."""
+        if not held.num_rows:
+            return
+        staging = ReplicaStaging(self.root / f"batch-{batch_id:012d}")
+        staging.clear()
+        own = [part.among(held) for part in parts]
+        staging.write(0, [part for part in own if part.rows.num_rows], None)
+        staging.write_outline(held)
+
+    def staging_with(self, stage: Callable[[pa.Table], StagedEvents]) -> Callable[[pa.Table], StagedEvents]:
+        """A stager of held events (Kafka rows, ``kafka_rows.DECODE_SCHEMA``) that takes the kept
+        rows (no longer kept) and hands the rest to ``stage``."""
+
+        def staged(held: pa.Table) -> StagedEvents:
+            outlines: list[pa.Table] = []
+            parts: list[StagedPart] = []
+            missing = held
+            for staging in self._batches():
+                if not missing.num_rows:
+                    break
+                outline = staging.outline()
+                found = taken(outline, COORDINATES, missing)
+                if not found.num_rows:
+                    continue
+                outlines.append(found)
+                parts.extend(part.among(found) for part in staging.read())
+                missing = missing.take(row_numbers(missing, COORDINATES, found, named=False))
+                still_held = outline.take(row_numbers(outline, COORDINATES, found, named=False))
+                if still_held.num_rows:
+                    staging.write_outline(still_held)
+                else:
+                    staging.clear()
+            if missing.num_rows:
+                rest = stage(missing)
+                outlines.append(rest.outline)
+                parts.extend(rest.parts)
+            return StagedEvents(pa.concat_tables(outlines), parts)
+
+        return staged
+
+    def _batches(self) -> list[ReplicaStaging]:
+        return [ReplicaStaging(d) for d in sorted(self.root.glob("batch-*"))]

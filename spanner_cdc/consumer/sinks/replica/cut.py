@@ -159,13 +159,21 @@ class ConsistentCut:
     ) -> Iterator[Slice]:
         """``due`` with the held events committed at or before ``held_up_to``, in slices that end
         at a commit timestamp: each has at most ``slice_events`` held events, unless one commit
-        timestamp alone has more (a transaction is never split)."""
+        timestamp alone has more (a transaction is never split). The last slice of held events
+        takes the rest of ``due`` with it (already in memory, so not bounded by the slices): a
+        merge less per batch, each costing its statements whatever its size."""
         commits = due.column(_COMMIT)
         after = -1  # every event committed at or before it has been handed over
-        while held_up_to is not None and (upper := self._slice_end(after, held_up_to)) is not None:
-            between = pc.and_(pc.greater(commits, after), pc.less_equal(commits, upper))
-            yield Slice(due.filter(between), self._take_held(after, upper, stage))
-            after = upper
+        upper = None if held_up_to is None else self._slice_end(after, held_up_to)
+        while upper is not None and held_up_to is not None:
+            following = self._slice_end(upper, held_up_to)
+            within = pc.greater(commits, after)
+            if following is not None:
+                within = pc.and_(within, pc.less_equal(commits, upper))
+            yield Slice(due.filter(within), self._take_held(after, upper, stage))
+            if following is None:
+                return
+            after, upper = upper, following
         rest = due.filter(pc.greater(commits, after))
         if rest.num_rows:
             yield Slice(rest)

@@ -21,6 +21,7 @@ from spanner_cdc.consumer.sinks.replica.staged import (
     StagedEvents,
     combined,
     event_messages,
+    parts_of_events,
     staged_parts,
 )
 from spanner_cdc.schemas.topics import Topics
@@ -65,13 +66,30 @@ def test_two_tasks_parts_of_two_table_versions_combine_into_one_with_every_colum
 
 
 def test_the_kept_rows_are_taken_by_their_kafka_coordinates_in_their_order(tmp_path: Path) -> None:
+    """Kept events whose commit times enclose others' are taken by coordinates; a run of them
+    with no other event in between, by their commit times: the same rows either way."""
     factory = ChangeFactory()
     events = decoded([factory.record("INSERT", {"Id": key}, {"Balance": "1"}) for key in "abcde"])
-    [part] = staged_parts(events)
-    kept = event_rows([events[3], events[0], events[4]])
+    parts = staged_parts(events)
 
-    assert part.among(kept).rows.column("Id").to_pylist() == ["a", "d", "e"]
-    assert part.among(kept.slice(0, 0)).rows.num_rows == 0
+    def ids(kept: list[DecodedEvent]) -> list[str]:
+        [part] = parts_of_events(parts, event_rows(kept))
+        return list(part.rows.column("Id").to_pylist())
+
+    assert ids([events[3], events[0], events[4]]) == ["a", "d", "e"]
+    assert ids(events[1:3]) == ["b", "c"]
+    assert ids(events) == list("abcde")
+    assert ids([]) == []
+
+
+def test_events_of_one_transaction_are_told_apart_by_coordinates() -> None:
+    """One commit time for the whole transaction: taking one of its events must not take all."""
+    factory = ChangeFactory()
+    records = factory.transaction(*(factory.record("INSERT", {"Id": key}, {"Balance": "1"}) for key in "abc"))
+    events = decoded(records)
+    [part] = parts_of_events(staged_parts(events), event_rows([events[1]]))
+
+    assert part.rows.column("Id").to_pylist() == ["b"]
 
 
 class RecordingStager:

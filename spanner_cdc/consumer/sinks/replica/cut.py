@@ -45,7 +45,7 @@ from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.kafka_rows import DECODE_SCHEMA
 from spanner_cdc.consumer.outline_rows import COORDINATES, EVENT
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table, quote
-from spanner_cdc.consumer.sinks.replica.staged import MESSAGES_SCHEMA, StagedEvents, taken
+from spanner_cdc.consumer.sinks.replica.staged import MESSAGES_SCHEMA, StagedEvents, rows_of_events
 from spanner_cdc.schemas.timestamps import datetime_from_micros
 
 log = logging.getLogger("spanner_cdc.consumer")
@@ -232,7 +232,7 @@ class ConsistentCut:
     def _hold(self, messages: pa.Table, events: pa.Table) -> None:
         """Keep the messages of ``events`` (outline rows) in ``cdc$pending``."""
         if events.num_rows:
-            held = taken(messages, COORDINATES, events)
+            [held] = rows_of_events([messages], _COMMIT, COORDINATES, events)
             self.backend.load(PENDING, held.select(MESSAGES_SCHEMA.names).cast(MESSAGES_SCHEMA))
 
     def _slice_end(self, after: int, up_to: int) -> int | None:

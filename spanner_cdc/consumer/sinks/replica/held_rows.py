@@ -25,7 +25,13 @@ from pathlib import Path
 import pyarrow as pa
 
 from spanner_cdc.consumer.outline_rows import COORDINATES, row_numbers
-from spanner_cdc.consumer.sinks.replica.staged import ReplicaStaging, StagedEvents, StagedPart, taken
+from spanner_cdc.consumer.sinks.replica.staged import (
+    ReplicaStaging,
+    StagedEvents,
+    StagedPart,
+    parts_of_events,
+    taken,
+)
 
 
 class HeldStageRows:
@@ -41,7 +47,7 @@ class HeldStageRows:
             return
         staging = ReplicaStaging(self.root / f"batch-{batch_id:012d}")
         staging.clear()
-        own = [part.among(held) for part in parts]
+        own = parts_of_events(parts, held)
         staging.write(0, [part for part in own if part.rows.num_rows], None)
         staging.write_outline(held)
 
@@ -61,7 +67,7 @@ class HeldStageRows:
                 if not found.num_rows:
                     continue
                 outlines.append(found)
-                parts.extend(part.among(found) for part in staging.read())
+                parts.extend(parts_of_events(staging.read(), found))
                 missing = missing.take(row_numbers(missing, COORDINATES, found, named=False))
                 still_held = outline.take(row_numbers(outline, COORDINATES, found, named=False))
                 if still_held.num_rows:

@@ -24,7 +24,13 @@ from spanner_cdc.consumer.sinks.parquet_files import batch_file_name
 from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut, Slice
 from spanner_cdc.consumer.sinks.replica.held_rows import HeldStageRows
 from spanner_cdc.consumer.sinks.replica.merge import ReplicaMerge
-from spanner_cdc.consumer.sinks.replica.staged import ReplicaStaging, StagedEvents, StagedPart, combined
+from spanner_cdc.consumer.sinks.replica.staged import (
+    ReplicaStaging,
+    StagedEvents,
+    StagedPart,
+    combined,
+    parts_of_events,
+)
 from spanner_cdc.consumer.status import StreamSeen
 from spanner_cdc.consumer.streams.catalog import existing_streams
 
@@ -43,12 +49,6 @@ class BatchContents:
     watermarks: list[WatermarkSeen]
     #: Held events' Kafka rows (``kafka_rows.DECODE_SCHEMA``) staged again, when the cut passes them.
     stage_held: Callable[[pa.Table], StagedEvents]
-
-    def staged_among(self, events: pa.Table) -> list[StagedPart]:
-        """The staged rows of ``events`` (outline rows, some of ``fresh``)."""
-        if events.num_rows == sum(p.rows.num_rows for p in self.staged):
-            return self.staged  # every staged row is one of them: nothing to take apart
-        return [p.among(events) for p in self.staged]
 
 
 @dataclass(frozen=True)
@@ -127,14 +127,14 @@ class ReplicaSink:
             if not new:
                 return
             if self.cut is None:
-                self.merge.write(combined(contents.staged_among(fresh)))
+                self.merge.write(combined(parts_of_events(contents.staged, fresh)))
                 commit = ReplicaCommit(batch_id, None, _commits(fresh), 0, query)
             else:
                 applied: list[int] = []
 
                 def apply(piece: Slice, cut: int) -> None:
                     held = piece.held.parts if piece.held is not None else []
-                    parts = [*contents.staged_among(piece.fresh), *held]
+                    parts = [*parts_of_events(contents.staged, piece.fresh), *held]
                     self.merge.write(combined(parts), cut)
                     applied.extend(_commits(piece.rows))
 

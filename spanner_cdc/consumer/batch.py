@@ -62,13 +62,14 @@ from spanner_cdc.consumer.status import BatchSeen
 from spanner_cdc.schemas.timestamps import now_micros, seconds_behind
 
 log = logging.getLogger("spanner_cdc.consumer")
-#: Held events the driver reads again itself when the consistent cut passes them; more are read
-#: by Spark tasks, so the driver's share stays this small however fast events come. Below it a
-#: job gains nothing: a consumer run releasing 2,000 / 5,000 / 20,000 / 50,000 held events took
-#: 1.49-1.65 / 1.49-1.54 / 1.89-2.01 / 3.50-3.60 s read on the driver, 1.39-1.53 / 1.46-1.57 /
-#: 1.93-1.99 / 2.79-2.91 s by tasks (2-core machine, local[2], two runs each); with it at 2,000,
-#: the bench's DuckDB replica with whole transactions (batches holding up to 5,000) was slower
-#: in both of two alternating pairs.
+#: Held events the driver reads again itself when the consistent cut passes them (those whose
+#: stage rows were not kept from the batch that held them: sinks.replica.held_rows, after a
+#: restart); more are read by Spark tasks, so the driver's share stays this small however fast
+#: events come. Below it a job gains nothing: a consumer run releasing 2,000 / 5,000 / 20,000 /
+#: 50,000 held events took 1.49-1.65 / 1.49-1.54 / 1.89-2.01 / 3.50-3.60 s read on the driver,
+#: 1.39-1.53 / 1.46-1.57 / 1.93-1.99 / 2.79-2.91 s by tasks (2-core machine, local[2], two runs
+#: each); with it at 2,000, the bench's DuckDB replica with whole transactions (batches holding
+#: up to 5,000) was slower in both of two alternating pairs.
 DRIVER_READS_HELD = 10_000
 
 

@@ -162,10 +162,14 @@ class ConsistentCut:
         timestamp alone has more (a transaction is never split). The last slice of held events
         takes the rest of ``due`` with it (already in memory, so not bounded by the slices): a
         merge less per batch, each costing its statements whatever its size."""
-        commits = due.column(_COMMIT)
         after = -1  # every event committed at or before it has been handed over
         upper = None if held_up_to is None else self._slice_end(after, held_up_to)
-        while upper is not None and held_up_to is not None:
+        if upper is None or held_up_to is None:  # no held event comes back: the batch's own alone
+            if due.num_rows:
+                yield Slice(due)
+            return
+        commits = due.column(_COMMIT)
+        while True:
             following = self._slice_end(upper, held_up_to)
             within = pc.greater(commits, after)
             if following is not None:
@@ -174,9 +178,6 @@ class ConsistentCut:
             if following is None:
                 return
             after, upper = upper, following
-        rest = due.filter(pc.greater(commits, after))
-        if rest.num_rows:
-            yield Slice(rest)
 
     # --- watermarks and the cut -------------------------------------------------------------
 

@@ -13,8 +13,9 @@ It is a cache, and nothing depends on it for correctness: rows are staged from a
 bytes and its writer schema alone, so a kept row is the row staging again would build. Rows are
 dropped as they are taken, before the transaction that applies them commits; if it rolls back,
 or after a restart (which clears the staging root, this with it), what is missing is staged
-from ``cdc$pending`` as before. So the files hold at most what ``cdc$pending`` holds, and a
-release reads only the batches that still have held events.
+from ``cdc$pending`` as before. A batch's files go with its last held event taken, so a
+release reads only the batches that still have some, and the files never outlive
+``cdc$pending``'s rows.
 """
 
 from __future__ import annotations

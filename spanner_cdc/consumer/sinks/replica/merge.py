@@ -426,7 +426,9 @@ class ReplicaMerge:
         """
         key = changes.key
         by_key = f"PARTITION BY {_names(key)}" if key else ""
-        n, first = quote(_N), f"coalesce({quote(_LAST_DELETE)}, 1)"
+        n = quote(_N)
+        # the position of the key's first relevant row: its last delete, else its first row
+        first = f"coalesce({quote(_LAST_DELETE)}, 1)"
         whole = f"({by_key} ORDER BY {n} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)"
         carried = _names([*key, _N, _LAST, _LAST_DELETE, IS_DELETE, REPLICA_ROW_ID, *ORDER_COLUMNS])
         flags = [(quote(c.name), quote(SET_PREFIX + c.name)) for c in changes.value_columns]
@@ -445,8 +447,7 @@ class ReplicaMerge:
             f"AS {n} FROM {quote(STAGE)}), "
             f"marked AS (SELECT *, max(CASE WHEN {quote(IS_DELETE)} THEN {n} END) OVER ({by_key}) "
             f"AS {quote(_LAST_DELETE)}, max({n}) OVER ({by_key}) AS {quote(_LAST)} FROM ordered), "
-            f"relevant AS (SELECT {carried}{positions} FROM marked "
-            f"WHERE {n} >= coalesce({quote(_LAST_DELETE)}, 0)), "
+            f"relevant AS (SELECT {carried}{positions} FROM marked WHERE {n} >= {first}), "
             f"folded AS (SELECT {carried}{values} FROM relevant) "
             f"SELECT * FROM folded WHERE {n} = {quote(_LAST)}"
         )

@@ -17,7 +17,7 @@ import itertools
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 from confluent_kafka import Consumer, Message, TopicPartition
@@ -61,17 +61,17 @@ CONSUME_WAIT_SECONDS = 0.05
 READ_TIMEOUT_SECONDS = 120.0
 
 
-#: Offset ranges smaller than this are read several to a task (up to this many offsets per
-#: task). A task costs Spark about 50 ms however little it reads; a micro-batch at demo rates
-#: has ~70 records over 12 topic partitions, and one task per partition made its read take
-#: 0.8 s of a 1.15 s trigger — grouped, 0.3 s of 0.65 s (``make demo``'s query progress).
-#: Ranges at least this large keep a task each, so large batches spread as before.
-SMALL_RANGE_OFFSETS = 5_000
-#: Ranges larger than this are read by several tasks, in equal parts of at most this many
-#: offsets: each event costs its task about 150 us to decode and write (docs/consumer.md), and a
-#: batch of 50,000 from 3 topic partitions as 3 tasks kept one of 2 cores idle for a third of
-#: it. Spark's own source splits only for ``minPartitions``.
-LARGE_RANGE_OFFSETS = 10_000
+#: A task reads at least this many offsets (all of a smaller batch in one task). A task costs
+#: Spark about 50 ms however little it reads; a micro-batch at demo rates has ~70 records over
+#: 12 topic partitions, and one task per partition made its read take 0.8 s of a 1.15 s trigger
+#: — in one task, 0.3 s of 0.65 s (``make demo``'s query progress).
+MIN_TASK_OFFSETS = 5_000
+#: Without ``parallelism``: a task reads at most this many offsets.
+TASK_OFFSETS = 10_000
+#: With ``parallelism``: a task reads at most this many offsets, so a task's memory (its decoded
+#: events, until it writes them) stays bounded however large the batch; a larger batch gets
+#: more tasks, in multiples of the slots.
+MAX_TASK_OFFSETS = 50_000
 
 
 @dataclass(frozen=True)
@@ -89,26 +89,56 @@ class RangeGroup(InputPartition):
     ranges: tuple[TopicPartitionRange, ...]
 
 
-def grouped(ranges: list[TopicPartitionRange], min_partitions: int | None) -> list[RangeGroup]:
-    """Consecutive small ranges together, up to :data:`SMALL_RANGE_OFFSETS` offsets a task;
-    with ``minPartitions`` one task per range, as asked."""
+def task_count(offsets: int, parallelism: int | None) -> int:
+    """How many tasks read a batch of ``offsets``: as many as the ``parallelism`` slots (or a
+    multiple, when a task would read over :data:`MAX_TASK_OFFSETS`), fewer when a task would read
+    under :data:`MIN_TASK_OFFSETS`; without ``parallelism``, tasks of :data:`TASK_OFFSETS`.
+
+    One wave of equal tasks: every task costs Spark its launch and its Python worker's round
+    trips whatever it reads, and tasks of a fixed size leave cores idle when their count is not a
+    multiple of the cores (a 50,000-event batch from 3 topic partitions was 6 tasks of 8,300 on
+    2 cores — three waves; as 2 tasks the bench's raw read ran 14-22% faster, its changelog 5%,
+    docs/consumer.md run 19)."""
+    if parallelism is None:
+        return max(1, math.ceil(offsets / TASK_OFFSETS))
+    slots = parallelism * math.ceil(offsets / (parallelism * MAX_TASK_OFFSETS))
+    return max(1, min(slots, offsets // MIN_TASK_OFFSETS))
+
+
+def shares(ranges: list[TopicPartitionRange], count: int) -> list[RangeGroup]:
+    """``ranges`` (in order) read by ``count`` tasks of (nearly) equal offsets: a task may read
+    the end of one topic partition and the start of the next."""
+    total = sum(r.end - r.start for r in ranges)
+    if not total:
+        return []
+    count = max(1, min(count, total))
+    bounds = [total * i // count for i in range(count + 1)]
+    tasks: list[RangeGroup] = []
+    for low, high in itertools.pairwise(bounds):
+        parts = []
+        before = 0  # offsets in the ranges before this one
+        for offsets in ranges:
+            size = offsets.end - offsets.start
+            first, last = max(low, before), min(high, before + size)
+            if first < last:
+                parts.append(
+                    replace(offsets, start=offsets.start + first - before, end=offsets.start + last - before)
+                )
+            before += size
+        tasks.append(RangeGroup(tuple(parts)))
+    return tasks
+
+
+def input_partitions(
+    start: Offsets, end: Offsets, min_partitions: int | None, parallelism: int | None
+) -> list[RangeGroup]:
+    """The tasks that read ``[start, end)``: with ``minPartitions`` one per range of
+    :func:`offset_ranges`, as Spark's source plans them; else :func:`shares` of
+    :func:`task_count`."""
+    ranges = offset_ranges(start, end, min_partitions)
     if min_partitions:
         return [RangeGroup((single,)) for single in ranges]
-    groups: list[RangeGroup] = []
-    current: list[TopicPartitionRange] = []
-    size = 0
-    for offsets in ranges:
-        if current and size + offsets.end - offsets.start > SMALL_RANGE_OFFSETS:
-            groups.append(RangeGroup(tuple(current)))
-            current, size = [], 0
-        current.append(offsets)
-        size += offsets.end - offsets.start
-    return [*groups, RangeGroup(tuple(current))] if current else groups
-
-
-def input_partitions(start: Offsets, end: Offsets, min_partitions: int | None) -> list[RangeGroup]:
-    """The tasks that read ``[start, end)``: :func:`offset_ranges`, then :func:`grouped`."""
-    return grouped(offset_ranges(start, end, min_partitions), min_partitions)
+    return shares(ranges, task_count(sum(r.end - r.start for r in ranges), parallelism))
 
 
 def read_group(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -200,7 +230,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.options.max_rows) if self.options.max_rows else ReadAllAvailable()
 
     def partitions(self, start: Offsets, end: Offsets) -> list[RangeGroup]:
-        return input_partitions(start, end, self.options.min_partitions)
+        return input_partitions(start, end, self.options.min_partitions, self.options.parallelism)
 
     def commit(self, end: Offsets) -> None:
         """Offsets live in Spark's checkpoint; nothing is committed to Kafka."""
@@ -228,7 +258,7 @@ class KafkaBatchReader(DataSourceReader):
         earliest, ends = KafkaStreamReader(self.options)._current()
         start = starting_offsets(self.options, earliest, ends, default="earliest")
         end = ending_offsets(self.options, earliest, ends)
-        return input_partitions(start, end, self.options.min_partitions)
+        return input_partitions(start, end, self.options.min_partitions, self.options.parallelism)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from read_group(self.options, partition)
@@ -294,9 +324,8 @@ def _offsets(found: dict[tuple[str, int], int | None], ends: Offsets) -> Offsets
 
 
 def offset_ranges(start: Offsets, end: Offsets, min_partitions: int | None) -> list[TopicPartitionRange]:
-    """One range per topic partition with records, those over :data:`LARGE_RANGE_OFFSETS` in
-    equal parts; with ``minPartitions``, large ranges are split instead in proportion to their
-    size (as Spark's source does) until there are at least that many."""
+    """One range per topic partition with records; with ``minPartitions``, large ranges are split
+    in proportion to their size (as Spark's source does) until there are at least that many."""
     ranges = []
     for topic, partitions in sorted(end.items()):
         for partition, until in sorted(partitions.items(), key=lambda item: int(item[0])):
@@ -304,13 +333,7 @@ def offset_ranges(start: Offsets, end: Offsets, min_partitions: int | None) -> l
             if until > begin:
                 ranges.append(TopicPartitionRange(topic, int(partition), begin, until))
     total = sum(r.end - r.start for r in ranges)
-    if not min_partitions:
-        return [
-            part
-            for whole in ranges
-            for part in _split(whole, math.ceil((whole.end - whole.start) / LARGE_RANGE_OFFSETS))
-        ]
-    if len(ranges) >= min_partitions or total == 0:
+    if not min_partitions or len(ranges) >= min_partitions or total == 0:
         return ranges
     return [
         part

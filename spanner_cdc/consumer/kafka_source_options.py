@@ -60,6 +60,8 @@ class SourceOptions:
     ending_times: TimeSpec | None
     max_rows: int | None
     min_partitions: int | None
+    #: The task slots a micro-batch is spread over (our option ``parallelism``; None: not given).
+    parallelism: int | None
     fail_on_data_loss: bool
     include_headers: bool
 
@@ -90,6 +92,7 @@ class SourceOptions:
             ending_times=_times(options, "endingTimestamp", "endingOffsetsByTimestamp"),
             max_rows=_positive(options, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
             min_partitions=_positive(options, "minpartitions", "minPartitions"),
+            parallelism=_positive(options, "parallelism", "parallelism"),
             fail_on_data_loss=_flag(options, "failondataloss", "failOnDataLoss", default=True),
             include_headers=_flag(options, "includeheaders", "includeHeaders", default=False),
         )

@@ -171,13 +171,16 @@ class ConsumerJob:
     def start(self, spark: Any) -> Any:
         """Start the streaming query (Spark keeps its offsets and id under ``<checkpoint-dir>/spark``)."""
         config = self.config
+        chosen = source_format(spark, config.source)
         reader = (
-            spark.readStream.format(source_format(spark, config.source))
+            spark.readStream.format(chosen)
             .option("kafka.bootstrap.servers", config.kafka_bootstrap)
             .option("startingOffsets", config.starting_offsets)
             .option("maxOffsetsPerTrigger", str(config.max_events_per_batch))
             .option("failOnDataLoss", "true")
         )
+        if chosen == SOURCE_NAME:  # a batch as one wave of equal tasks over the cores there are now
+            reader = reader.option("parallelism", str(spark.sparkContext.defaultParallelism))
         for key, value in config.kafka_config.items():
             reader = reader.option(f"kafka.{key}", value)
         if config.tables:

@@ -25,9 +25,10 @@ from testkit.synthetic import ChangeFactory, publish, random_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
-#: Over the event topic's 3 partitions, about 3,000 offsets each: more than the source reads
-#: in one task together (kafka_source.SMALL_RANGE_OFFSETS), so the batch has a task per partition.
-CHANGES = 9_000
+#: 24,500 messages with the duplicates: one batch, read, decoded and written by one task per
+#: slot of ``local[2]`` (kafka_source.task_count; without the consumer's ``parallelism`` the
+#: source would plan 3 tasks of at most 10,000 offsets).
+CHANGES = 24_000
 
 
 def test_decoding_and_the_changelog_run_in_one_task_per_share_of_the_batch(
@@ -45,7 +46,8 @@ def test_decoding_and_the_changelog_run_in_one_task_per_share_of_the_batch(
     parts = {re.fullmatch(r"batch-(\d+)-part-(\d+)\.parquet", f.name) for f in files}
     assert None not in parts, [f.name for f in files]
     batch_parts = {(m.group(1), m.group(2)) for m in parts if m}
-    assert len({part for _, part in batch_parts}) >= 3, f"written by the tasks {sorted(batch_parts)}"
+    slots = spark.sparkContext.defaultParallelism
+    assert len({part for _, part in batch_parts}) == slots, f"written by the tasks {sorted(batch_parts)}"
     uuids = [row[0] for row in changelog_rows(config, "Accounts", '"envelope$uuid"')]
     assert uuids == [e.value["uuid"] for e in events]
     assert metrics.registry.get_sample_value("spanner_cdc_consumer_duplicates_total") == 500

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
+import random
+
 import pytest
 
-from spanner_cdc.consumer.kafka_source import SMALL_RANGE_OFFSETS, TopicPartitionRange, grouped, offset_ranges
+from spanner_cdc.consumer.kafka_source import (
+    MAX_TASK_OFFSETS,
+    TopicPartitionRange,
+    input_partitions,
+    offset_ranges,
+    shares,
+)
 from spanner_cdc.consumer.kafka_source_options import (
     KafkaSourceError,
     SourceOptions,
@@ -81,27 +90,52 @@ def test_json_offsets_and_min_partitions() -> None:
     assert sum(r.end - r.start for r in ranges) == 100
 
 
-def test_small_ranges_are_read_several_to_a_task_and_large_ones_alone() -> None:
-    start = {"t": {str(p): 0 for p in range(12)}}
-    small = offset_ranges(start, {"t": {str(p): 6 for p in range(12)}}, None)
-    assert [len(group.ranges) for group in grouped(small, None)] == [12]  # a demo-sized batch: one task
-
-    sizes = {"0": 4_000, "1": 900, "2": 9_000, "3": 100, "4": 50}
-    mixed = grouped(offset_ranges({"t": dict.fromkeys(sizes, 0)}, {"t": sizes}, None), None)
-    assert [[r.partition for r in group.ranges] for group in mixed] == [[0, 1], [2], [3, 4]]
-    assert all(
-        sum(r.end - r.start for r in g.ranges) <= SMALL_RANGE_OFFSETS or len(g.ranges) == 1 for g in mixed
-    )
-
-    asked = grouped(offset_ranges(start, {"t": {str(p): 6 for p in range(12)}}, 12), 12)
-    assert len(asked) == 12  # minPartitions: the parallelism asked for
+def _tasks(
+    sizes: dict[str, int], parallelism: int | None, min_partitions: int | None = None
+) -> list[list[tuple[int, int, int]]]:
+    """Each task's (partition, start, end) ranges for a batch of ``sizes`` offsets per partition."""
+    groups = input_partitions({"t": dict.fromkeys(sizes, 0)}, {"t": sizes}, min_partitions, parallelism)
+    return [[(r.partition, r.start, r.end) for r in group.ranges] for group in groups]
 
 
-def test_ranges_over_the_large_size_are_read_by_several_tasks() -> None:
-    large = grouped(offset_ranges({"t": {"0": 5, "1": 0}}, {"t": {"0": 25_005, "1": 10_000}}, None), None)
-    assert [[(r.partition, r.start, r.end) for r in group.ranges] for group in large] == [
-        [(0, 5, 8_338)],
-        [(0, 8_338, 16_671)],
-        [(0, 16_671, 25_005)],
-        [(1, 0, 10_000)],
+def test_a_batch_is_one_wave_of_equal_tasks_over_the_slots() -> None:
+    third = {"0": 16_667, "1": 16_667, "2": 16_666}  # the bench's 50,000-event batch
+    assert _tasks(third, 2) == [
+        [(0, 0, 16_667), (1, 0, 8_333)],
+        [(1, 8_333, 16_667), (2, 0, 16_666)],
     ]
+    assert _tasks(third, 1) == [[(0, 0, 16_667), (1, 0, 16_667), (2, 0, 16_666)]]
+    assert len(_tasks(third, 16)) == 10  # no task under MIN_TASK_OFFSETS
+    large = _tasks({str(p): 50_000 for p in range(4)}, 2)  # 200,000: two waves of two
+    assert len(large) == 4 and all(sum(e - s for _, s, e in task) == MAX_TASK_OFFSETS for task in large)
+    demo = _tasks({str(p): 6 for p in range(12)}, 2)  # a demo-sized batch: one task reads all
+    assert demo == [[(p, 0, 6) for p in range(12)]]
+
+
+def test_without_parallelism_tasks_read_at_most_task_offsets() -> None:
+    assert [sum(e - s for _, s, e in task) for task in _tasks({"0": 25_000, "1": 10_000}, None)] == [
+        8_750
+    ] * 4
+    assert len(_tasks({str(p): 6 for p in range(12)}, None)) == 1
+
+
+def test_min_partitions_plans_as_sparks_source_does() -> None:
+    assert len(_tasks({str(p): 6 for p in range(12)}, 2, min_partitions=12)) == 12
+    assert _tasks({"0": 10, "1": 90}, 2, min_partitions=10)[:2] == [[(0, 0, 10)], [(1, 0, 10)]]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_shares_read_every_offset_once_in_order(seed: int) -> None:
+    rng = random.Random(seed)
+    ranges = [
+        TopicPartitionRange("t", p, first, first + rng.randint(1, 30_000))
+        for p, first in enumerate(rng.choices([0, 7, 1_000], k=rng.randint(1, 6)))
+    ]
+    count = rng.randint(1, 9)
+    read = [r for group in shares(ranges, count) for r in group.ranges]
+    sizes = [sum(r.end - r.start for r in group.ranges) for group in shares(ranges, count)]
+    assert len(sizes) == count and max(sizes) - min(sizes) <= 1
+    for whole in ranges:
+        own = [r for r in read if r.partition == whole.partition]
+        assert own[0].start == whole.start and own[-1].end == whole.end
+        assert all(a.end == b.start for a, b in itertools.pairwise(own))

@@ -70,8 +70,10 @@ MIN_TASK_OFFSETS = 5_000
 TASK_OFFSETS = 10_000
 #: With ``parallelism``: a task reads at most this many offsets, so a task's memory (its decoded
 #: events, until it writes them) stays bounded however large the batch; a larger batch gets
-#: more tasks, in multiples of the slots.
-MAX_TASK_OFFSETS = 50_000
+#: more tasks, in multiples of the slots. A Python worker's peak RSS in 200,000-event batches
+#: (scratch script, changelog and replica): 360-390 MiB at 25,000 offsets a task, 460-520 at
+#: 50,000; 285-300 with the tasks of at most 10,000 before (docs/consumer.md, run 19).
+MAX_TASK_OFFSETS = 25_000
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ def task_count(offsets: int, parallelism: int | None) -> int:
     One wave of equal tasks: every task costs Spark its launch and its Python worker's round
     trips whatever it reads, and tasks of a fixed size leave cores idle when their count is not a
     multiple of the cores (a 50,000-event batch from 3 topic partitions was 6 tasks of 8,300 on
-    2 cores — three waves; as 2 tasks the bench's raw read ran 14-22% faster, its changelog 5%,
+    2 cores — three waves; as 2 tasks the bench's changelog pinned to one CPU ran 6-11% faster,
     docs/consumer.md run 19)."""
     if parallelism is None:
         return max(1, math.ceil(offsets / TASK_OFFSETS))

@@ -104,10 +104,12 @@ def test_a_batch_is_one_wave_of_equal_tasks_over_the_slots() -> None:
         [(0, 0, 16_667), (1, 0, 8_333)],
         [(1, 8_333, 16_667), (2, 0, 16_666)],
     ]
-    assert _tasks(third, 1) == [[(0, 0, 16_667), (1, 0, 16_667), (2, 0, 16_666)]]
+    assert _tasks({"0": 8_000, "1": 8_000, "2": 4_000}, 1) == [[(0, 0, 8_000), (1, 0, 8_000), (2, 0, 4_000)]]
+    assert len(_tasks(third, 1)) == 50_000 // MAX_TASK_OFFSETS  # one slot: tasks in turn
     assert len(_tasks(third, 16)) == 10  # no task under MIN_TASK_OFFSETS
-    large = _tasks({str(p): 50_000 for p in range(4)}, 2)  # 200,000: two waves of two
-    assert len(large) == 4 and all(sum(e - s for _, s, e in task) == MAX_TASK_OFFSETS for task in large)
+    large = _tasks({str(p): 50_000 for p in range(4)}, 2)  # 200,000: waves of two, full tasks
+    assert len(large) == 200_000 // MAX_TASK_OFFSETS and len(large) % 2 == 0
+    assert all(sum(e - s for _, s, e in task) == MAX_TASK_OFFSETS for task in large)
     demo = _tasks({str(p): 6 for p in range(12)}, 2)  # a demo-sized batch: one task reads all
     assert demo == [[(p, 0, 6) for p in range(12)]]
 

@@ -109,26 +109,27 @@ def task_count(offsets: int, parallelism: int | None) -> int:
 
 def shares(ranges: list[TopicPartitionRange], count: int) -> list[RangeGroup]:
     """``ranges`` (in order) read by ``count`` tasks of (nearly) equal offsets: a task may read
-    the end of one topic partition and the start of the next."""
+    the end of one topic partition and the start of the next. One pass over the ranges (a
+    query may read thousands of topic partitions)."""
     total = sum(r.end - r.start for r in ranges)
     if not total:
         return []
     count = max(1, min(count, total))
-    bounds = [total * i // count for i in range(count + 1)]
-    tasks: list[RangeGroup] = []
-    for low, high in itertools.pairwise(bounds):
-        parts = []
-        before = 0  # offsets in the ranges before this one
-        for offsets in ranges:
-            size = offsets.end - offsets.start
-            first, last = max(low, before), min(high, before + size)
-            if first < last:
-                parts.append(
-                    replace(offsets, start=offsets.start + first - before, end=offsets.start + last - before)
-                )
-            before += size
-        tasks.append(RangeGroup(tuple(parts)))
-    return tasks
+    ends = [total * i // count for i in range(1, count + 1)]  # each share's end, among all offsets
+    tasks: list[list[TopicPartitionRange]] = [[] for _ in range(count)]
+    task, before = 0, 0  # before: offsets in the ranges before this one
+    for offsets in ranges:
+        position = offsets.start
+        while position < offsets.end:
+            share_end = offsets.start + ends[task] - before
+            if share_end <= position:
+                task += 1
+                continue
+            end = min(offsets.end, share_end)
+            tasks[task].append(replace(offsets, start=position, end=end))
+            position = end
+        before += offsets.end - offsets.start
+    return [RangeGroup(tuple(parts)) for parts in tasks]
 
 
 def input_partitions(

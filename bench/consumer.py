@@ -57,7 +57,7 @@ from bench.producer import Figure
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.graceful_stop import StopRequest
 from spanner_cdc.consumer.kafka_source import SOURCE_NAME
-from spanner_cdc.consumer.main import ConsumerJob, drain
+from spanner_cdc.consumer.main import ConsumerJob, drain, over_the_cores
 from spanner_cdc.consumer.spark_session import spark_session
 from spanner_cdc.schemas.wire import HEADER_LENGTH, WriterSchema, encode, read_body
 from testkit.consumer_run import consumer_config, fresh_postgres_database, unique_prefix
@@ -108,12 +108,14 @@ def raw_read(spark: Any, config: ConsumerConfig, checkpoint: Path, to_driver: bo
         else:
             batch.write.format("noop").mode("overwrite").save()
 
-    query = (
+    reader = (
         spark.readStream.format(SOURCE_NAME)
         .option("kafka.bootstrap.servers", config.kafka_bootstrap)
         .option("subscribePattern", config.topics.event_pattern)
         .option("startingOffsets", "earliest")
-        .option("parallelism", str(spark.sparkContext.defaultParallelism))  # as the consumer plans it
+    )
+    query = (
+        over_the_cores(reader, spark)  # planned as the consumer plans its batches
         .load()
         .writeStream.foreachBatch(noop)
         .option("checkpointLocation", str(checkpoint))

@@ -27,6 +27,8 @@ TimeSpec = int | dict[str, dict[str, int]]
 #: ``startingOffsetsByTimestampStrategy``: what a partition with no record at or after its time does.
 STRATEGIES = ("error", "latest")
 EARLIEST, LATEST = -2, -1
+#: This source's own option (Spark's ignores it): the task slots a micro-batch is spread over.
+PARALLELISM = "parallelism"
 _JAAS = re.compile(r"""(username|password)\s*=\s*"((?:[^"\\]|\\.)*)\"""")
 #: Java client name → librdkafka name, where only the name differs.
 RENAMED = {"sasl.mechanism": "sasl.mechanisms"}
@@ -92,7 +94,7 @@ class SourceOptions:
             ending_times=_times(options, "endingTimestamp", "endingOffsetsByTimestamp"),
             max_rows=_positive(options, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
             min_partitions=_positive(options, "minpartitions", "minPartitions"),
-            parallelism=_positive(options, "parallelism", "parallelism"),
+            parallelism=_positive(options, PARALLELISM, PARALLELISM),
             fail_on_data_loss=_flag(options, "failondataloss", "failOnDataLoss", default=True),
             include_headers=_flag(options, "includeheaders", "includeHeaders", default=False),
         )

@@ -26,6 +26,7 @@ from spanner_cdc.consumer.graceful_stop import (
     stop_requested,
 )
 from spanner_cdc.consumer.kafka_source import SOURCE_NAME
+from spanner_cdc.consumer.kafka_source_options import PARALLELISM
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.schema_topic import SchemaTopic
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
@@ -51,6 +52,13 @@ def source_format(spark: Any, wanted: str) -> str:
     except Exception:  # py4j raises its own error type for ClassNotFoundException
         return SOURCE_NAME
     return "kafka"
+
+
+def over_the_cores(reader: Any, spark: Any) -> Any:
+    """``reader`` (a ``DataStreamReader`` of this project's source) told the session's task
+    slots, so a batch is read as one wave of equal tasks over the cores there are when the query
+    starts (kafka_source.task_count)."""
+    return reader.option(PARALLELISM, str(spark.sparkContext.defaultParallelism))
 
 
 def check_kafka(config: ConsumerConfig) -> None:
@@ -179,8 +187,8 @@ class ConsumerJob:
             .option("maxOffsetsPerTrigger", str(config.max_events_per_batch))
             .option("failOnDataLoss", "true")
         )
-        if chosen == SOURCE_NAME:  # a batch as one wave of equal tasks over the cores there are now
-            reader = reader.option("parallelism", str(spark.sparkContext.defaultParallelism))
+        if chosen == SOURCE_NAME:
+            reader = over_the_cores(reader, spark)
         for key, value in config.kafka_config.items():
             reader = reader.option(f"kafka.{key}", value)
         if config.tables:

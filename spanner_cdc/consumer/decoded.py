@@ -27,6 +27,7 @@ class DecodedEvent:
     key: bytes | None
     value: bytes
     version: TableVersion
+    #: The decoded Avro record; its timestamps and dates are numbers (consumer.message_reader).
     record: dict[str, Any]
     #: ``sort_keys`` as a comparable tuple: (commit micros, tx id, record sequence, mod index).
     sort_key: tuple[int, str, str, int]

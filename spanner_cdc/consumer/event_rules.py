@@ -10,7 +10,6 @@ row, so a bad message never reaches a sink and never stops the query.
 
 from __future__ import annotations
 
-import datetime as dt
 import decimal
 import functools
 import json
@@ -20,7 +19,6 @@ from typing import Any
 
 from spanner_cdc.consumer.table_version import PayloadColumn, TableVersion
 from spanner_cdc.schemas.errors import DecodeError
-from spanner_cdc.schemas.timestamps import micros_from_datetime
 from spanner_cdc.schemas.topics import TopicNameError, Topics
 from spanner_cdc.schemas.watermark import Watermark
 
@@ -114,10 +112,8 @@ def _sort_key(
         )
     if not isinstance(mod_index, int) or mod_index < 0:
         raise DecodeError("bad-sort-keys", f"mod index {mod_index!r:.40} is not a non-negative long")
-    commit = metadata["commit_timestamp"]
-    commit_micros = micros_from_datetime(commit) if isinstance(commit, dt.datetime) else commit
     stated = (
-        commit_micros,
+        metadata["commit_timestamp"],  # micros: read as a number (consumer.message_reader)
         metadata["tx_id"] or "",
         metadata["record_sequence"] or "",
         metadata["mod_index"],

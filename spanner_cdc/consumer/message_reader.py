@@ -13,6 +13,10 @@ bytes and content is that message's fault (quarantined, the batch goes on) — w
 the content provokes, not only the ones foreseen. Watermarks are decoded here and checked
 against the broker's partitions by the driver (consumer.decode.BrokerPartitions).
 
+Timestamps and dates are read as the numbers the message holds (micros, millis or days since
+the epoch; ``WriterSchema.column_reader``), not as ``datetime``: every one goes to an Arrow
+column, which holds that number.
+
 JSON events (``--format json``, a value that starts with ``{``) name their table version by
 ``object`` and ``schema_key``; such an event is turned into the Avro record it stands for and
 read through the same path, so both formats meet the same checks (schemas.json_events).
@@ -151,7 +155,7 @@ class MessageReader:
                 Unknown(fingerprint=fingerprint),
             )
         writer = parsed_schema(text)
-        return read_body(writer, value, body_start), writer
+        return read_body(writer, value, body_start, calendar_numbers=True), writer
 
     def _read_json(self, value: bytes, key: bytes | None) -> tuple[dict[str, Any], WriterSchema]:
         """A JSON event (a keyed message) or watermark record (no key) → the Avro record it
@@ -174,7 +178,7 @@ class MessageReader:
             raise
         except (ValueError, TypeError, KeyError, ContractError) as exc:
             raise DecodeError("undecodable-json", f"{type(exc).__name__}: {str(exc)[:200]}") from None
-        return read_body(writer, encode(writer, ready), HEADER_LENGTH), writer
+        return read_body(writer, encode(writer, ready), HEADER_LENGTH, calendar_numbers=True), writer
 
     def _json_version(self, document: Mapping[str, Any]) -> TableSchema:
         named = json_version_name(document)

@@ -57,17 +57,21 @@ _CALENDAR_KINDS = {
 }
 
 
-def compile_reader(parsed_schema: Any) -> Reader:
-    """The reader for a schema as ``fastavro.parse_schema`` returns it (names fully qualified)."""
-    return CompiledReader(_StepBuilder().step(parsed_schema))
+def compile_reader(parsed_schema: Any, *, calendar_numbers: bool = False) -> Reader:
+    """The reader for a schema as ``fastavro.parse_schema`` returns it (names fully qualified).
+    With ``calendar_numbers``, timestamps and dates read as the numbers written (micros, millis,
+    days since the epoch: what an Arrow column of their type holds), still refused outside the
+    years 1-9999 as fastavro refuses them."""
+    return CompiledReader(_StepBuilder(calendar_numbers).step(parsed_schema))
 
 
 class _StepBuilder:
     """Walks a parsed schema into steps. A named record's step is registered before its fields
     are built, so later references (``"type": "ns.Name"``) share it."""
 
-    def __init__(self) -> None:
+    def __init__(self, calendar_numbers: bool) -> None:
         self.records: dict[str, Step] = {}
+        self.calendar_numbers = calendar_numbers
 
     def step(self, schema: Any) -> Step:
         if isinstance(schema, list):
@@ -96,6 +100,10 @@ class _StepBuilder:
             return Step(Kind.MAP, child=self.step(schema["values"]))
         if isinstance(kind, str) and kind in _PRIMITIVE_KINDS:  # a primitive, perhaps with a logicalType
             logical = f"{kind}-{schema.get('logicalType')}"
-            step_kind = _CALENDAR_KINDS.get(logical, _PRIMITIVE_KINDS[kind])
-            return Step(step_kind, convert=LOGICAL_READERS.get(logical), schema=schema)
+            step_kind = _CALENDAR_KINDS.get(logical)
+            if step_kind is None:
+                return Step(_PRIMITIVE_KINDS[kind], convert=LOGICAL_READERS.get(logical), schema=schema)
+            return Step(
+                step_kind, convert=LOGICAL_READERS[logical], schema=schema, as_number=self.calendar_numbers
+            )
         raise ContractError(f"the compiled Avro reader does not support type {kind!r}")

@@ -29,6 +29,7 @@ class Step:
         schema: Any = None,
         child: Step | None = None,
         branches: tuple[Step, ...] = (),
+        as_number: bool = False,
     ) -> None: ...
     def set_fields(self, names: tuple[str, ...], steps: tuple[Step, ...]) -> None: ...
 

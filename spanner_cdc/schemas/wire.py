@@ -62,6 +62,13 @@ class WriterSchema:
         return compile_reader(self.reading)
 
     @cached_property
+    def column_reader(self) -> Reader:
+        """:attr:`reader`, but timestamps and dates read as the numbers an Arrow column of their
+        type holds (``compile_reader``'s ``calendar_numbers``): what the consumer reads events
+        with, since every value it decodes goes to Arrow."""
+        return compile_reader(self.reading, calendar_numbers=True)
+
+    @cached_property
     def reading(self) -> Any:
         """The schema decoding uses: ``parsed`` without ``uuid`` logical types, so UUID columns
         decode as the text they were written as (fastavro would make ``uuid.UUID`` objects, which
@@ -156,11 +163,15 @@ class SchemaStore:
         return read_body(writer, message, start), writer
 
 
-def read_body(writer: WriterSchema, message: bytes, start: int) -> dict[str, Any]:
+def read_body(
+    writer: WriterSchema, message: bytes, start: int, *, calendar_numbers: bool = False
+) -> dict[str, Any]:
     """The Avro body of ``message`` from ``start`` on, written with ``writer`` → the record, or
-    DecodeError naming why not (never a partial record)."""
+    DecodeError naming why not (never a partial record). With ``calendar_numbers``, timestamps
+    and dates are the numbers written (:attr:`WriterSchema.column_reader`)."""
+    reader = writer.column_reader if calendar_numbers else writer.reader
     try:
-        record, end = writer.reader(message, start)
+        record, end = reader(message, start)
     except EOFError as exc:
         raise DecodeError("truncated", "body ends before the record does") from exc
     except (ValueError, ArithmeticError) as exc:  # bad UTF-8, a date or time out of range, …

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from spanner_cdc.consumer.decoded import DecodedEvent
 from spanner_cdc.consumer.table_version import PayloadColumn, TableVersion, merged_columns
+from spanner_cdc.schemas.avro_reader import calendar_converter
 from spanner_cdc.schemas.identity import row_id
 
 #: INSERT, UPDATE or DELETE: the event's ``change_type``. Not ``change$action`` and
@@ -193,12 +194,13 @@ class TableChanges:
         ids: dict[tuple[int, str], str] = {}
         out = []
         key_of = {id(version): _key_values(version) for version in self.versions}
+        hashed_key = {id(version): _hashed_key(version) for version in self.versions}
         for event in self.events:
             values = key_of[id(event.version)](event.record["payload"])
             signature = (id(event.version), repr(values))
             found = ids.get(signature)
             if found is None:
-                found = ids[signature] = row_id(self.table, dict(zip(event.version.key, values, strict=True)))
+                found = ids[signature] = row_id(self.table, hashed_key[id(event.version)](values))
             out.append(found)
         return out
 
@@ -259,6 +261,22 @@ def _key_values(version: TableVersion) -> Callable[[Mapping[str, Any]], tuple[An
     if not fields:
         return lambda payload: ()
     return cast(Callable[[Mapping[str, Any]], tuple[Any, ...]], itemgetter(*fields))
+
+
+def _hashed_key(version: TableVersion) -> Callable[[tuple[Any, ...]], dict[str, Any]]:
+    """A key's values (in key order) → the key ``row_id`` hashes, as it has always hashed it:
+    timestamps and dates as fastavro's ``datetime`` and ``date``. The gate reads them as numbers
+    (consumer.message_reader); a row keeps the id earlier versions gave it."""
+    types = {column.name: column.type.avro for column in version.columns}
+    converters = [calendar_converter(types[name]) for name in version.key]
+
+    def hashed(values: tuple[Any, ...]) -> dict[str, Any]:
+        return {
+            name: value if convert is None or value is None else convert(value)
+            for name, value, convert in zip(version.key, values, converters, strict=True)
+        }
+
+    return hashed
 
 
 def _by_name(version: TableVersion, values: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -65,6 +65,19 @@ def compile_reader(parsed_schema: Any, *, calendar_numbers: bool = False) -> Rea
     return CompiledReader(_StepBuilder(calendar_numbers).step(parsed_schema))
 
 
+def calendar_converter(avro_type: Any) -> Callable[[int], Any] | None:
+    """For a timestamp or date type, which ``calendar_numbers`` reads as a number: fastavro's
+    converter of that number to the ``datetime`` or ``date`` it reads the same bytes as (what
+    the reader without ``calendar_numbers`` makes); None for any other type."""
+    if not isinstance(avro_type, dict):
+        return None
+    logical = f"{avro_type.get('type')}-{avro_type.get('logicalType')}"
+    if logical not in _CALENDAR_KINDS:
+        return None
+    convert = LOGICAL_READERS[logical]
+    return lambda number: convert(number, avro_type, None)
+
+
 class _StepBuilder:
     """Walks a parsed schema into steps. A named record's step is registered before its fields
     are built, so later references (``"type": "ns.Name"``) share it."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from spanner_cdc.consumer.change_rows import TableChanges
@@ -48,4 +50,32 @@ def test_a_table_created_again_with_another_key_has_the_row_ids_of_each_key() ->
     assert TableChanges("Accounts", events).row_ids == [
         row_id("Accounts", {"Id": "1"}),
         row_id("Accounts", {"N": 1}),
+    ]
+
+
+def test_a_row_keyed_by_a_timestamp_or_a_date_keeps_the_row_id_it_had() -> None:
+    """The gate reads timestamps and dates as numbers; the row id is made from the key as it
+    always was — the ``datetime`` and ``date`` fastavro reads — so a row's id does not change
+    with the consumer's version."""
+    factory = ChangeFactory(
+        columns=[
+            ("At", "TIMESTAMP", True),
+            ("Day", "DATE", True),
+            ("Ms", "TIMESTAMP", True),
+            ("V", "STRING", False),
+        ]
+    )
+    keys = {"At": "2025-06-15T15:06:40.000001Z", "Day": "2025-06-15", "Ms": "0001-01-01T00:00:00Z"}
+    [event] = decoded([factory.record("INSERT", keys, {"V": "x"})])
+
+    assert [type(event.record["payload"][name]) for name in ("At", "Day", "Ms")] == [int, int, int]
+    assert TableChanges("Accounts", [event]).row_ids == [
+        row_id(
+            "Accounts",
+            {
+                "At": dt.datetime(2025, 6, 15, 15, 6, 40, 1, tzinfo=dt.UTC),
+                "Day": dt.date(2025, 6, 15),
+                "Ms": dt.datetime(1, 1, 1, tzinfo=dt.UTC),
+            },
+        )
     ]

@@ -161,7 +161,8 @@ def test_transactions_missing_records_or_mods_are_reported(decoder: BatchDecoder
         factory.record("INSERT", {"Id": "c"}, {"Balance": "1"}),
         factory.record("INSERT", {"Id": "d"}, {"Balance": "1"}),
     )
-    events = decoded(decoder, [*whole, cut_short[0]])
+    alone = factory.record("INSERT", {"Id": "e"}, {"Balance": "1"})  # one record, one mod: whole
+    events = decoded(decoder, [*whole, alone, cut_short[0]])
     assert incomplete_transactions(event_rows(events)) == [cut_short[0]["server_transaction_id"]]
 
 

@@ -113,10 +113,11 @@ class _StepBuilder:
             return Step(Kind.MAP, child=self.step(schema["values"]))
         if isinstance(kind, str) and kind in _PRIMITIVE_KINDS:  # a primitive, perhaps with a logicalType
             logical = f"{kind}-{schema.get('logicalType')}"
-            step_kind = _CALENDAR_KINDS.get(logical)
-            if step_kind is None:
-                return Step(_PRIMITIVE_KINDS[kind], convert=LOGICAL_READERS.get(logical), schema=schema)
+            step_kind = _CALENDAR_KINDS.get(logical, _PRIMITIVE_KINDS[kind])
             return Step(
-                step_kind, convert=LOGICAL_READERS[logical], schema=schema, as_number=self.calendar_numbers
+                step_kind,
+                convert=LOGICAL_READERS.get(logical),
+                schema=schema,
+                as_number=self.calendar_numbers,
             )
         raise ContractError(f"the compiled Avro reader does not support type {kind!r}")

@@ -79,7 +79,7 @@ cdef class Step:
     record can be referred to before its definition is complete."""
 
     cdef int kind
-    cdef bint as_number  # a timestamp or date kept as the number written (the module docstring)
+    cdef bint as_number  # a timestamp or date kept as the number written (the module docstring); other kinds ignore it
     cdef object convert  # fastavro's logical-type converter, or None
     cdef object schema  # the node's schema, the converter's second argument
     cdef Step child  # a nullable's value, an array's item, a map's value

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -75,7 +75,7 @@ class WriterSchema:
         Arrow and the replicas' loaders do not take). A logical type never changes the bytes."""
         if '"uuid"' not in self.schema_json:
             return self.parsed
-        return fastavro.parse_schema(_without_uuid_logical_types(json.loads(self.schema_json)))
+        return fastavro.parse_schema(without_logical_types(json.loads(self.schema_json), ("uuid",)))
 
     @classmethod
     def from_schema(cls, schema: Mapping[str, Any] | str) -> WriterSchema:
@@ -88,15 +88,17 @@ class WriterSchema:
         return cls(json.dumps(raw, separators=(",", ":")), parsed, fingerprint)
 
 
-def _without_uuid_logical_types(schema: Any) -> Any:
+def without_logical_types(schema: Any, logical_types: Collection[str]) -> Any:
+    """``schema`` (as JSON) with the ``logicalType`` annotations named in ``logical_types``
+    removed, wherever they are: their values read as the primitive written."""
     if isinstance(schema, list):
-        return [_without_uuid_logical_types(branch) for branch in schema]
+        return [without_logical_types(branch, logical_types) for branch in schema]
     if not isinstance(schema, dict):
         return schema
     return {
-        name: _without_uuid_logical_types(value)
+        name: without_logical_types(value, logical_types)
         for name, value in schema.items()
-        if not (name == "logicalType" and value == "uuid")
+        if not (name == "logicalType" and value in logical_types)
     }
 
 

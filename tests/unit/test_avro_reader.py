@@ -17,11 +17,14 @@ from spanner_cdc.schemas.avro_reader import compile_reader
 from spanner_cdc.schemas.errors import ContractError, DecodeError
 from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark
-from spanner_cdc.schemas.wire import HEADER_LENGTH, WriterSchema, encode, read_body
+from spanner_cdc.schemas.wire import HEADER_LENGTH, WriterSchema, encode, read_body, without_logical_types
 from testkit.records import STREAM_NAME
 from tests.unit.test_avro_writer import GOOGLE_SQL, POSTGRESQL, RECORDS, _record
 
 pytestmark = pytest.mark.unit
+#: The logical types the column reader reads as the number written (and uuid, which no reader of
+#: this project turns into ``UUID``).
+_NUMBERS = ("timestamp-micros", "timestamp-millis", "date", "uuid")
 
 
 def typed(value: Any) -> Any:
@@ -82,26 +85,11 @@ def test_the_column_reader_reads_dates_and_timestamps_as_the_numbers_written(
         body = io.BytesIO(message)
         body.seek(HEADER_LENGTH)
         expected = fastavro.schemaless_reader(
-            body, fastavro.parse_schema(_plain(json.loads(writer.schema_json))), None
+            body, fastavro.parse_schema(without_logical_types(json.loads(writer.schema_json), _NUMBERS)), None
         )
         assert (typed(value), end) == (typed(expected), body.tell())
         numbers_seen += isinstance(value.get("read_timestamp"), int)
     assert numbers_seen > RECORDS
-
-
-def _plain(schema: Any) -> Any:
-    """``schema`` without the logical types the column reader reads as numbers (and uuid, which
-    no reader of this project turns into ``UUID``)."""
-    if isinstance(schema, list):
-        return [_plain(branch) for branch in schema]
-    if not isinstance(schema, dict):
-        return schema
-    plain = {name: _plain(value) for name, value in schema.items()}
-    if plain.get("logicalType") in ("timestamp-micros", "timestamp-millis", "date", "uuid"):
-        del plain["logicalType"]
-    if "fields" in schema:
-        plain["fields"] = [{**field, "type": _plain(field["type"])} for field in schema["fields"]]
-    return plain
 
 
 def test_a_watermark_decodes_as_fastavro_does() -> None:

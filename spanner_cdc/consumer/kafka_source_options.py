@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient
 
 from spanner_cdc.common.kafka_offsets import READER_SETTINGS
 from spanner_cdc.errors import SpannerCdcError
@@ -111,6 +112,10 @@ class SourceOptions:
                 "auto.offset.reset": "error",
             }
         )
+
+    def admin(self) -> AdminClient:
+        """For listing offsets: the consumer's client settings, none of its reader settings."""
+        return AdminClient(dict(self.client))
 
     def wanted(self, topic: str) -> bool:
         if self.assigned is not None:

@@ -1,6 +1,6 @@
 """Where partitions end, on the real broker (Tansu lists the wrong end: docs/facts.md): every
 partition's end, of one topic or several, at once, right on every call, and the consumer still
-usable afterwards."""
+usable afterwards; and the offsets of many partitions listed in one request, as the source does."""
 
 from __future__ import annotations
 
@@ -11,7 +11,13 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from spanner_cdc.common.kafka_offsets import READER_SETTINGS, end_offsets, read_to_end
+from spanner_cdc.common.kafka_offsets import (
+    READER_SETTINGS,
+    end_offsets,
+    listed_offsets,
+    proven_ends,
+    read_to_end,
+)
 from spanner_cdc.stack import EmbeddedStack
 
 pytestmark = pytest.mark.integration
@@ -59,3 +65,35 @@ def test_every_partition_end_is_found_together_and_again(stack: EmbeddedStack) -
             assert sum(1 for _ in messages) == 900
     finally:
         consumer.close()
+
+
+def test_offsets_of_many_partitions_listed_at_once_and_ends_proven(stack: EmbeddedStack) -> None:
+    """The source's way (kafka_source._current): earliest and latest of every partition of every
+    topic in one listing each, the latest proven by a fetch. Three topics of 20 partitions, each
+    written in several record batches (Tansu lists such a partition's end short), one left empty."""
+    bootstrap = stack.endpoint("kafka")
+    topics = [f"listed-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 20, 1) for topic in topics]).values():
+        future.result(30)
+    places = [(topic, partition) for topic in topics for partition in range(20)]
+    expected = dict.fromkeys(places, 0)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    for _ in range(3):
+        for topic, partition in places[:-1]:
+            for _ in range(4):
+                producer.produce(topic, b"x", partition=partition)
+            expected[topic, partition] += 4
+        assert producer.flush(30) == 0
+
+    assert listed_offsets(admin, places, "earliest") == dict.fromkeys(places, 0)
+    listed = listed_offsets(admin, places, "latest")
+    assert set(listed) == set(places)
+    assert all(listed[place] <= expected[place] for place in places)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "listed", **READER_SETTINGS})
+    try:
+        assert proven_ends(consumer, listed) == expected
+        assert end_offsets(consumer, places) == expected  # one partition at a time: the same
+    finally:
+        consumer.close()
+    assert listed_offsets(admin, [], "latest") == {}

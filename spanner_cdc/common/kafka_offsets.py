@@ -95,7 +95,9 @@ def proven_ends(
     The last batches of all partitions, of all topics, are fetched together, each partition
     paused once it proved its end: fetched one partition at a time, the 12 partitions of a demo
     took 211 / 218 ms — on every micro-batch of the consumer's source — against 17 / 15 ms
-    together (median of 20 calls, twice, on Tansu).
+    together (median of 20 calls, twice, on Tansu). Messages are taken as many at a time as
+    partitions are unproven, and the proven paused together: a poll and a pause per partition
+    took 80 of the 130 ms of 400 partitions.
     """
     ends = dict(listed)
     unproven = {place for place, listed in ends.items() if listed > 0}
@@ -108,22 +110,28 @@ def proven_ends(
     deadline = time.monotonic() + timeout
     try:
         while unproven and time.monotonic() < deadline:
-            message = consumer.poll(min(POLL_SECONDS, timeout))
+            messages = consumer.consume(len(unproven), min(POLL_SECONDS, timeout))
             # A message of a partition proves its high watermark is in the cache; so does a
             # position past the last offset when that is a transaction's marker, which is never
             # handed over (every partition a transactional producer writes ends with one: waiting
             # for a message took the whole timeout).
-            found: set[tuple[str, int]] = set()
-            if message is not None and message.error() is None:
-                found.add((message.topic() or "", message.partition() or 0))
-            if message is None:
-                found.update(place for place in unproven if position(consumer, place) >= ends[place])
-            for place in found & unproven:
-                proven = TopicPartition(*place)
-                _, fetched = consumer.get_watermark_offsets(proven, cached=True)
+            found = {(m.topic() or "", m.partition() or 0) for m in messages if m.error() is None}
+            if not messages:
+                waiting = [TopicPartition(*place) for place in unproven]
+                found = {
+                    (p.topic, p.partition)
+                    for p in consumer.position(waiting)
+                    if p.offset >= ends[p.topic, p.partition]
+                }
+            found &= unproven
+            if not found:
+                continue
+            proven = [TopicPartition(*place) for place in found]
+            for place, partition in zip(found, proven, strict=True):
+                _, fetched = consumer.get_watermark_offsets(partition, cached=True)
                 ends[place] = max(ends[place], fetched)
-                unproven.discard(place)
-                consumer.pause([proven])
+            consumer.pause(proven)
+            unproven -= found
     finally:
         consumer.resume(assigned)  # librdkafka keeps a partition paused across assignments
         consumer.unassign()

@@ -70,7 +70,9 @@ def test_every_partition_end_is_found_together_and_again(stack: EmbeddedStack) -
 def test_offsets_of_many_partitions_listed_at_once_and_ends_proven(stack: EmbeddedStack) -> None:
     """The source's way (kafka_source._current): earliest and latest of every partition of every
     topic in one listing each, the latest proven by a fetch. Three topics of 20 partitions, each
-    written in several record batches (Tansu lists such a partition's end short), one left empty."""
+    written in several record batches (Tansu lists such a partition's end short), but one
+    left empty and one written in a transaction (its end is past the commit marker, which no
+    fetch hands over)."""
     bootstrap = stack.endpoint("kafka")
     topics = [f"listed-{uuid.uuid4().hex[:8]}" for _ in range(3)]
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -85,6 +87,13 @@ def test_offsets_of_many_partitions_listed_at_once_and_ends_proven(stack: Embedd
                 producer.produce(topic, b"x", partition=partition)
             expected[topic, partition] += 4
         assert producer.flush(30) == 0
+    in_transaction = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"listed-{topics[0]}"})
+    in_transaction.init_transactions(30)
+    in_transaction.begin_transaction()
+    for _ in range(5):
+        in_transaction.produce(topics[0], b"t", partition=0)
+    in_transaction.commit_transaction(30)
+    expected[topics[0], 0] += 5 + 1  # and the marker
 
     assert listed_offsets(admin, places, "earliest") == dict.fromkeys(places, 0)
     listed = listed_offsets(admin, places, "latest")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
@@ -33,7 +33,6 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from spanner_cdc.common.kafka_offsets import listed_offsets, proven_ends
-from spanner_cdc.common.kafka_offsets import position as kafka_position
 from spanner_cdc.consumer.kafka_rows import (
     ARROW_SCHEMA,
     ARROW_SCHEMA_WITH_HEADERS,
@@ -88,7 +87,7 @@ class TopicPartitionRange:
 
 @dataclass(frozen=True)
 class RangeGroup(InputPartition):
-    """The offset ranges one task reads, in turn."""
+    """The offset ranges one task reads (together: :func:`read_ranges`)."""
 
     ranges: tuple[TopicPartitionRange, ...]
 
@@ -149,8 +148,7 @@ def input_partitions(
 def read_group(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, RangeGroup):
         raise KafkaSourceError(f"unexpected input partition {partition!r}")
-    for offsets in partition.ranges:
-        yield from read_range(options, offsets)
+    yield from read_ranges(options, partition.ranges)
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -382,38 +380,85 @@ def _limited(begin: Offsets, ends: Offsets, max_rows: int | None) -> Offsets:
     return {t: {p: begin[t][p] + shares[(t, p)] for p in ends[t]} for t in ends}
 
 
-def read_range(options: SourceOptions, part: TopicPartitionRange) -> Iterator[pa.RecordBatch]:
-    """Records [start, end) of one topic partition as Arrow batches, fetched in bulk.
+def read_ranges(options: SourceOptions, ranges: Iterable[TopicPartitionRange]) -> Iterator[pa.RecordBatch]:
+    """Records [start, end) of each range's topic partition as Arrow batches, all the ranges read
+    together by one consumer, fetched in bulk.
 
-    Offsets may have gaps (transaction markers, compaction), so the range ends when the
-    consumer's position reaches ``end``, not after ``end - start`` records. ``consume`` hands
-    over up to a batch of messages per call; its columns are built with one pass each (a
-    per-message ``poll`` and per-column appends cost more than the fetch itself).
+    Together, because a task may hold many small ranges (a batch over hundreds of topic
+    partitions, at demo rates, is one task): read one after another, each paid its own client
+    and, at its end, a ``consume`` that waits for nothing (a transaction marker) — 400 ranges of
+    six records took 22-25 s, together 0.6 s (docs/consumer.md, run 21). Offsets may have gaps
+    (transaction markers, compaction), so a range ends when the consumer's position reaches
+    ``end``, not after ``end - start`` records; a range that has ended is paused, so nothing more
+    is fetched for it. ``consume`` hands over up to a batch of messages per call; each range's
+    share of them becomes one Arrow batch, its columns built with one pass each (a per-message
+    ``poll`` and per-column appends cost more than the fetch itself).
     """
+    reading = {(r.topic, r.partition): r for r in ranges if r.start < r.end}
+    if not reading:
+        return
+    positions = {place: part.start for place, part in reading.items()}
     consumer = options.consumer()
     try:
-        consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
-        position = part.start
+        consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in reading.values()])
         deadline = time.monotonic() + READ_TIMEOUT_SECONDS
-        while position < part.end:
-            messages = consumer.consume(min(ROWS_PER_ARROW_BATCH, part.end - position), CONSUME_WAIT_SECONDS)
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    raise KafkaSourceError(f"{part.topic}[{part.partition}]: {error.str()}")
-            if messages:
-                position = (messages[-1].offset() or 0) + 1
+        while reading:
+            left = sum(part.end - positions[place] for place, part in reading.items())
+            arrived = _by_range(
+                consumer.consume(min(ROWS_PER_ARROW_BATCH, left), CONSUME_WAIT_SECONDS), reading
+            )
+            for place, taken in arrived.items():
+                positions[place] = (taken[-1].offset() or 0) + 1
+                yield _record_batch(reading[place], taken, options.include_headers)
+            if _past_markers(consumer, reading, positions) or arrived:
                 deadline = time.monotonic() + READ_TIMEOUT_SECONDS
-            # Past markers the position moves without a message.
-            position = max(position, kafka_position(consumer, (part.topic, part.partition)))
-            if position > part.end:
-                messages = [m for m in messages if (m.offset() or 0) < part.end]
-            if messages:
-                yield _record_batch(part, messages, options.include_headers)
-            elif position < part.end and time.monotonic() > deadline:
-                raise KafkaSourceError(f"{part.topic}[{part.partition}] stopped at {position} of {part.end}")
+            elif time.monotonic() > deadline:
+                raise _stopped(reading, positions)
+            ended = [place for place, part in reading.items() if positions[place] >= part.end]
+            if ended:
+                consumer.pause([TopicPartition(*place) for place in ended])
+                for place in ended:
+                    del reading[place]
     finally:
         consumer.close()
+
+
+Place = tuple[str, int]
+
+
+def _by_range(
+    messages: list[Message], reading: dict[Place, TopicPartitionRange]
+) -> dict[Place, list[Message]]:
+    """``messages`` of the ranges still read, each range's in offset order; none past its end."""
+    arrived: dict[Place, list[Message]] = {}
+    for message in messages:
+        error = message.error()
+        if error is not None:
+            raise KafkaSourceError(f"{message.topic()}[{message.partition()}]: {error.str()}")
+        place = (message.topic() or "", message.partition() or 0)
+        part = reading.get(place)
+        if part is not None and (message.offset() or 0) < part.end:
+            arrived.setdefault(place, []).append(message)
+    return arrived
+
+
+def _past_markers(
+    consumer: Consumer, reading: dict[Place, TopicPartitionRange], positions: dict[Place, int]
+) -> bool:
+    """Move ``positions`` to the consumer's where it is further: past transaction markers the
+    position moves without a message. Did any move?"""
+    moved = False
+    for found in consumer.position([TopicPartition(*place) for place in reading]):
+        place = (found.topic, found.partition)
+        if found.offset > positions[place]:
+            positions[place], moved = found.offset, True
+    return moved
+
+
+def _stopped(reading: dict[Place, TopicPartitionRange], positions: dict[Place, int]) -> KafkaSourceError:
+    stuck = [f"{t}[{p}] stopped at {positions[t, p]} of {part.end}" for (t, p), part in reading.items()]
+    more = f" and {len(stuck) - 5} more" if len(stuck) > 5 else ""
+    return KafkaSourceError(", ".join(stuck[:5]) + more)
 
 
 _TIMESTAMP = ARROW_SCHEMA.field("timestamp").type

@@ -8,11 +8,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from spanner_cdc.consumer.kafka_source import SOURCE_NAME
+from spanner_cdc.consumer.kafka_source import SOURCE_NAME, RangeGroup, TopicPartitionRange, read_group
+from spanner_cdc.consumer.kafka_source_options import SourceOptions
 from spanner_cdc.stack import EmbeddedStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -264,3 +266,38 @@ def test_reads_start_and_end_at_times_as_sparks_source(
     assert sorted(row["value"].decode() for batch in streamed for row in batch) == [
         "a10", "a5", "a6", "a7", "a8", "a9", "b10", "b9",
     ]  # fmt: skip
+
+
+def test_a_task_reads_many_ranges_together_exactly(stack: EmbeddedStack) -> None:
+    """One task's ranges over many topic partitions (a small batch over many tables is one task)
+    are read by one consumer together: each range exactly, from its start to before its end,
+    past transaction markers (every partition here ends with one), with nothing of the range's
+    partition before or after it and nothing of a partition the task does not read. Read one
+    after another, 400 such ranges took 22-25 s (docs/consumer.md, run 21)."""
+    bootstrap = stack.endpoint("kafka")
+    topics = [make_topic(bootstrap, partitions=10) for _ in range(4)]
+    writer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"ranges-{topics[0]}"})
+    writer.init_transactions(30)
+    for round_ in range(2):
+        writer.begin_transaction()
+        for topic in topics:
+            for partition in range(10):
+                for index in range(3):
+                    writer.produce(topic, value=f"{round_}-{index}".encode(), partition=partition)
+        writer.commit_transaction(30)
+    # Each partition: records 0-2, marker 3, records 4-6, marker 7. A range per partition, but
+    # the last topic's: there the task reads 1..6 (the second transaction's records but its last).
+    ranges = [
+        TopicPartitionRange(topic, partition, 0, 8) for topic in topics[:-1] for partition in range(10)
+    ] + [TopicPartitionRange(topics[-1], partition, 1, 6) for partition in range(9)]
+    options = SourceOptions.parse({"kafka.bootstrap.servers": bootstrap, "subscribe": ",".join(topics)})
+
+    rows = pa.Table.from_batches(list(read_group(options, RangeGroup(tuple(ranges))))).to_pylist()
+
+    read: dict[tuple[str, int], list[int]] = {}
+    for row in rows:
+        read.setdefault((row["topic"], row["partition"]), []).append(row["offset"])
+    expected = {
+        (r.topic, r.partition): [o for o in (0, 1, 2, 4, 5, 6) if r.start <= o < r.end] for r in ranges
+    }
+    assert read == expected

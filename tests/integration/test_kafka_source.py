@@ -301,3 +301,6 @@ def test_a_task_reads_many_ranges_together_exactly(stack: EmbeddedStack) -> None
         (r.topic, r.partition): [o for o in (0, 1, 2, 4, 5, 6) if r.start <= o < r.end] for r in ranges
     }
     assert read == expected
+    # A task of one range (the large batches' tasks take its messages without sorting them).
+    alone = pa.Table.from_batches(list(read_group(options, RangeGroup((ranges[-1],)))))
+    assert alone.column("offset").to_pylist() == [1, 2, 4, 5]

@@ -115,14 +115,10 @@ def proven_ends(
             # position past the last offset when that is a transaction's marker, which is never
             # handed over (every partition a transactional producer writes ends with one: waiting
             # for a message took the whole timeout).
-            found = {(m.topic() or "", m.partition() or 0) for m in messages if m.error() is None}
-            if not messages:
-                waiting = [TopicPartition(*place) for place in unproven]
-                found = {
-                    (p.topic, p.partition)
-                    for p in consumer.position(waiting)
-                    if p.offset >= ends[p.topic, p.partition]
-                }
+            if messages:
+                found = {(m.topic() or "", m.partition() or 0) for m in messages if m.error() is None}
+            else:
+                found = {place for place, at in positions(consumer, unproven).items() if at >= ends[place]}
             found &= unproven
             if not found:
                 continue
@@ -186,5 +182,12 @@ def read_to_end(
 def position(consumer: Consumer, place: tuple[str, int]) -> int:
     """The consumer's next offset in an assigned partition (-1001 before any fetch); past a
     transaction marker it moves without a message."""
-    offset: int = consumer.position([TopicPartition(*place)])[0].offset
-    return offset
+    return positions(consumer, [place])[place]
+
+
+def positions(consumer: Consumer, places: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """:func:`position` of several assigned partitions, in one call."""
+    return {
+        (found.topic, found.partition): found.offset
+        for found in consumer.position([TopicPartition(*place) for place in places])
+    }

@@ -33,6 +33,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from spanner_cdc.common.kafka_offsets import listed_offsets, proven_ends
+from spanner_cdc.common.kafka_offsets import positions as kafka_positions
 from spanner_cdc.consumer.kafka_rows import (
     ARROW_SCHEMA,
     ARROW_SCHEMA_WITH_HEADERS,
@@ -434,24 +435,22 @@ def _by_range(
     A task that reads ``alone`` one range (the large batches' tasks) has only its messages, and
     only the last can be past its end: telling each message's range apart made such a read 5-8%
     slower (docs/consumer.md, run 21)."""
+    arrived: dict[Place, list[Message]] = {}
     for message in messages:
         error = message.error()
         if error is not None:
             raise KafkaSourceError(f"{message.topic()}[{message.partition()}]: {error.str()}")
-    if alone is not None:
-        part = reading.get(alone)
-        if part is None or not messages:
-            return {}
-        if (messages[-1].offset() or 0) >= part.end:
-            messages = [m for m in messages if (m.offset() or 0) < part.end]
-        return {alone: messages} if messages else {}
-    arrived: dict[Place, list[Message]] = {}
-    for message in messages:
-        place = (message.topic() or "", message.partition() or 0)
-        part = reading.get(place)
-        if part is not None and (message.offset() or 0) < part.end:
-            arrived.setdefault(place, []).append(message)
-    return arrived
+        if alone is None:
+            place = (message.topic() or "", message.partition() or 0)
+            part = reading.get(place)
+            if part is not None and (message.offset() or 0) < part.end:
+                arrived.setdefault(place, []).append(message)
+    if alone is None or alone not in reading or not messages:
+        return arrived
+    end = reading[alone].end
+    if (messages[-1].offset() or 0) >= end:
+        messages = [m for m in messages if (m.offset() or 0) < end]
+    return {alone: messages} if messages else {}
 
 
 def _past_markers(
@@ -460,10 +459,9 @@ def _past_markers(
     """Move ``positions`` to the consumer's where it is further: past transaction markers the
     position moves without a message. Did any move?"""
     moved = False
-    for found in consumer.position([TopicPartition(*place) for place in reading]):
-        place = (found.topic, found.partition)
-        if found.offset > positions[place]:
-            positions[place], moved = found.offset, True
+    for place, at in kafka_positions(consumer, reading).items():
+        if at > positions[place]:
+            positions[place], moved = at, True
     return moved
 
 

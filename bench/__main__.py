@@ -163,6 +163,7 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
             found.raw_to_driver,
             found.changelog,
             *found.replicas,
+            found.postgres_loaded_by_driver,
             found.changelog_warm,
             *([one_cpu] if one_cpu else []),
             found.changelog_on_one_core,
@@ -189,6 +190,11 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
             f"  {whole.name.split(' (')[0]}: {whole.per_second / apart.per_second:.2f}x "
             "the same replica without transaction grouping"
         )
+    by_tasks, by_driver = found.replicas[2], found.postgres_loaded_by_driver
+    print(
+        f"  {by_tasks.name.split(' (')[0]}, stage rows loaded by the tasks: "
+        f"{by_tasks.per_second / by_driver.per_second:.2f}x loaded by the driver"
+    )
     one_core, warm = found.changelog_on_one_core.per_second, found.changelog_warm.per_second
     growth = found.changelog.per_second / one_core
     print(f"  growth: changelog on local[2] {growth:.2f}x the same on local[1] (target 1.6x)")

@@ -86,6 +86,9 @@ class ConsumerFigures:
     changelog: Figure
     #: DuckDB then PostgreSQL, each with whole transactions and then without.
     replicas: list[Figure]
+    #: PostgreSQL with whole transactions, its stage rows loaded by the driver (--postgres-staging
+    #: driver): the baseline of the tasks loading them, run just before.
+    postgres_loaded_by_driver: Figure
     changelog_on_one_core: Figure
     #: The changelog again at the end of the ``local[2]`` session, warm.
     changelog_warm: Figure
@@ -204,6 +207,33 @@ def wide_figures(
     return raw, replicas
 
 
+def replica_figures(consumed: Callable[..., int], postgres_dsn: str) -> tuple[list[Figure], Figure]:
+    """Each replica with whole transactions and without (``consumed``: a directory name and the
+    consumer's settings), and PostgreSQL with whole transactions loaded by the driver."""
+    replicas = []
+    loaded_by_driver = None
+    for database in ("DuckDB", "PostgreSQL"):
+        for grouping, whole in (("whole transactions", True), ("batch as it comes", False)):
+            options: dict[str, Any] = {"sinks": ("replica",), "whole_transactions": whole}
+            if database == "PostgreSQL":
+                options |= {"replica": "postgres", "postgres_dsn": fresh_postgres_database(postgres_dsn)}
+            name = f"replica {database}, {grouping} (decode, dedupe, order, merge)"
+            directory = name.split(" (", maxsplit=1)[0].replace(" ", "-").replace(",", "")
+            if database == "PostgreSQL" and whole:  # the baseline of the tasks' loading, just before
+                loaded_by_driver = timed(
+                    f"replica {database}, {grouping}, stage rows loaded by the driver",
+                    functools.partial(
+                        consumed,
+                        f"{directory}-driver",
+                        **(options | {"postgres_dsn": fresh_postgres_database(postgres_dsn)}),
+                        postgres_staging="driver",
+                    ),
+                )
+            replicas.append(timed(name, functools.partial(consumed, directory, **options)))
+    assert loaded_by_driver is not None
+    return replicas, loaded_by_driver
+
+
 def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> ConsumerFigures:
     prefix, messages = published_history(bootstrap, ChangeFactory(), changes)
     wide_prefix, wide_messages = published_history(
@@ -242,15 +272,7 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
             "raw read to the driver (source → Arrow)", lambda: raw_read(spark, base, work / "raw-d", True)
         )
         changelog = timed(CHANGELOG, lambda: consumed("changelog", sinks=("changelog",)))
-        replicas = []
-        for database in ("DuckDB", "PostgreSQL"):
-            for grouping, whole in (("whole transactions", True), ("batch as it comes", False)):
-                options: dict[str, Any] = {"sinks": ("replica",), "whole_transactions": whole}
-                if database == "PostgreSQL":
-                    options |= {"replica": "postgres", "postgres_dsn": fresh_postgres_database(postgres_dsn)}
-                name = f"replica {database}, {grouping} (decode, dedupe, order, merge)"
-                directory = name.split(" (", maxsplit=1)[0].replace(" ", "-").replace(",", "")
-                replicas.append(timed(name, functools.partial(consumed, directory, **options)))
+        replicas, loaded_by_driver = replica_figures(consumed, postgres_dsn)
         wide_raw, wide_replicas = wide_figures(
             spark, consumer_config(bootstrap, wide_prefix, work / "unused-wide"), consumed, postgres_dsn
         )
@@ -276,6 +298,7 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
         raw_driver,
         changelog,
         replicas,
+        loaded_by_driver,
         one_core,
         warm,
         one_cpu,

@@ -58,6 +58,7 @@ from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
 from spanner_cdc.consumer.sinks.replica.sink import BatchContents, ReplicaSink
 from spanner_cdc.consumer.sinks.replica.staged import ReplicaStaging, StagedEvents
+from spanner_cdc.consumer.sinks.replica.staged_tables import StagedTables
 from spanner_cdc.consumer.status import BatchSeen
 from spanner_cdc.schemas.timestamps import now_micros, seconds_behind
 
@@ -160,6 +161,8 @@ class Staging:
     replica: ReplicaStaging | None = None
     #: The events' Kafka messages beside their replica stage rows: what the consistent cut holds.
     replica_messages: bool = True
+    #: Where the tasks load their replica stage rows in the database (None: the driver does).
+    replica_tables: StagedTables | None = None
 
     def clear(self) -> None:
         """What an earlier attempt staged, or this job before it learnt a schema."""
@@ -208,6 +211,7 @@ class BatchProcessor:
             self.changelog.staging(batch_id) if self.changelog is not None else None,
             None if self.fail_on_bad_message else self.quarantine.staging(batch_id),
             self.replica.staging(batch_id) if self.replica is not None else None,
+            replica_tables=self.replica.staged_tables(batch_id) if self.replica is not None else None,
         )
         context, outlined = self._read(rows, self.decoder.start_batch(), batch_id, staging)
         decoded = outlined.decoded(context)
@@ -228,7 +232,8 @@ class BatchProcessor:
         self._started = True
         if self.replica is not None:
             staged = self.replica.staging(batch_id)
-            stage_held = self._held_stager(rows.sparkSession, context, batch_id, staged)
+            tables = staging.replica_tables
+            stage_held = self._held_stager(rows.sparkSession, context, batch_id, staged, tables)
             contents = BatchContents(fresh, staged.read(), staged.messages(), watermarks, stage_held)
             self.replica.write(batch_id, contents)
             staged.clear()
@@ -269,13 +274,19 @@ class BatchProcessor:
             quarantine=staging.quarantine,
             replica=staging.replica.root if staging.replica is not None else None,
             replica_messages=staging.replica_messages,
+            replica_tables=staging.replica_tables,
         )
         return Outline(
             rows.mapInArrow(task, from_arrow_schema(OUTLINE_SCHEMA)).toArrow().cast(OUTLINE_SCHEMA)
         )
 
     def _held_stager(
-        self, spark: Any, context: DecodeContext, batch_id: int, staged: ReplicaStaging
+        self,
+        spark: Any,
+        context: DecodeContext,
+        batch_id: int,
+        staged: ReplicaStaging,
+        tables: StagedTables | None,
     ) -> Callable[[pa.Table], StagedEvents]:
         """How the batch stages held events again when the consistent cut passes them
         (sinks.replica.cut): read by Spark tasks from their Kafka rows, as the batch's own. With
@@ -289,8 +300,13 @@ class BatchProcessor:
         def stage(held: pa.Table) -> StagedEvents:
             if held.num_rows <= DRIVER_READS_HELD:
                 return StagedEvents.of(self.decoder.read(held, context)[1])
-            staging = ReplicaStaging(staged.root / f"held-{next(jobs)}")
-            held_staging = Staging(replica=staging, replica_messages=False)  # held already
+            job = next(jobs)
+            staging = ReplicaStaging(staged.root / f"held-{job}")
+            held_staging = Staging(  # their messages are held already
+                replica=staging,
+                replica_messages=False,
+                replica_tables=tables.for_job(f"h{job}") if tables is not None else None,
+            )
             _, outlined = self._read(spark.createDataFrame(held), context, batch_id, held_staging)
             return StagedEvents(outlined.rows, staging.read())
 

@@ -69,6 +69,13 @@ CONSUME_OPTIONS = (
     ),
     Option("postgres-dsn", "PostgreSQL connection string when --replica postgres"),
     Option(
+        "postgres-staging",
+        "who loads a batch's rows into the PostgreSQL replica before the driver merges them: tasks "
+        "(each task its share, in parallel; the executors must reach the database) or driver",
+        choice("tasks", "driver"),
+        default="tasks",
+    ),
+    Option(
         "whole-transactions",
         "hold each transaction until the producer's watermarks say it is complete, then apply it "
         "whole, so the replica is a consistent cut (--no-whole-transactions applies every batch as "
@@ -151,6 +158,7 @@ class ConsumerConfig:
     sinks: tuple[str, ...] = SINKS
     replica: str = "duckdb"
     postgres_dsn: str | None = None
+    postgres_staging: str = "tasks"
     whole_transactions: bool = True
     history_retention_hours: int = 24
     on_bad_message: str = "quarantine"

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -34,6 +34,9 @@ from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.contents import by_table
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
 from spanner_cdc.consumer.sinks.replica.staged import ReplicaStaging, event_messages, parts_of_tables
+
+if TYPE_CHECKING:  # imported where a task unpickles one: psycopg only in a PostgreSQL replica's workers
+    from spanner_cdc.consumer.sinks.replica.staged_tables import StagedTables
 
 ArrowTask = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
@@ -54,6 +57,7 @@ def outline(
     quarantine: Path | None,
     replica: Path | None,
     replica_messages: bool,
+    replica_tables: StagedTables | None,
 ) -> ArrowTask:
     """The ``mapInArrow`` function that outlines its share of the batch (see the module
     docstring), read with the context ``lookups`` holds at the batch's ``now_micros``. With
@@ -62,7 +66,8 @@ def outline(
     instead); with ``staging``, it also writes the changelog of every event it read there, and
     with ``replica`` their replica stage rows there, and with ``replica_messages`` their Kafka
     messages (what the consistent cut holds; held events read again need not stage theirs), so a
-    batch is decoded once (consumer.batch)."""
+    batch is decoded once (consumer.batch). With ``replica_tables`` it also loads the stage rows
+    into the PostgreSQL replica (sinks.replica.staged_tables)."""
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         with collector_paused():
@@ -85,7 +90,10 @@ def outline(
                     changelog.write_table(batch_id, changes, part)
             if replica is not None:
                 messages = event_messages(events) if replica_messages else None
-                ReplicaStaging(replica).write(part, parts_of_tables(tables), messages)
+                parts = parts_of_tables(tables)
+                if replica_tables is not None:
+                    parts = replica_tables.load(part, parts)
+                ReplicaStaging(replica).write(part, parts, messages)
 
     return task
 

@@ -159,8 +159,15 @@ class ConsumerJob:
                 else None
             )
             merge = ReplicaMerge(backend, history)
+            tasks_load = config.replica == "postgres" and config.postgres_staging == "tasks"
             replica = ReplicaSink(
-                merge, metrics, config.spark_checkpoint, config.replica_staging_dir, cut, on_replica_commit
+                merge,
+                metrics,
+                config.spark_checkpoint,
+                config.replica_staging_dir,
+                cut,
+                on_replica_commit,
+                tasks_load_with=config.postgres_dsn if tasks_load else None,
             )
             backend.release()  # until the first batch: stream commands may use a DuckDB replica
         processor = BatchProcessor(

@@ -11,8 +11,7 @@ import psycopg
 
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
-from spanner_cdc.consumer.sinks.replica.backends import quote
-from spanner_cdc.consumer.sinks.replica.names import ReplicaNames
+from spanner_cdc.consumer.sinks.replica.names import ReplicaNames, quote
 
 
 @contextmanager

@@ -4,23 +4,34 @@ from __future__ import annotations
 
 import re
 import tracemalloc
+import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from spanner_cdc.consumer.batch import ContextBroadcast
 from spanner_cdc.consumer.config import ConsumerConfig
+from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.message_reader import DecodeContext
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.replica.cut import PENDING
+from spanner_cdc.consumer.sinks.replica.staged_tables import APPLICATION_NAME, STAGED_TABLE_PREFIX
 from spanner_cdc.schemas.table import TableSchema
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
-from testkit.consumer_run import committed_batches, consumer_config, run_consumer, unique_prefix
+from testkit.consumer_run import (
+    committed_batches,
+    consumer_config,
+    fresh_postgres_database,
+    run_consumer,
+    unique_prefix,
+)
 from testkit.synthetic import ChangeFactory, publish, random_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -183,3 +194,90 @@ def test_held_events_are_read_again_by_tasks_when_the_cut_passes_them(
     assert sorted(replica_rows(config, "Accounts", '"Id", "Balance", "Note"')) == final_rows(warm_up + events)
     assert not any(config.replica_staging_dir.iterdir()), "the batch's staged rows were left behind"
     assert peak < HELD_HEAP_BOUND, f"the driver's heap grew by {peak / 2**20:.1f} MiB"
+
+
+#: Events held by the first run and applied by the second: more than the driver reads itself
+#: (batch.DRIVER_READS_HELD), so Spark tasks read them again.
+HELD_IN_POSTGRES = 12_000
+#: Logs every table created in the test's database, and by whose connection.
+CREATED_TABLES_LOG = """
+CREATE TABLE created_tables (name TEXT NOT NULL, application TEXT NOT NULL);
+CREATE FUNCTION log_created() RETURNS event_trigger LANGUAGE plpgsql AS $$
+DECLARE created record;
+BEGIN
+  FOR created IN SELECT object_identity FROM pg_event_trigger_ddl_commands()
+                 WHERE command_tag = 'CREATE TABLE' LOOP
+    INSERT INTO created_tables VALUES (created.object_identity, current_setting('application_name'));
+  END LOOP;
+END $$;
+CREATE EVENT TRIGGER log_created ON ddl_command_end EXECUTE FUNCTION log_created();
+"""
+
+
+def test_the_postgresql_replica_is_loaded_by_the_tasks(
+    spark: Any, stack: EmbeddedStack, tmp_path: Path
+) -> None:
+    """With a PostgreSQL replica the tasks that built the stage rows load them, each on its
+    own connection (an event trigger logs every table created, and by which connection): the
+    batch's own rows and held rows read again by tasks. The replica is right, and no staged
+    table outlives its batch."""
+    dsn = fresh_postgres_database(stack.endpoint("postgres"))
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute(CREATED_TABLES_LOG)
+    config = consumer_config(
+        stack.endpoint("kafka"), unique_prefix("G"), tmp_path / "out", "postgres", dsn, sinks=["replica"]
+    )
+    factory, warm_up = warmed_up(spark, config)
+    held = random_history(factory, HELD_IN_POSTGRES, keys=2000, seed=4)
+    publish(config.kafka_bootstrap, config.topic_prefix, held, watermark=False)
+    run_consumer(spark, config)
+    assert replica_rows(config, PENDING, "count(*)") == [(HELD_IN_POSTGRES,)]
+    fresh = random_history(factory, 10_000, keys=2000, seed=5)  # each task's part over TASKS_LOAD_FROM_ROWS
+    publish(config.kafka_bootstrap, config.topic_prefix, fresh + held[:300])  # and duplicates
+
+    run_consumer(spark, config)
+
+    assert sorted(replica_rows(config, "Accounts", '"Id", "Balance", "Note"')) == final_rows(
+        warm_up + held + fresh
+    )
+    assert replica_rows(config, PENDING, "count(*)") == [(0,)]
+    with psycopg.connect(dsn) as db:
+        created = db.execute(
+            "SELECT name, application FROM created_tables WHERE name LIKE %s", [f"%{STAGED_TABLE_PREFIX}%"]
+        ).fetchall()
+        left = db.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'cdc$staged$%'").fetchall()
+    loaders = {application for _, application in created}
+    assert {f"{APPLICATION_NAME} {task}" for task in range(2)} <= loaders, loaders
+    jobs = {name.rsplit("$", 3)[1] for name, _ in created}
+    assert {"b", "h0"} <= jobs, "the batch's rows and the held ones re-read, both loaded by tasks"
+    assert left == [(0,)], "a staged table outlived its batch"
+
+
+def test_tasks_that_cannot_reach_the_postgresql_replica_fail_the_batch_in_one_line(
+    spark: Any, stack: EmbeddedStack, tmp_path: Path
+) -> None:
+    """The replica's role takes one connection, the driver's: the tasks cannot connect. The
+    query stops with one line saying so and commits nothing of the batch; the same consumer with
+    ``--postgres-staging driver`` then writes it."""
+    dsn = fresh_postgres_database(stack.endpoint("postgres"))
+    role = f"one_connection_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{role}' CONNECTION LIMIT 1")
+        db.execute(f"ALTER DATABASE {conninfo_to_dict(dsn)['dbname']} OWNER TO {role}")
+    limited = make_conninfo(dsn, user=role, password=role)
+    config = consumer_config(
+        stack.endpoint("kafka"), unique_prefix("C"), tmp_path / "out", "postgres", limited, sinks=["replica"]
+    )
+    events = random_history(ChangeFactory(), 10_000, keys=500)  # each task's part over TASKS_LOAD_FROM_ROWS
+    publish(config.kafka_bootstrap, config.topic_prefix, events)
+
+    with pytest.raises(ConsumerError) as failed:
+        run_consumer(spark, config)
+
+    assert "a task could not load its stage rows into the PostgreSQL replica" in str(failed.value)
+    assert "too many connections" in str(failed.value)
+    assert len(str(failed.value).splitlines()) == 1
+    with psycopg.connect(dsn) as db:
+        assert db.execute("SELECT count(*) FROM pg_tables WHERE tablename = 'Accounts'").fetchall() == [(0,)]
+    run_consumer(spark, replace(config, postgres_staging="driver"))
+    assert sorted(replica_rows(config, "Accounts", '"Id", "Balance", "Note"')) == final_rows(events)

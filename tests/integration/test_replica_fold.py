@@ -13,8 +13,9 @@ import pytest
 
 from spanner_cdc.consumer.decode import BatchDecoder, BrokerPartitions
 from spanner_cdc.consumer.schema_topic import SchemaTopic
-from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend, PostgresBackend, SqlBackend, quote
+from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend, PostgresBackend, SqlBackend
 from spanner_cdc.consumer.sinks.replica.merge import ReplicaMerge
+from spanner_cdc.consumer.sinks.replica.names import quote
 from spanner_cdc.consumer.sinks.replica.staged import combined, staged_parts
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack

@@ -13,7 +13,8 @@ import psycopg
 import pyarrow as pa
 import pytest
 
-from spanner_cdc.consumer.sinks.replica.backends import PostgresBackend, csv_loadable
+from spanner_cdc.consumer.sinks.replica.backends import PostgresBackend
+from spanner_cdc.consumer.sinks.replica.postgres_copy import csv_loadable
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import fresh_postgres_database
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend, PostgresBackend, SqlBackend, quote
+from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend, PostgresBackend, SqlBackend
+from spanner_cdc.consumer.sinks.replica.names import quote
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import fresh_postgres_database
 

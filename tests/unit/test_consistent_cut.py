@@ -17,7 +17,7 @@ from spanner_cdc.consumer.decode import BatchDecoder, BrokerPartitions
 from spanner_cdc.consumer.decoded import DecodedEvent, WatermarkSeen
 from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.schema_topic import SchemaTopic
-from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend, quote
+from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend
 from spanner_cdc.consumer.sinks.replica.cut import (
     PENDING,
     ConsistentCut,
@@ -25,6 +25,7 @@ from spanner_cdc.consumer.sinks.replica.cut import (
     Slice,
     incomplete_transactions,
 )
+from spanner_cdc.consumer.sinks.replica.names import quote
 from spanner_cdc.consumer.sinks.replica.staged import StagedEvents, event_messages
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from spanner_cdc.consumer.errors import ReplicaConflictError
-from spanner_cdc.consumer.sinks.replica.backends import Selected, SqlBackend, quote
+from spanner_cdc.consumer.sinks.replica.backends import Selected, SqlBackend
 from spanner_cdc.consumer.sinks.replica.cut import recorded_cut
 from spanner_cdc.consumer.sinks.replica.generations import recreated_since
 from spanner_cdc.consumer.sinks.replica.history import HistoryState, read_state
-from spanner_cdc.consumer.sinks.replica.names import REPLICA_PREFIX, ReplicaNames
+from spanner_cdc.consumer.sinks.replica.names import REPLICA_PREFIX, ReplicaNames, quote
 from spanner_cdc.consumer.streams.catalog import Stream, StreamCatalog, StreamError
 from spanner_cdc.consumer.streams.delta import CHANGE_COLUMNS, delta_query
 from spanner_cdc.consumer.streams.modes import DEFAULT_MODE, MODES

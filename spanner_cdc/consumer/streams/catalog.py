@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from spanner_cdc.consumer.errors import ConsumerError
-from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table, quote
+from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table
+from spanner_cdc.consumer.sinks.replica.names import quote
 from spanner_cdc.schemas.timestamps import datetime_from_micros, now_micros
 
 STREAMS = "cdc$streams"

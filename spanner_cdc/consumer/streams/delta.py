@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from spanner_cdc.consumer.change_rows import REPLICA_ROW_ID, ROW_ID, SORT_COLUMNS
-from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, quote
+from spanner_cdc.consumer.sinks.replica.backends import SqlBackend
 from spanner_cdc.consumer.sinks.replica.history import INSERT_CUT, VALID_FROM, VALID_TO
+from spanner_cdc.consumer.sinks.replica.names import quote
 from spanner_cdc.consumer.streams.tables import ReplicatedTable
 
 ACTION = "change$action"

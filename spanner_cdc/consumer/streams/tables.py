@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from dataclasses import astuple, dataclass
 
-from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table, quote
+from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table
 from spanner_cdc.consumer.sinks.replica.names import (
     NAMES_TABLE,
     REPLICA_PREFIX,
     TOMBSTONE_SUFFIX,
     ReplicaNames,
     TableNames,
+    quote,
 )
 
 

@@ -44,7 +44,8 @@ from spanner_cdc.consumer.decoded import WatermarkSeen
 from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.kafka_rows import DECODE_SCHEMA
 from spanner_cdc.consumer.outline_rows import COORDINATES, EVENT
-from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table, quote
+from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table
+from spanner_cdc.consumer.sinks.replica.names import quote
 from spanner_cdc.consumer.sinks.replica.staged import MESSAGES_SCHEMA, StagedEvents, rows_of_events
 from spanner_cdc.schemas.timestamps import datetime_from_micros
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table, quote
+from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table
+from spanner_cdc.consumer.sinks.replica.names import quote
 
 GENERATIONS_TABLE = "cdc$generations"
 

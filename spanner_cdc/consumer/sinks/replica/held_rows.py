@@ -49,7 +49,7 @@ class HeldStageRows:
         staging = ReplicaStaging(self.root / f"batch-{batch_id:012d}")
         staging.clear()
         own = parts_of_events(parts, held)
-        staging.write(0, [part for part in own if part.rows.num_rows], None)
+        staging.write(0, [part.unloaded() for part in own if part.rows.num_rows], None)
         staging.write_outline(held)
 
     def staging_with(self, stage: Callable[[pa.Table], StagedEvents]) -> Callable[[pa.Table], StagedEvents]:

@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spanner_cdc.consumer.change_rows import IS_INSERT, REPLICA_ROW_ID, SET_PREFIX
-from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table, quote
+from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table
+from spanner_cdc.consumer.sinks.replica.names import quote
 
 VALID_FROM = "cdc$valid_from"
 VALID_TO = "cdc$valid_to"

@@ -26,19 +26,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import astuple, dataclass, field, replace
+from dataclasses import astuple, dataclass, field
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spanner_cdc.consumer.change_rows import (
-    COMMIT_TIMESTAMP,
     IS_DELETE,
-    IS_INSERT,
     REPLICA_ROW_ID,
     SET_PREFIX,
     SORT_COLUMNS,
 )
-from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, quote
+from spanner_cdc.consumer.errors import ReplicaQueryError
+from spanner_cdc.consumer.sinks.replica.backends import SqlBackend
 from spanner_cdc.consumer.sinks.replica.generations import (
     Generation,
     create_generations_table,
@@ -52,48 +53,29 @@ from spanner_cdc.consumer.sinks.replica.history import (
     VALID_FROM,
     RowHistory,
 )
-from spanner_cdc.consumer.sinks.replica.names import NAMES_TABLE, REPLICA_PREFIX, ReplicaNames, TableNames
-from spanner_cdc.consumer.sinks.replica.staged import StagedPart
-from spanner_cdc.consumer.table_version import PayloadColumn
+from spanner_cdc.consumer.sinks.replica.names import (
+    NAMES_TABLE,
+    REPLICA_PREFIX,
+    ReplicaNames,
+    quote,
+)
+from spanner_cdc.consumer.sinks.replica.stage_table import (
+    ORDER_COLUMNS,
+    ReplicaTable,
+    column_definition,
+    order_types,
+    stage_definitions,
+    stage_layout,
+)
+from spanner_cdc.consumer.sinks.replica.staged import STAGED_IN, STAGED_ROW, StagedPart
 
 log = logging.getLogger("spanner_cdc.consumer")
 BATCHES_TABLE = "cdc$batches"
 STAGE = "cdc$stage"
 FOLDED = "cdc$folded"
-#: What the replica stores with each row (and tombstone) to order changes: sort key and commit time.
-ORDER_COLUMNS = (*SORT_COLUMNS, COMMIT_TIMESTAMP)
-_ORDER_SQL_TYPES = {
-    "postgres": ("BIGINT", "TEXT", "TEXT", "BIGINT"),
-    "duckdb": ("BIGINT", "VARCHAR", "VARCHAR", "BIGINT"),
-}
 _N, _LAST, _LAST_DELETE = "cdc$n", "cdc$last", "cdc$last_delete"
-
-
-@dataclass(frozen=True)
-class ReplicaTable:
-    """One table's staged changes (of one primary key) as the replica names them."""
-
-    changes: StagedPart
-    names: TableNames
-    key: tuple[str, ...]
-    columns: tuple[PayloadColumn, ...]
-
-    @classmethod
-    def of(cls, changes: StagedPart, names: ReplicaNames) -> ReplicaTable:
-        columns = tuple(replace(c, name=names.column(c.name)) for c in changes.columns)
-        key = tuple(names.column(k) for k in changes.key)
-        return cls(changes, names.of(changes.table), key, columns)
-
-    @property
-    def value_columns(self) -> tuple[PayloadColumn, ...]:
-        return tuple(c for c in self.columns if c.name not in self.key)
-
-    def stage_rows(self) -> pa.Table:
-        """The stage rows (change_rows), their columns renamed as the replica names them."""
-        rows = self.changes.stage_rows()
-        renamed = {c.name: r.name for c, r in zip(self.changes.columns, self.columns, strict=True)}
-        renamed |= {SET_PREFIX + source: SET_PREFIX + name for source, name in renamed.items()}
-        return rows.rename_columns([renamed.get(n, n) for n in rows.column_names])
+#: Rows a task loaded are selected by ranges of their numbers up to this many ranges.
+_MAX_RANGES = 64
 
 
 @dataclass
@@ -298,7 +280,7 @@ class ReplicaMerge:
         DuckDB, ``accounts`` finds the table ``Accounts``.
         """
         dialect = self.backend.dialect
-        order = list(zip(ORDER_COLUMNS, _order_types(dialect), strict=True))
+        order = list(zip(ORDER_COLUMNS, order_types(dialect), strict=True))
         key_columns = tuple(c for c in changes.columns if c.name in changes.key)
         declared = self.backend.declares_primary_keys
         # The table and its tombstones hold one row per key: their key, declared or NOT NULL.
@@ -313,7 +295,7 @@ class ReplicaMerge:
             ]
         catalog_key = self.names.catalog_key
         for table, columns, extra, keyed in layouts:
-            definitions = {c.name: _definition(c, dialect) for c in columns}
+            definitions = {c.name: column_definition(c, dialect) for c in columns}
             definitions |= {name: f"{quote(name)} {sql_type}" for name, sql_type in extra}
             existing = self._columns(table)
             if not existing:
@@ -392,15 +374,7 @@ class ReplicaMerge:
 
     def _stage(self, changes: ReplicaTable) -> pa.Table:
         """The batch's rows of the table, in the stage table; returns them as loaded."""
-        dialect = self.backend.dialect
-        definitions = [
-            *(_definition(c, dialect) for c in changes.columns),
-            *(f"{quote(SET_PREFIX + c.name)} BOOLEAN" for c in changes.value_columns),
-            f"{quote(IS_DELETE)} BOOLEAN",
-            f"{quote(IS_INSERT)} BOOLEAN",
-            f"{quote(REPLICA_ROW_ID)} VARCHAR",
-            *_order_definitions(dialect),
-        ]
+        definitions = stage_definitions(changes, self.backend.dialect)
         self.backend.execute(f"CREATE TEMP TABLE {quote(STAGE)} ({', '.join(definitions)})")
         cleaned = self.backend.storable(changes.stage_rows(), changes.columns)
         if cleaned.replaced:
@@ -410,8 +384,41 @@ class ReplicaMerge:
                 changes.changes.table,
                 cleaned.replaced,
             )
-        self.backend.load(STAGE, cleaned.rows)
+        part = changes.changes
+        loaded = part.loaded()
+        if not loaded:
+            self.backend.load(STAGE, cleaned.rows)
+            return cleaned.rows
+        only_in_files = cleaned.rows.filter(pc.is_null(part.rows.column(STAGED_IN)))
+        if only_in_files.num_rows:
+            self.backend.load(STAGE, only_in_files)
+        layout = [name for name, _ in stage_layout(changes, self.backend.dialect)]
+        for table, numbers in loaded:
+            self._stage_loaded(layout, table, numbers)
         return cleaned.rows
+
+    def _stage_loaded(self, layout: Sequence[str], table: str, numbers: pa.Array) -> None:
+        """Rows a task loaded into ``table`` (staged_tables.py), by their numbers there, into the
+        stage table of columns ``layout``: a column the table lacks (an older table version's
+        part) is NULL, and not set."""
+        present = {
+            str(name)
+            for (name,) in self.backend.execute(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = current_schema() AND table_name = ?",
+                [table],
+            )
+        }
+        if not present:
+            raise ReplicaQueryError(f"the stage rows a task loaded into {table} are gone")
+        columns = [name for name in layout if name in present or name.startswith(SET_PREFIX)]
+        values = [quote(name) if name in present else "FALSE" for name in columns]
+        where, params = _numbered(numbers)
+        self.backend.execute(
+            f"INSERT INTO {quote(STAGE)} ({_names(columns)}) SELECT {', '.join(values)} "
+            f"FROM {quote(table)} WHERE {where}",
+            params,
+        )
 
     def _fold(self, changes: ReplicaTable) -> None:
         """One row per key of the stage table: its last change since its last delete, each value
@@ -453,6 +460,24 @@ class ReplicaMerge:
         )
 
 
+def _numbered(numbers: pa.Array) -> tuple[str, list[Any]]:
+    """SQL selecting the rows whose ``cdc$staged_row`` is one of ``numbers`` (distinct): a
+    range per run of consecutive numbers while they are few (a part taken whole, or up to the
+    cut, is one run), else the numbers as an array."""
+    ordered = pc.sort_indices(numbers)
+    numbers = numbers.take(ordered)
+    column = quote(STAGED_ROW)
+    starts = [0]
+    if len(numbers) > 1:
+        steps = pc.subtract(numbers[1:], numbers[:-1])
+        starts += [int(i) + 1 for i in pc.indices_nonzero(pc.not_equal(steps, 1)).to_pylist()]
+    if len(starts) > _MAX_RANGES:
+        return f"{column} = ANY(?)", [numbers.to_pylist()]
+    ends = [*(s - 1 for s in starts[1:]), len(numbers) - 1]
+    ranges = [(numbers[s].as_py(), numbers[e].as_py()) for s, e in zip(starts, ends, strict=True)]
+    return " OR ".join(f"{column} BETWEEN ? AND ?" for _ in ranges), [n for r in ranges for n in r]
+
+
 def _names(names: Sequence[str]) -> str:
     return ", ".join(quote(n) for n in names)
 
@@ -468,15 +493,3 @@ def _equal(left: str, right: str) -> str:
 
 def _order(alias: str) -> str:
     return "(" + ", ".join(f"{alias}.{quote(n)}" for n in SORT_COLUMNS) + ")"
-
-
-def _order_types(dialect: str) -> tuple[str, ...]:
-    return (*_ORDER_SQL_TYPES[dialect], "TIMESTAMPTZ")
-
-
-def _order_definitions(dialect: str) -> list[str]:
-    return [f"{quote(n)} {t}" for n, t in zip(ORDER_COLUMNS, _order_types(dialect), strict=True)]
-
-
-def _definition(column: PayloadColumn, dialect: str) -> str:
-    return f"{quote(column.name)} {column.type.sql(dialect)}"

@@ -44,6 +44,11 @@ POSTGRES_IDENTIFIER_BYTES = 63
 _HASH_CHARS = 8
 
 
+def quote(identifier: str) -> str:
+    """``identifier`` as an SQL quoted name (both databases' syntax)."""
+    return '"' + identifier.replace('"', '""') + '"'
+
+
 @dataclass(frozen=True)
 class TableNames:
     """One replicated table's tables: its rows, tombstones, earlier versions and inserts."""

@@ -24,6 +24,7 @@ from spanner_cdc.consumer.sinks.parquet_files import batch_file_name
 from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut, Slice
 from spanner_cdc.consumer.sinks.replica.held_rows import HeldStageRows
 from spanner_cdc.consumer.sinks.replica.merge import ReplicaMerge
+from spanner_cdc.consumer.sinks.replica.names import quote
 from spanner_cdc.consumer.sinks.replica.staged import (
     ReplicaStaging,
     StagedEvents,
@@ -31,6 +32,7 @@ from spanner_cdc.consumer.sinks.replica.staged import (
     combined,
     parts_of_events,
 )
+from spanner_cdc.consumer.sinks.replica.staged_tables import StagedTables, batch_prefix, query_prefix
 from spanner_cdc.consumer.status import StreamSeen
 from spanner_cdc.consumer.streams.catalog import existing_streams
 
@@ -83,6 +85,9 @@ class ReplicaSink:
     #: Whole transactions up to a consistent cut; None applies every batch as it comes.
     cut: ConsistentCut | None = None
     on_commit: Callable[[ReplicaCommit], None] | None = None
+    #: The PostgreSQL replica's connection string when the tasks load the stage rows they built
+    #: (staged_tables.py); None: the driver loads them.
+    tasks_load_with: str | None = None
     _query_id: str | None = None
 
     @property
@@ -100,6 +105,12 @@ class ReplicaSink:
         """Where the tasks stage ``batch_id``'s stage rows; removed once the batch is written."""
         return ReplicaStaging(self.staging_root / batch_file_name(batch_id).removesuffix(".parquet"))
 
+    def staged_tables(self, batch_id: int) -> StagedTables | None:
+        """Where ``batch_id``'s tasks load their stage rows in the database; None: they do not."""
+        if self.tasks_load_with is None:
+            return None
+        return StagedTables(self.tasks_load_with, self.query_id, batch_id)
+
     @property
     def held_rows(self) -> HeldStageRows:
         """The stage rows of held events, kept from the batches that staged them."""
@@ -109,6 +120,7 @@ class ReplicaSink:
         """Remove whatever earlier runs staged (a batch staged before a crash, committed or not:
         a replay stages it again)."""
         shutil.rmtree(self.staging_root, ignore_errors=True)
+        self._drop_staged_tables(query_prefix(self.query_id))
 
     def write(self, batch_id: int, contents: BatchContents) -> None:
         """One replica transaction; with whole transactions, only what the cut lets through.
@@ -121,39 +133,55 @@ class ReplicaSink:
 
     def _write(self, batch_id: int, contents: BatchContents) -> None:
         self.metrics.watermarks.inc(len(contents.watermarks))
+        commit = None
+        with self.merge.batch(self.query_id, batch_id) as new:
+            if new:
+                commit = self._apply(batch_id, contents)
+            self._drop_staged_tables(batch_prefix(self.query_id, batch_id))
+        if commit is not None and self.on_commit is not None:
+            self.on_commit(commit)
+
+    def _apply(self, batch_id: int, contents: BatchContents) -> ReplicaCommit:
+        """The batch's merge (or, with whole transactions, what the cut lets through)."""
         query = self.merge.backend.execute
         fresh = contents.fresh
-        with self.merge.batch(self.query_id, batch_id) as new:
-            if not new:
-                return
-            if self.cut is None:
-                self.merge.write(combined(parts_of_events(contents.staged, fresh)))
-                commit = ReplicaCommit(batch_id, None, _commits(fresh), 0, query)
-            else:
-                applied: list[int] = []
+        if self.cut is None:
+            self.merge.write(combined(parts_of_events(contents.staged, fresh)))
+            return ReplicaCommit(batch_id, None, _commits(fresh), 0, query)
+        applied: list[int] = []
 
-                def apply(piece: Slice, cut: int) -> None:
-                    held = piece.held.parts if piece.held is not None else []
-                    parts = [*parts_of_events(contents.staged, piece.fresh), *held]
-                    self.merge.write(combined(parts), cut)
-                    applied.extend(_commits(piece.rows))
+        def apply(piece: Slice, cut: int) -> None:
+            held = piece.held.parts if piece.held is not None else []
+            parts = [*parts_of_events(contents.staged, piece.fresh), *held]
+            self.merge.write(combined(parts), cut)
+            applied.extend(_commits(piece.rows))
 
-                held_rows = self.held_rows
-                stage_held = held_rows.staging_with(contents.stage_held)
-                release = self.cut.release(fresh, contents.messages, contents.watermarks, apply, stage_held)
-                if self.merge.history is not None and release.cut_micros is not None:
-                    self.merge.history.record(release.cut_micros, release.previous_cut_micros)
-                held_rows.keep(batch_id, release.newly_held, contents.staged)
-                commit = ReplicaCommit(batch_id, release.cut_micros, applied, release.held, query)
-                self.metrics.observe_release(release)
-                self.metrics.observe_streams(
-                    [
-                        StreamSeen(s.name, s.table_on, s.mode, s.offset_micros)
-                        for s in existing_streams(self.merge.backend)
-                    ]
-                )
-        if self.on_commit is not None:
-            self.on_commit(commit)
+        held_rows = self.held_rows
+        stage_held = held_rows.staging_with(contents.stage_held)
+        release = self.cut.release(fresh, contents.messages, contents.watermarks, apply, stage_held)
+        if self.merge.history is not None and release.cut_micros is not None:
+            self.merge.history.record(release.cut_micros, release.previous_cut_micros)
+        held_rows.keep(batch_id, release.newly_held, contents.staged)
+        self.metrics.observe_release(release)
+        self.metrics.observe_streams(
+            [
+                StreamSeen(s.name, s.table_on, s.mode, s.offset_micros)
+                for s in existing_streams(self.merge.backend)
+            ]
+        )
+        return ReplicaCommit(batch_id, release.cut_micros, applied, release.held, query)
+
+    def _drop_staged_tables(self, prefix: str) -> None:
+        """Drop the tables the tasks loaded whose names begin with ``prefix`` (staged_tables.py)."""
+        if self.tasks_load_with is None:
+            return
+        backend = self.merge.backend
+        found = backend.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND left(tablename, ?) = ?",
+            [len(prefix), prefix],
+        )
+        if found:
+            backend.execute("DROP TABLE " + ", ".join(quote(str(name)) for (name,) in found))
 
 
 def _commits(events: pa.Table) -> list[int]:

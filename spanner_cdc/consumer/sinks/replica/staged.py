@@ -47,6 +47,12 @@ MESSAGES_SCHEMA = pa.schema(
 )
 #: The schema metadata key of a staged file's table, key and columns.
 _HEADER = b"spanner_cdc.staged_part"
+#: Where a stage row was also loaded by its task (staged_tables.py): the PostgreSQL table, and
+#: its number there; null when only the file holds it. A row keeps them through every filter,
+#: take and concatenation, so the merge takes exactly the rows it was handed from that table.
+STAGED_IN = "cdc$staged_in"
+STAGED_ROW = "cdc$staged_row"
+_LOCATION = (STAGED_IN, STAGED_ROW)
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,7 @@ class StagedPart:
         rows = rows.append_column(COORDINATES[0], pa.array([e.topic for e in events], pa.string()))
         rows = rows.append_column(COORDINATES[1], pa.array([e.partition for e in events], pa.int32()))
         rows = rows.append_column(COORDINATES[2], pa.array([e.offset for e in events], pa.int64()))
-        return cls(changes.table, changes.key, changes.columns, rows)
+        return cls(changes.table, changes.key, changes.columns, _located(rows, None))
 
     @property
     def commits(self) -> pa.ChunkedArray:
@@ -77,8 +83,25 @@ class StagedPart:
         return int(pc.min(self.commits).as_py())
 
     def stage_rows(self) -> pa.Table:
-        """The rows as the stage table takes them: without their coordinates."""
-        return self.rows.drop_columns(list(COORDINATES))
+        """The rows as the stage table takes them: without their coordinates and location."""
+        return self.rows.drop_columns([*COORDINATES, *_LOCATION])
+
+    def loaded_into(self, table: str) -> StagedPart:
+        """The part, its rows numbered as loaded into ``table`` (in their order)."""
+        return self.with_rows(_located(self.rows.drop_columns(list(_LOCATION)), table))
+
+    def unloaded(self) -> StagedPart:
+        """The part as only its file holds it (the tables a batch's tasks loaded go with the batch)."""
+        return self.with_rows(_located(self.rows.drop_columns(list(_LOCATION)), None))
+
+    def loaded(self) -> list[tuple[str, pa.Array]]:
+        """Each table rows of the part were loaded into, and their numbers there."""
+        tables = self.rows.column(STAGED_IN)
+        found = []
+        for table in pc.unique(tables).drop_null().to_pylist():
+            own = self.rows.filter(pc.equal(tables, table))
+            found.append((table, own.column(STAGED_ROW).combine_chunks()))
+        return found
 
     def committed_from(self, micros: int) -> StagedPart:
         """The rows committed at or after ``micros``."""
@@ -265,6 +288,16 @@ class ReplicaStaging:
 
     def clear(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _located(rows: pa.Table, table: str | None) -> pa.Table:
+    """``rows`` with their location: loaded into ``table`` in their order, or only in a file (None)."""
+    count = rows.num_rows
+    if table is None:
+        tables, numbers = pa.nulls(count, pa.string()), pa.nulls(count, pa.int64())
+    else:
+        tables, numbers = pa.array([table] * count, pa.string()), pa.array(range(count), pa.int64())
+    return rows.append_column(STAGED_IN, tables).append_column(STAGED_ROW, numbers)
 
 
 def _mapped(path: Path) -> pa.Table:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pyarrow as pa
@@ -24,9 +25,13 @@ def decoded_events(
     partition's messages from ``first_offset`` on. The decoder's schema store is filled directly,
     so it needs no schema topic."""
     values = []
+    writers: dict[str, WriterSchema] = {}  # a writer schema's fingerprint and reader, once each
     for event in ChangeFactory().events(*records):
-        writer = WriterSchema.from_schema(event.table.event_schema)
-        decoder.schemas.accept(writer.fingerprint_hex.encode(), writer.schema_json.encode())
+        schema = json.dumps(event.table.event_schema, sort_keys=True)
+        writer = writers.get(schema)
+        if writer is None:
+            writer = writers[schema] = WriterSchema.from_schema(event.table.event_schema)
+            decoder.schemas.accept(writer.fingerprint_hex.encode(), writer.schema_json.encode())
         values.append(encode(writer, event.value))
     rows = pa.table(
         {

@@ -5,7 +5,8 @@ rows through the one gate (consumer.message_reader) on an executor.
   to the driver. The task stages the messages its gate refused, bytes and all, in the batch's
   quarantine staging directory; with a changelog, its events' changelog files in the
   changelog's (one file per table, commit date and task); with a replica, its events' stage
-  rows in the replica's (sinks.replica.staged). The driver publishes or merges them.
+  rows in the replica's (sinks.replica.staged), and into a PostgreSQL replica itself
+  (sinks.replica.staged_tables). The driver publishes or merges them.
 - :func:`drop_from_staged` — when deduplication dropped events: their rows removed from the
   staged changelog files, by Kafka coordinates, each file by one task (nothing decoded again).
 

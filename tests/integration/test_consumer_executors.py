@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import tracemalloc
 import uuid
@@ -21,7 +22,11 @@ from spanner_cdc.consumer.message_reader import DecodeContext
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.replica.cut import PENDING
-from spanner_cdc.consumer.sinks.replica.staged_tables import APPLICATION_NAME, STAGED_TABLE_PREFIX
+from spanner_cdc.consumer.sinks.replica.staged_tables import (
+    APPLICATION_NAME,
+    STAGED_TABLE_PREFIX,
+    query_prefix,
+)
 from spanner_cdc.schemas.table import TableSchema
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
@@ -281,3 +286,35 @@ def test_tasks_that_cannot_reach_the_postgresql_replica_fail_the_batch_in_one_li
         assert db.execute("SELECT count(*) FROM pg_tables WHERE tablename = 'Accounts'").fetchall() == [(0,)]
     run_consumer(spark, replace(config, postgres_staging="driver"))
     assert sorted(replica_rows(config, "Accounts", '"Id", "Balance", "Note"')) == final_rows(events)
+
+
+def test_tables_the_tasks_loaded_for_a_failed_batch_go_at_the_next_start(
+    spark: Any, stack: EmbeddedStack, tmp_path: Path
+) -> None:
+    """The replica's transaction fails after the tasks loaded the batch's stage rows (a view
+    stands where the replica's table goes): the tables stay, as after a crash; so does one of a
+    batch that will not be replayed (as a late speculative task attempt would leave). The next
+    start drops every table of the query, the replay loads its batch again, and the replica is
+    right."""
+    dsn = fresh_postgres_database(stack.endpoint("postgres"))
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute('CREATE VIEW "Accounts" AS SELECT 1 AS x')
+    config = consumer_config(
+        stack.endpoint("kafka"), unique_prefix("F"), tmp_path / "out", "postgres", dsn, sinks=["replica"]
+    )
+    events = random_history(ChangeFactory(), 10_000, keys=500)  # each task's part over TASKS_LOAD_FROM_ROWS
+    publish(config.kafka_bootstrap, config.topic_prefix, events)
+
+    with pytest.raises(ConsumerError):
+        run_consumer(spark, config)
+
+    staged = "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'cdc$staged$%'"
+    query_id = json.loads((config.spark_checkpoint / "metadata").read_text())["id"]
+    with psycopg.connect(dsn, autocommit=True) as db:
+        assert db.execute(staged).fetchall() != [(0,)], "the tasks loaded nothing"
+        db.execute('DROP VIEW "Accounts"')
+        db.execute(f'CREATE TABLE "{query_prefix(query_id)}999$b$0$0" (x INTEGER)')
+    run_consumer(spark, config)
+    assert sorted(replica_rows(config, "Accounts", '"Id", "Balance", "Note"')) == final_rows(events)
+    with psycopg.connect(dsn) as db:
+        assert db.execute(staged).fetchall() == [(0,)]

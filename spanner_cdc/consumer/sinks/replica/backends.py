@@ -325,6 +325,7 @@ class PostgresBackend:
         return pa.Table.from_arrays(arrays, schema=schema)
 
     def load(self, table: str, rows: pa.Table) -> None:
+        """By COPY, as the tasks that load stage rows do (postgres_copy.py)."""
         with self._db.cursor() as cursor:
             copy_rows(cursor, table, rows)
 

@@ -4,7 +4,8 @@ The transaction records the batch id with the data (``ReplicaMerge.batch``), so 
 batch is skipped; with whole transactions (``cut``) it also holds back events past the
 consistent cut and records the cut, so the replica is always a consistent cut of the source.
 The batch's stage rows were built by the tasks that decoded its events (staged.py); the driver
-hands them to the database.
+hands them to the database, or the tasks loaded them into a PostgreSQL replica themselves
+(staged_tables.py: their tables go with the batch's transaction).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ A task that decoded a share of a micro-batch builds, per table and primary key
 (change_rows.TableChanges.replica_stage) with each event's Kafka coordinates, and writes them
 to the batch's replica staging directory as Arrow IPC files (:class:`ReplicaStaging`). The driver
 maps the files into memory and hands their rows to the database (DuckDB reads Arrow in place;
-PostgreSQL takes them by COPY): the kept events are not decoded a second time on the driver, nor
+a PostgreSQL replica's larger parts the task loaded itself, staged_tables.py, and a row names
+where: :data:`STAGED_IN`): the kept events are not decoded a second time on the driver, nor
 held there as Python objects. The task also stages its events' Kafka messages, which the
 consistent cut holds (in ``cdc$pending``) for the events past the cut; when the cut passes them
 they are staged again from their bytes (:class:`StagedEvents`) — by tasks, as the batch's own,

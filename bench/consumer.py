@@ -209,29 +209,28 @@ def wide_figures(
 
 def replica_figures(consumed: Callable[..., int], postgres_dsn: str) -> tuple[list[Figure], Figure]:
     """Each replica with whole transactions and without (``consumed``: a directory name and the
-    consumer's settings), and PostgreSQL with whole transactions loaded by the driver."""
-    replicas = []
-    loaded_by_driver = None
-    for database in ("DuckDB", "PostgreSQL"):
-        for grouping, whole in (("whole transactions", True), ("batch as it comes", False)):
-            options: dict[str, Any] = {"sinks": ("replica",), "whole_transactions": whole}
-            if database == "PostgreSQL":
-                options |= {"replica": "postgres", "postgres_dsn": fresh_postgres_database(postgres_dsn)}
-            name = f"replica {database}, {grouping} (decode, dedupe, order, merge)"
-            directory = name.split(" (", maxsplit=1)[0].replace(" ", "-").replace(",", "")
-            if database == "PostgreSQL" and whole:  # the baseline of the tasks' loading, just before
-                loaded_by_driver = timed(
-                    f"replica {database}, {grouping}, stage rows loaded by the driver",
-                    functools.partial(
-                        consumed,
-                        f"{directory}-driver",
-                        **(options | {"postgres_dsn": fresh_postgres_database(postgres_dsn)}),
-                        postgres_staging="driver",
-                    ),
-                )
-            replicas.append(timed(name, functools.partial(consumed, directory, **options)))
-    assert loaded_by_driver is not None
-    return replicas, loaded_by_driver
+    consumer's settings), and — run just before PostgreSQL's with whole transactions, as its
+    baseline — the same with the stage rows loaded by the driver."""
+
+    def replica(database: str, grouping: str, whole: bool, **more: Any) -> Figure:
+        options: dict[str, Any] = {"sinks": ("replica",), "whole_transactions": whole, **more}
+        if database == "PostgreSQL":
+            options |= {"replica": "postgres", "postgres_dsn": fresh_postgres_database(postgres_dsn)}
+        name = f"replica {database}, {grouping}"
+        directory = name.split(" (", maxsplit=1)[0].replace(" ", "-").replace(",", "")
+        return timed(name, functools.partial(consumed, directory, **options))
+
+    grouped, as_it_comes = "whole transactions", "batch as it comes"
+    measured = " (decode, dedupe, order, merge)"
+    duckdb = [replica("DuckDB", grouped + measured, True), replica("DuckDB", as_it_comes + measured, False)]
+    loaded_by_driver = replica(
+        "PostgreSQL", f"{grouped}, stage rows loaded by the driver", True, postgres_staging="driver"
+    )
+    postgres = [
+        replica("PostgreSQL", grouped + measured, True),
+        replica("PostgreSQL", as_it_comes + measured, False),
+    ]
+    return [*duckdb, *postgres], loaded_by_driver
 
 
 def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> ConsumerFigures:

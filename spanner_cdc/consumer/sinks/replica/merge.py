@@ -38,7 +38,6 @@ from spanner_cdc.consumer.change_rows import (
     SET_PREFIX,
     SORT_COLUMNS,
 )
-from spanner_cdc.consumer.errors import ReplicaQueryError
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend
 from spanner_cdc.consumer.sinks.replica.generations import (
     Generation,
@@ -393,24 +392,26 @@ class ReplicaMerge:
         if only_in_files.num_rows:
             self.backend.load(STAGE, only_in_files)
         layout = [name for name, _ in stage_layout(changes, self.backend.dialect)]
+        present = self._loaded_columns([table for table, _ in loaded])
         for table, numbers in loaded:
-            self._stage_loaded(layout, table, numbers)
+            self._stage_loaded(layout, table, present.get(table, set()), numbers)
         return cleaned.rows
 
-    def _stage_loaded(self, layout: Sequence[str], table: str, numbers: pa.Array) -> None:
-        """Rows a task loaded into ``table`` (staged_tables.py), by their numbers there, into the
-        stage table of columns ``layout``: a column the table lacks (an older table version's
-        part) is NULL, and not set."""
-        present = {
-            str(name)
-            for (name,) in self.backend.execute(
-                "SELECT column_name FROM information_schema.columns "
-                "WHERE table_schema = current_schema() AND table_name = ?",
-                [table],
-            )
-        }
-        if not present:
-            raise ReplicaQueryError(f"the stage rows a task loaded into {table} are gone")
+    def _loaded_columns(self, tables: Sequence[str]) -> dict[str, set[str]]:
+        """The columns of each table the tasks loaded, in one catalog query."""
+        present: dict[str, set[str]] = {}
+        for table, column in self.backend.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = ANY(?)",
+            [list(tables)],
+        ):
+            present.setdefault(str(table), set()).add(str(column))
+        return present
+
+    def _stage_loaded(self, layout: Sequence[str], table: str, present: set[str], numbers: pa.Array) -> None:
+        """Rows a task loaded into ``table`` (staged_tables.py; its columns ``present``), by
+        their numbers there, into the stage table of columns ``layout``: a column the table lacks
+        (an older table version's part) is NULL, and not set."""
         columns = [name for name in layout if name in present or name.startswith(SET_PREFIX)]
         values = [quote(name) if name in present else "FALSE" for name in columns]
         where, params = _numbered(numbers)

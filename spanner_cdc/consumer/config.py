@@ -124,6 +124,13 @@ CONSUME_OPTIONS = (
         default="earliest",
     ),
     Option(
+        "fail-on-data-loss",
+        "stop when Kafka lost records not read yet (retention, a topic deleted or created again); "
+        "false: go on from the earliest records Kafka has (the source's failOnDataLoss)",
+        boolean,
+        default=True,
+    ),
+    Option(
         "source",
         "auto (Spark's kafka connector if present), kafka or spanner_cdc_kafka",
         choice(*SOURCES),
@@ -168,6 +175,7 @@ class ConsumerConfig:
     trigger_seconds: float = 1.0
     available_now: bool = False
     starting_offsets: str = "earliest"
+    fail_on_data_loss: bool = True
     source: str = "auto"
     spark_master: str = "local[2]"
     spark_conf: dict[str, str] = field(default_factory=dict)

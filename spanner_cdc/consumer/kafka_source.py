@@ -15,6 +15,7 @@ Offsets are listed for every partition at once and the ends proven by a fetch
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import time
 from collections.abc import Iterable, Iterator
@@ -34,6 +35,7 @@ from pyspark.sql.types import StructType
 
 from spanner_cdc.common.kafka_offsets import listed_offsets, proven_ends
 from spanner_cdc.common.kafka_offsets import positions as kafka_positions
+from spanner_cdc.consumer.kafka_resume import resume
 from spanner_cdc.consumer.kafka_rows import (
     ARROW_SCHEMA,
     ARROW_SCHEMA_WITH_HEADERS,
@@ -52,6 +54,7 @@ from spanner_cdc.consumer.kafka_source_options import (
 from spanner_cdc.consumer.offsets_by_time import offsets_at
 
 SOURCE_NAME = "spanner_cdc_kafka"
+logger = logging.getLogger(__name__)
 ROWS_PER_ARROW_BATCH = 10_000
 #: How long one ``consume`` waits to fill its batch. Short, because a range rarely fills it:
 #: every partition a transactional producer writes ends with a transaction marker, and markers
@@ -206,12 +209,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:  # noqa: N802
         earliest, ends = self._current()
-        begin = {t: {p: start.get(t, {}).get(p, earliest[t][p]) for p in parts} for t, parts in ends.items()}
-        for topic, partitions in begin.items():
-            for partition, offset in partitions.items():
-                if offset < earliest[topic][partition]:
-                    self._data_lost(topic, partition, offset, earliest[topic][partition])
-                    partitions[partition] = earliest[topic][partition]
+        resumed = resume(start, earliest, ends)
+        if resumed.lost:
+            self._data_lost(resumed.lost)
+        begin = resumed.begin
         if self._target is not None:  # AvailableNow: nothing written after it began counts
             ends = {
                 t: {
@@ -226,19 +227,33 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
         self._target = self._current()[1]
 
-    def _data_lost(self, topic: str, partition: str, wanted: int, earliest: int) -> None:
-        message = (
-            f"{topic}[{partition}]: offsets {wanted}..{earliest - 1} are gone (retention or compaction); "
-            "set failOnDataLoss=false to continue from the earliest available offset"
-        )
+    def _data_lost(self, lost: list[str]) -> None:
+        """Fail the query naming what was lost (``failOnDataLoss``, the default), or say so in
+        the log and go on (kafka_resume)."""
+        more = f" and {len(lost) - 5} more" if len(lost) > 5 else ""
+        message = "; ".join(lost[:5]) + more
         if self.options.fail_on_data_loss:
-            raise KafkaSourceError(message)
+            raise KafkaSourceError(
+                f"data loss: {message}; failOnDataLoss=false (consume: --fail-on-data-loss false) "
+                "goes on from the earliest offsets Kafka has"
+            )
+        logger.warning("data loss, going on (failOnDataLoss=false): %s", message)
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
         return ReadMaxRows(self.options.max_rows) if self.options.max_rows else ReadAllAvailable()
 
     def partitions(self, start: Offsets, end: Offsets) -> list[RangeGroup]:
+        if not self.options.fail_on_data_loss:
+            start = self._readable(start, end)
         return input_partitions(start, end, self.options.min_partitions, self.options.parallelism)
+
+    def _readable(self, start: Offsets, end: Offsets) -> Offsets:
+        """With ``failOnDataLoss=false``, where the batch's reading begins as the broker has it
+        now: Spark plans a batch from the last one's end, which may be gone (retention) or past
+        this batch's end (offsets went back). The same when Spark replays a batch after a
+        restart, where no ``latestOffset`` ran before (kafka_resume)."""
+        earliest, _ = self._current()
+        return resume(start, earliest, end).begin
 
     def commit(self, end: Offsets) -> None:
         """Offsets live in Spark's checkpoint; nothing is committed to Kafka."""

@@ -192,7 +192,7 @@ class ConsumerJob:
             .option("kafka.bootstrap.servers", config.kafka_bootstrap)
             .option("startingOffsets", config.starting_offsets)
             .option("maxOffsetsPerTrigger", str(config.max_events_per_batch))
-            .option("failOnDataLoss", "true")
+            .option("failOnDataLoss", str(config.fail_on_data_loss).lower())
         )
         if chosen == SOURCE_NAME:
             reader = over_the_cores(reader, spark)

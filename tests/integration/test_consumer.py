@@ -7,10 +7,12 @@ updates, undecodable messages, a column added mid-stream.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.readers import changelog_rows, quarantine_rows, replica_rows
@@ -159,6 +161,36 @@ def test_fail_on_bad_message_stops_with_the_reason(
     with pytest.raises(ConsumerError, match="bad-magic"):
         run_consumer(spark, config)
     assert not config.quarantine_dir.exists()
+
+
+@pytest.mark.parametrize("configure", ["duckdb"], indirect=True)
+def test_a_table_topic_created_again_stops_the_consumer_until_told_to_go_on(
+    spark: Any, stack: EmbeddedStack, configure: ConfigFactory
+) -> None:
+    """The table's topic is deleted and created again between two runs, with fewer records
+    than were read: the consumer stops in one line naming the loss and writes nothing; with
+    ``--fail-on-data-loss false`` it reads the new topic from its start. (Before, the new topic's
+    records under the old position were skipped in silence.)"""
+    config = configure()
+    factory = ChangeFactory()
+    first = [factory.record("INSERT", {"Id": f"k{i}"}, {"Balance": str(i), "Note": "old"}) for i in range(30)]
+    publish(config.kafka_bootstrap, config.topic_prefix, factory.events(*first))
+    run_consumer(spark, config)
+    topic = config.topics.event("Accounts")
+    admin = AdminClient({"bootstrap.servers": config.kafka_bootstrap})
+    admin.delete_topics([topic])[topic].result(30)
+    late = factory.events(factory.record("INSERT", {"Id": "new"}, {"Balance": "99", "Note": "new"}))
+    publish(config.kafka_bootstrap, config.topic_prefix, late)
+
+    with pytest.raises(ConsumerError, match=rf"data loss: {topic}\[\d\]: offsets went back from \d+ to \d+"):
+        run_consumer(spark, config)
+    assert ("new", 99) not in replica_rows(config, "Accounts", '"Id", "Balance"')
+
+    run_consumer(spark, replace(config, fail_on_data_loss=False))
+    rows = replica_rows(config, "Accounts", '"Id", "Balance"')
+    assert sorted(rows) == sorted([*((f"k{i}", i) for i in range(30)), ("new", 99)])
+    uuids = [row[0] for row in changelog_rows(config, "Accounts", '"envelope$uuid"')]
+    assert uuids[-1] == late[0].value["uuid"] and len(uuids) == 31
 
 
 def test_a_column_added_mid_stream_reaches_both_sinks(

@@ -268,6 +268,45 @@ def test_reads_start_and_end_at_times_as_sparks_source(
     ]  # fmt: skip
 
 
+def test_a_topic_deleted_or_created_again_is_data_loss_as_in_sparks_source(
+    spark: Any, stack: EmbeddedStack, tmp_path: Path
+) -> None:
+    """Between two runs one topic is deleted and created again with fewer records (its offsets
+    go back) and another deleted for good: by default the query fails naming both; with
+    ``failOnDataLoss=false`` it reads the new topic from its start — every record of it, none of
+    the old — and goes on from there. (Without the check the source planned nothing for the new
+    topic until it grew past the old position, and lost what came before, in silence.)"""
+    bootstrap = stack.endpoint("kafka")
+    prefix = f"loss{uuid.uuid4().hex[:6]}"
+    again, gone = make_topic(bootstrap, 1, f"{prefix}.again"), make_topic(bootstrap, 1, f"{prefix}.gone")
+    produce(bootstrap, again, 0, 100)
+    produce(bootstrap, gone, 100, 10)
+    options = {"subscribePattern": rf"{prefix}\..*", "startingOffsets": "earliest"}
+    first = run_available_now(spark, bootstrap, tmp_path / "cp", **options)
+    assert sum(map(len, first)) == 110
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics([again, gone]).values():
+        future.result(30)
+    make_topic(bootstrap, 1, again)
+    produce(bootstrap, again, 1000, 30)
+    lost = rf"{again}\[0\]: offsets went back from 100 to 30 .*; {gone}\[0\]: the partition is gone"
+    with pytest.raises(Exception, match=lost):
+        run_available_now(spark, bootstrap, tmp_path / "cp", **options)
+
+    going_on = {**options, "failOnDataLoss": "false"}
+    rows = [
+        row for batch in run_available_now(spark, bootstrap, tmp_path / "cp", **going_on) for row in batch
+    ]
+    assert sorted(row["value"] for row in rows) == sorted(f"v{i}".encode() for i in range(1000, 1030))
+    assert sorted(row["offset"] for row in rows) == list(range(30))
+    produce(bootstrap, again, 2000, 5)
+    rows = [
+        row for batch in run_available_now(spark, bootstrap, tmp_path / "cp", **going_on) for row in batch
+    ]
+    assert sorted(row["value"] for row in rows) == sorted(f"v{i}".encode() for i in range(2000, 2005))
+
+
 def test_a_task_reads_many_ranges_together_exactly(stack: EmbeddedStack) -> None:
     """One task's ranges over many topic partitions (a small batch over many tables is one task)
     are read by one consumer together: each range exactly, from its start to before its end,

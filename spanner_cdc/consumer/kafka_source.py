@@ -165,6 +165,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._target: Offsets | None = None
+        #: When the last batch was planned (``time.monotonic``); none yet: the first is not delayed.
+        self._last_batch = -math.inf
         self._consumer: Consumer | None = None
         self._admin: AdminClient | None = None
 
@@ -221,8 +223,21 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 }
                 for t, parts in ends.items()
             }
+        if self._target is None and self._waits(begin, ends):
+            return begin
+        self._last_batch = time.monotonic()
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return _limited(begin, ends, max_rows)
+
+    def _waits(self, begin: Offsets, ends: Offsets) -> bool:
+        """Does this trigger wait for more records (``minOffsetsPerTrigger``): fewer are new,
+        and ``maxTriggerDelay`` has not passed since the last batch — Spark's rule. Not under
+        Trigger.AvailableNow, which would otherwise wait for records that may never come."""
+        if self.options.min_rows is None:
+            return False
+        new = sum(max(0, end - begin[t][p]) for t, parts in ends.items() for p, end in parts.items())
+        late = time.monotonic() - self._last_batch >= self.options.max_delay_seconds
+        return new < self.options.min_rows and not late
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
         self._target = self._current()[1]

@@ -30,6 +30,8 @@ STRATEGIES = ("error", "latest")
 EARLIEST, LATEST = -2, -1
 #: This source's own option (Spark's ignores it): the task slots a micro-batch is spread over.
 PARALLELISM = "parallelism"
+_DURATION = re.compile(r"(\d+)\s*(us|ms|s|m|min|h|d)?")
+_DURATION_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 _JAAS = re.compile(r"""(username|password)\s*=\s*"((?:[^"\\]|\\.)*)\"""")
 #: Java client name → librdkafka name, where only the name differs.
 RENAMED = {"sasl.mechanism": "sasl.mechanisms"}
@@ -62,6 +64,10 @@ class SourceOptions:
     #: ``endingTimestamp`` or else ``endingOffsetsByTimestamp`` (batch reads).
     ending_times: TimeSpec | None
     max_rows: int | None
+    #: ``minOffsetsPerTrigger``: a trigger with fewer new records waits, up to ``max_delay_seconds``
+    #: (``maxTriggerDelay``) since the last batch.
+    min_rows: int | None
+    max_delay_seconds: float
     min_partitions: int | None
     #: The task slots a micro-batch is spread over (our option ``parallelism``; None: not given).
     parallelism: int | None
@@ -94,6 +100,8 @@ class SourceOptions:
             starting_strategy=strategy,
             ending_times=_times(options, "endingTimestamp", "endingOffsetsByTimestamp"),
             max_rows=_positive(options, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
+            min_rows=_positive(options, "minoffsetspertrigger", "minOffsetsPerTrigger"),
+            max_delay_seconds=_duration(options.get("maxtriggerdelay", "15m"), "maxTriggerDelay"),
             min_partitions=_positive(options, "minpartitions", "minPartitions"),
             parallelism=_positive(options, PARALLELISM, PARALLELISM),
             fail_on_data_loss=_flag(options, "failondataloss", "failOnDataLoss", default=True),
@@ -207,6 +215,15 @@ def _positive(options: dict[str, str], key: str, name: str) -> int | None:
     if not value.isdigit() or int(value) <= 0:
         raise KafkaSourceError(f"{name} must be a positive whole number, got {value!r}")
     return int(value)
+
+
+def _duration(value: str, name: str) -> float:
+    """Seconds in a duration as Spark writes them (``15m``, ``30s``, ``500ms``; a bare number
+    is milliseconds, as in Spark's ``timeStringAsMs``)."""
+    found = _DURATION.fullmatch(value.strip().lower())
+    if found is None:
+        raise KafkaSourceError(f"{name} must be a duration like 15m, 30s or 500ms, got {value!r}")
+    return int(found[1]) * _DURATION_UNITS[found[2] or "ms"]
 
 
 def _flag(options: dict[str, str], key: str, name: str, default: bool) -> bool:

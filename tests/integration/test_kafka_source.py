@@ -118,6 +118,48 @@ def test_every_message_once_within_the_batch_limit_and_resumes(
     assert sorted(row["value"] for row in resumed) == sorted(f"v{i}".encode() for i in range(1000, 1050))
 
 
+def test_min_offsets_per_trigger_waits_for_records_or_the_delay_as_sparks_source(
+    spark: Any, stack: EmbeddedStack, tmp_path: Path
+) -> None:
+    """``minOffsetsPerTrigger``: after the first batch, a trigger with fewer new records makes
+    no batch until there are enough (30 and then 30 more make one batch of 60, not two of 30);
+    with ``maxTriggerDelay`` past, the few there are make a batch."""
+    bootstrap = stack.endpoint("kafka")
+    topic = make_topic(bootstrap)
+    produce(bootstrap, topic, 0, 30)
+    waiting = {"subscribe": topic, "startingOffsets": "earliest", "minOffsetsPerTrigger": "60"}
+    query, batches = start_query(spark, bootstrap, tmp_path / "cp", False, **waiting, maxTriggerDelay="1h")
+    try:
+        wait_for(lambda: sum(map(len, non_empty(batches))) == 30, query)
+        produce(bootstrap, topic, 30, 30)
+        produce(bootstrap, topic, 60, 30)
+        wait_for(lambda: sum(map(len, non_empty(batches))) == 90, query)
+    finally:
+        query.stop()
+    assert [len(batch) for batch in non_empty(batches)] == [30, 60]
+
+    produce(bootstrap, topic, 90, 10)
+    query, batches = start_query(spark, bootstrap, tmp_path / "cp", False, **waiting, maxTriggerDelay="2s")
+    try:
+        wait_for(lambda: sum(map(len, non_empty(batches))) == 10, query)  # a first batch never waits
+        produce(bootstrap, topic, 100, 5)
+        wait_for(lambda: sum(map(len, non_empty(batches))) == 15, query)  # 5 < 60: only the delay
+    finally:
+        query.stop()
+    assert [sorted(row["value"] for row in batch) for batch in non_empty(batches)] == [
+        sorted(f"v{i}".encode() for i in range(90, 100)),
+        sorted(f"v{i}".encode() for i in range(100, 105)),
+    ]
+
+
+def wait_for(done: Any, query: Any) -> None:
+    deadline = time.monotonic() + 120
+    while not done() and time.monotonic() < deadline and query.isActive:
+        time.sleep(0.2)
+    assert query.exception() is None, query.exception()
+    assert done(), "timed out"
+
+
 def test_latest_pattern_and_bad_options(spark: Any, stack: EmbeddedStack, tmp_path: Path) -> None:
     bootstrap = stack.endpoint("kafka")
     prefix = f"pat{uuid.uuid4().hex[:6]}"

@@ -90,6 +90,20 @@ def test_json_offsets_and_min_partitions() -> None:
     assert sum(r.end - r.start for r in ranges) == 100
 
 
+def test_min_offsets_per_trigger_and_max_trigger_delay_as_spark_writes_them() -> None:
+    base = {"kafka.bootstrap.servers": "b:9092", "subscribe": "t"}
+    parsed = SourceOptions.parse({**base, "minOffsetsPerTrigger": "500", "maxTriggerDelay": "30s"})
+    assert (parsed.min_rows, parsed.max_delay_seconds) == (500, 30.0)
+    default = SourceOptions.parse(base)
+    assert (default.min_rows, default.max_delay_seconds) == (None, 900.0)  # Spark's 15m
+    for written, seconds in (("250ms", 0.25), ("2 min", 120.0), ("1h", 3600.0), ("1500", 1.5)):
+        assert SourceOptions.parse({**base, "maxTriggerDelay": written}).max_delay_seconds == seconds
+    with pytest.raises(KafkaSourceError, match="maxTriggerDelay must be a duration"):
+        SourceOptions.parse({**base, "maxTriggerDelay": "soon"})
+    with pytest.raises(KafkaSourceError, match="minOffsetsPerTrigger must be a positive whole number"):
+        SourceOptions.parse({**base, "minOffsetsPerTrigger": "-1"})
+
+
 def _tasks(
     sizes: dict[str, int], parallelism: int | None, min_partitions: int | None = None
 ) -> list[list[tuple[int, int, int]]]:

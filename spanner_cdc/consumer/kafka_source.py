@@ -138,15 +138,31 @@ def shares(ranges: list[TopicPartitionRange], count: int) -> list[RangeGroup]:
 
 
 def input_partitions(
-    start: Offsets, end: Offsets, min_partitions: int | None, parallelism: int | None
+    start: Offsets,
+    end: Offsets,
+    min_partitions: int | None,
+    parallelism: int | None,
+    max_records: int | None = None,
 ) -> list[RangeGroup]:
     """The tasks that read ``[start, end)``: with ``minPartitions`` one per range of
     :func:`offset_ranges`, as Spark's source plans them; else :func:`shares` of
-    :func:`task_count`."""
+    :func:`task_count`. With ``maxRecordsPerPartition`` (``max_records``) no task reads more
+    offsets than that: a larger range is split in equal parts (Spark's rule), or the shares are
+    more."""
     ranges = offset_ranges(start, end, min_partitions)
     if min_partitions:
+        if max_records:
+            ranges = [
+                part
+                for whole in ranges
+                for part in _split(whole, math.ceil((whole.end - whole.start) / max_records))
+            ]
         return [RangeGroup((single,)) for single in ranges]
-    return shares(ranges, task_count(sum(r.end - r.start for r in ranges), parallelism))
+    total = sum(r.end - r.start for r in ranges)
+    count = task_count(total, parallelism)
+    if max_records:
+        count = max(count, math.ceil(total / max_records))
+    return shares(ranges, count)
 
 
 def read_group(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -260,7 +276,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: Offsets, end: Offsets) -> list[RangeGroup]:
         if not self.options.fail_on_data_loss:
             start = self._readable(start, end)
-        return input_partitions(start, end, self.options.min_partitions, self.options.parallelism)
+        return input_partitions(
+            start, end, self.options.min_partitions, self.options.parallelism, self.options.max_records
+        )
 
     def _readable(self, start: Offsets, end: Offsets) -> Offsets:
         """With ``failOnDataLoss=false``, where the batch's reading begins as the broker has it
@@ -300,7 +318,9 @@ class KafkaBatchReader(DataSourceReader):
             offsets.stop()
         start = starting_offsets(self.options, earliest, ends, default="earliest")
         end = ending_offsets(self.options, earliest, ends)
-        return input_partitions(start, end, self.options.min_partitions, self.options.parallelism)
+        return input_partitions(
+            start, end, self.options.min_partitions, self.options.parallelism, self.options.max_records
+        )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from read_group(self.options, partition)

@@ -69,6 +69,8 @@ class SourceOptions:
     min_rows: int | None
     max_delay_seconds: float
     min_partitions: int | None
+    #: ``maxRecordsPerPartition``: no task reads more offsets than this.
+    max_records: int | None
     #: The task slots a micro-batch is spread over (our option ``parallelism``; None: not given).
     parallelism: int | None
     fail_on_data_loss: bool
@@ -103,6 +105,7 @@ class SourceOptions:
             min_rows=_positive(options, "minoffsetspertrigger", "minOffsetsPerTrigger"),
             max_delay_seconds=_duration(options.get("maxtriggerdelay", "15m"), "maxTriggerDelay"),
             min_partitions=_positive(options, "minpartitions", "minPartitions"),
+            max_records=_positive(options, "maxrecordsperpartition", "maxRecordsPerPartition"),
             parallelism=_positive(options, PARALLELISM, PARALLELISM),
             fail_on_data_loss=_flag(options, "failondataloss", "failOnDataLoss", default=True),
             include_headers=_flag(options, "includeheaders", "includeHeaders", default=False),

@@ -247,6 +247,8 @@ def test_batch_reads_between_starting_and_ending_offsets(spark: Any, stack: Embe
         )
 
     assert everything().load().count() == 20
+    capped = everything().option("maxRecordsPerPartition", "4").load()
+    assert capped.rdd.getNumPartitions() == 5 and capped.count() == 20  # no task over 4 records
     for option, value, message in (
         ("startingTimestamp", "yesterday", "milliseconds since the epoch"),
         ("startingOffsetsByTimestampStrategy", "earliest", "error or latest"),

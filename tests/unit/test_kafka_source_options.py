@@ -105,10 +105,15 @@ def test_min_offsets_per_trigger_and_max_trigger_delay_as_spark_writes_them() ->
 
 
 def _tasks(
-    sizes: dict[str, int], parallelism: int | None, min_partitions: int | None = None
+    sizes: dict[str, int],
+    parallelism: int | None,
+    min_partitions: int | None = None,
+    max_records: int | None = None,
 ) -> list[list[tuple[int, int, int]]]:
     """Each task's (partition, start, end) ranges for a batch of ``sizes`` offsets per partition."""
-    groups = input_partitions({"t": dict.fromkeys(sizes, 0)}, {"t": sizes}, min_partitions, parallelism)
+    groups = input_partitions(
+        {"t": dict.fromkeys(sizes, 0)}, {"t": sizes}, min_partitions, parallelism, max_records
+    )
     return [[(r.partition, r.start, r.end) for r in group.ranges] for group in groups]
 
 
@@ -155,3 +160,22 @@ def test_shares_read_every_offset_once_in_order(seed: int) -> None:
         own = [r for r in read if r.partition == whole.partition]
         assert own[0].start == whole.start and own[-1].end == whole.end
         assert all(a.end == b.start for a, b in itertools.pairwise(own))
+
+
+def test_max_records_per_partition_caps_every_task_as_sparks_source() -> None:
+    """Spark 4's ``maxRecordsPerPartition``: a range over the cap split in equal parts; with
+    this source's shares, more of them, none over the cap; every offset still read once."""
+    assert _tasks({"0": 10, "1": 25}, None, min_partitions=2, max_records=10) == [
+        [(0, 0, 10)], [(1, 0, 8)], [(1, 8, 16)], [(1, 16, 25)],
+    ]  # fmt: skip
+    for parallelism in (None, 2, 3):
+        tasks = _tasks({"0": 40_000, "1": 7, "2": 12_345}, parallelism, max_records=3_000)
+        assert max(sum(end - start for _, start, end in task) for task in tasks) <= 3_000
+        read = sorted(r for task in tasks for r in task)
+        assert sum(end - start for _, start, end in read) == 52_352
+    assert (
+        SourceOptions.parse(
+            {"kafka.bootstrap.servers": "b", "subscribe": "t", "maxRecordsPerPartition": "7"}
+        ).max_records
+        == 7
+    )

@@ -43,6 +43,10 @@ SORT_COLUMNS = ("cdc$commit_micros", "cdc$tx_id", "cdc$record_sequence", "cdc$mo
 COMMIT_TIMESTAMP = "cdc$commit_timestamp"
 SET_PREFIX = "set$"
 
+SOURCE_METADATA = "envelope$source_metadata"
+OLD_VALUES = "envelope$old_values"
+#: The record's own names of its parts (the Avro event's fields).
+_SOURCE_METADATA, _OLD_VALUES, _PAYLOAD = "source_metadata", "old_values", "payload"
 _TIMESTAMP_MS = pa.timestamp("ms", tz="UTC")
 _SORT_KEYS_TYPE = pa.struct(
     [
@@ -114,35 +118,58 @@ class TableChanges:
         return tuple(c for c in self.columns if c.name not in self.key)
 
     @cached_property
-    def payload_arrays(self) -> dict[str, pa.Array]:
-        """Each column's values, typed, one per event (both sinks start from these).
+    def record_arrays(self) -> dict[str, pa.Array]:
+        """Each part of the events the sinks take as the events hold it, one Arrow array over the
+        events in their order: every payload column (by its name), and the envelope's scalars,
+        ``source_metadata`` and ``old_values`` (by their changelog names, ``envelope$…``).
 
-        Arrow converts each table version's payload dicts in one pass, as a struct of that
-        version's fields (a column it lacks is null), then puts the events back in their order. A
-        Python loop per column took 0.34 µs a value, 10 µs an event at 30 columns
-        (docs/consumer.md, run 17)."""
+        Arrow converts each table version's records in one pass, as a struct of that version's
+        fields (a column it lacks is null), then puts the events back in their order. A Python
+        loop per column took 0.34 µs a value, 10 µs an event at 30 columns (docs/consumer.md, run
+        17); a conversion per envelope part cost the changelog's columns 9.4-9.6 µs an event,
+        this 7.0-7.9 (run 23)."""
         grouped: list[list[int]] = [[] for _ in self.versions]
         for position, version in enumerate(self._version_index):
             grouped[version].append(position)
         parts = [
-            self._version_arrays(version, [self.events[i].record["payload"] for i in positions])
+            self._version_arrays(version, [self.events[i].record for i in positions])
             for version, positions in zip(self.versions, grouped, strict=True)
         ]
         back = [0] * len(self.events)  # event position → its place among the versions' rows
         for place, position in enumerate(p for positions in grouped for p in positions):
             back[position] = place
-        return {
-            column.name: pa.concat_arrays([part[column.name] for part in parts]).take(back)
-            for column in self.columns
-        }
+        return {name: pa.concat_arrays([part[name] for part in parts]).take(back) for name in parts[0]}
 
-    def _version_arrays(self, version: TableVersion, payloads: list[dict[str, Any]]) -> dict[str, pa.Array]:
-        """Every column of :attr:`columns` over ``payloads``, all of ``version``."""
+    @property
+    def payload_arrays(self) -> dict[str, pa.Array]:
+        """Each column's values, typed, one per event (both sinks start from these)."""
+        return {column.name: self.record_arrays[column.name] for column in self.columns}
+
+    def _version_arrays(self, version: TableVersion, records: list[dict[str, Any]]) -> dict[str, pa.Array]:
+        """:attr:`record_arrays` over ``records``, all of ``version``."""
         fields = version.fields_by_name
         present = [c for c in self.columns if c.name in fields]
-        converted = pa.array(payloads, type=pa.struct([(fields[c.name], c.type.arrow) for c in present]))
-        arrays = dict(zip((c.name for c in present), converted.flatten(), strict=True))
-        return {c.name: arrays.get(c.name, pa.nulls(len(payloads), c.type.arrow)) for c in self.columns}
+        values = pa.struct([(fields[c.name], c.type.arrow) for c in present])
+        metadata = pa.struct([*_SOURCE_METADATA_TYPE, pa.field(_OLD_VALUES, values)])
+        converted = pa.array(
+            records, type=pa.struct([*_ENVELOPE_SCALARS, (_SOURCE_METADATA, metadata), (_PAYLOAD, values)])
+        )
+        arrays = {f"envelope${name}": converted.field(name) for name, _ in _ENVELOPE_SCALARS}
+        payload = dict(zip((c.name for c in present), converted.field(_PAYLOAD).flatten(), strict=True))
+        for column in self.columns:
+            arrays[column.name] = payload.get(column.name, pa.nulls(len(records), column.type.arrow))
+        described = converted.field(_SOURCE_METADATA)
+        arrays[SOURCE_METADATA] = pa.StructArray.from_arrays(
+            [described.field(f.name) for f in _SOURCE_METADATA_TYPE], fields=list(_SOURCE_METADATA_TYPE)
+        )
+        old = described.field(_OLD_VALUES)
+        old_columns = dict(zip((c.name for c in present), old.flatten(), strict=True))
+        arrays[OLD_VALUES] = pa.StructArray.from_arrays(
+            [old_columns.get(c.name, pa.nulls(len(records), c.type.arrow)) for c in self.columns],
+            fields=[pa.field(c.name, c.type.arrow) for c in self.columns],
+            mask=old.is_null(),
+        )
+        return arrays
 
     @cached_property
     def _version_index(self) -> list[int]:
@@ -150,25 +177,21 @@ class TableChanges:
         index = {id(version): number for number, version in enumerate(self.versions)}
         return [index[id(event.version)] for event in self.events]
 
+    def _described(self, field: str) -> pa.Array:
+        """One field of every event's ``source_metadata``."""
+        return pc.struct_field(self.record_arrays[SOURCE_METADATA], field)
+
     def changelog(self) -> pa.Table:
         columns = dict(self.payload_arrays)
-        columns[CHANGE_TYPE] = pa.array(
-            [e.record["source_metadata"]["change_type"] for e in self.events], type=pa.string()
-        )
+        columns[CHANGE_TYPE] = self._described("change_type")
         columns[ROW_ID] = pa.array(self.row_ids, type=pa.string())
-        for name, arrow_type in _ENVELOPE_SCALARS:
-            columns[f"envelope${name}"] = pa.array([e.record[name] for e in self.events], type=arrow_type)
+        for name, _ in _ENVELOPE_SCALARS:
+            columns[f"envelope${name}"] = self.record_arrays[f"envelope${name}"]
         columns["envelope$sort_keys"] = pa.StructArray.from_arrays(
             list(self.sort_key_arrays), fields=list(_SORT_KEYS_TYPE)
         )
-        columns["envelope$source_metadata"] = pa.array(
-            [e.record["source_metadata"] for e in self.events], type=_SOURCE_METADATA_TYPE
-        )
-        old_type = pa.struct([(c.name, c.type.arrow) for c in self.columns])
-        columns["envelope$old_values"] = pa.array(
-            [_by_name(e.version, e.record["source_metadata"]["old_values"]) for e in self.events],
-            type=old_type,
-        )
+        columns[SOURCE_METADATA] = self.record_arrays[SOURCE_METADATA]
+        columns[OLD_VALUES] = self.record_arrays[OLD_VALUES]
         columns["kafka$topic"] = pa.array([e.topic for e in self.events], type=pa.string())
         columns["kafka$partition"] = pa.array([e.partition for e in self.events], type=pa.int32())
         columns["kafka$offset"] = pa.array([e.offset for e in self.events], type=pa.int64())
@@ -236,19 +259,14 @@ class TableChanges:
     def replica_stage(self) -> pa.Table:
         """Keys, values, ``set$`` flags, delete and insert flags, row id, sort key and commit
         timestamp per event."""
-        deleted = [bool(e.record["source_metadata"]["is_deleted"]) for e in self.events]
+        deleted = pc.fill_null(self._described("is_deleted"), False)
         columns = dict(self.payload_arrays)
-        columns.update(self._set_flags(deleted))
-        columns[IS_DELETE] = pa.array(deleted, type=pa.bool_())
-        columns[IS_INSERT] = pa.array(
-            [e.record["source_metadata"]["change_type"] == "INSERT" for e in self.events], type=pa.bool_()
-        )
+        columns.update(self._set_flags(deleted.to_pylist()))
+        columns[IS_DELETE] = deleted
+        columns[IS_INSERT] = pc.fill_null(pc.equal(self._described("change_type"), "INSERT"), False)
         columns[REPLICA_ROW_ID] = pa.array(self.row_ids, type=pa.string())
         columns.update(zip(SORT_COLUMNS, self.sort_key_arrays, strict=True))
-        columns[COMMIT_TIMESTAMP] = pa.array(
-            [e.record["source_metadata"]["commit_timestamp"] for e in self.events],
-            type=pa.timestamp("us", tz="UTC"),
-        )
+        columns[COMMIT_TIMESTAMP] = self._described("commit_timestamp")
         return pa.table(columns)
 
 
@@ -277,9 +295,3 @@ def _hashed_key(version: TableVersion) -> Callable[[tuple[Any, ...]], dict[str, 
         }
 
     return hashed
-
-
-def _by_name(version: TableVersion, values: dict[str, Any] | None) -> dict[str, Any] | None:
-    if values is None:
-        return None
-    return {c.name: values.get(c.field) for c in version.columns}

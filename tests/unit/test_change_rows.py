@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pyarrow as pa
 import pytest
 
 from spanner_cdc.consumer.change_rows import TableChanges
 from spanner_cdc.schemas.identity import row_id
-from testkit.synthetic import ChangeFactory
+from testkit.synthetic import ACCOUNT_COLUMNS, ChangeFactory
 from tests.unit.test_replica_staging import decoded
 
 pytestmark = pytest.mark.unit
@@ -79,3 +80,37 @@ def test_a_row_keyed_by_a_timestamp_or_a_date_keeps_the_row_id_it_had() -> None:
             },
         )
     ]
+
+
+def test_the_envelope_columns_of_two_table_versions_in_their_events_order() -> None:
+    """Events of a table before and after a column was added, interleaved in commit order: each
+    changelog column and replica stage flag is the event's own, in sort order; ``old_values`` by
+    column name, null for a column the event's version lacks and for an event without them."""
+    before = ChangeFactory(capture="NEW_ROW_AND_OLD_VALUES")
+    after = ChangeFactory(
+        columns=[*ACCOUNT_COLUMNS, ("Added", "STRING", False)], capture="NEW_ROW_AND_OLD_VALUES"
+    )
+    events = decoded(
+        [
+            before.record("INSERT", {"Id": "a"}, {"Balance": "1", "Note": "x"}),
+            after.record("UPDATE", {"Id": "a"}, {"Added": "y"}, old_values={"Added": None}),
+            before.record("UPDATE", {"Id": "a"}, {"Balance": "2"}, old_values={"Balance": "1", "Note": "x"}),
+            after.record("DELETE", {"Id": "a"}, {}, old_values={"Balance": "2", "Note": "x", "Added": "y"}),
+        ]
+    )
+    changes = TableChanges("Accounts", list(reversed(events)))
+    changelog = changes.changelog().to_pydict()
+    assert changelog["change$type"] == ["INSERT", "UPDATE", "UPDATE", "DELETE"]
+    assert changelog["Added"] == [None, "y", None, "y"]  # a delete carries the row it deleted
+    assert changelog["envelope$old_values"] == [
+        None,
+        {"Id": "a", "Balance": None, "Note": None, "Added": None},
+        {"Id": "a", "Balance": 1, "Note": "x", "Added": None},
+        {"Id": "a", "Balance": 2, "Note": "x", "Added": "y"},
+    ]
+    assert [m["change_type"] for m in changelog["envelope$source_metadata"]] == changelog["change$type"]
+    assert changelog["envelope$uuid"] == [e.record["uuid"] for e in events]
+    stage = changes.replica_stage()
+    assert stage.column("cdc$is_delete").to_pylist() == [False, False, False, True]
+    assert stage.column("cdc$is_insert").to_pylist() == [True, False, False, False]
+    assert stage.column("cdc$commit_timestamp").type == pa.timestamp("us", tz="UTC")

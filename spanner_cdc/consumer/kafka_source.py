@@ -190,13 +190,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _current(self) -> tuple[Offsets, Offsets]:
         """(earliest, end) offsets of every wanted topic partition that exists now, listed for
-        all partitions at once (Spark's own source does the same through its admin client).
+        all partitions at once (Spark's own source does the same through its admin client)."""
+        wanted, earliest = self._earliest()
+        consumer, admin = self._clients()
+        highs = proven_ends(consumer, listed_offsets(admin, wanted, "latest", timeout=30), timeout=30)
+        ends: Offsets = {}
+        for topic, partition in wanted:
+            ends.setdefault(topic, {})[str(partition)] = highs[topic, partition]
+        return earliest, ends
 
-        Clients for the query's life, as Spark's own Kafka source keeps them: creating and
-        closing one on every trigger cost 28 ms of it (median of 20, on Tansu)."""
-        if self._consumer is None or self._admin is None:
-            self._consumer, self._admin = self.options.consumer(), self.options.admin()
-        consumer, admin = self._consumer, self._admin
+    def _earliest(self) -> tuple[list[tuple[str, int]], Offsets]:
+        """Every wanted topic partition that exists now, and its earliest offset."""
+        consumer, admin = self._clients()
         metadata = consumer.list_topics(timeout=30)
         wanted = [
             (topic, partition)
@@ -206,13 +211,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self.options.wanted_partition(topic, partition)
         ]
         lows = listed_offsets(admin, wanted, "earliest", timeout=30)
-        highs = proven_ends(consumer, listed_offsets(admin, wanted, "latest", timeout=30), timeout=30)
         earliest: Offsets = {}
-        ends: Offsets = {}
         for topic, partition in wanted:
             earliest.setdefault(topic, {})[str(partition)] = lows[topic, partition]
-            ends.setdefault(topic, {})[str(partition)] = highs[topic, partition]
-        return earliest, ends
+        return wanted, earliest
+
+    def _clients(self) -> tuple[Consumer, AdminClient]:
+        """Clients for the query's life, as Spark's own Kafka source keeps them: creating and
+        closing one on every trigger cost 28 ms of it (median of 20, on Tansu)."""
+        if self._consumer is None or self._admin is None:
+            self._consumer, self._admin = self.options.consumer(), self.options.admin()
+        return self._consumer, self._admin
 
     def stop(self) -> None:
         """Close the clients (an admin client has no close: dropping it ends it)."""
@@ -251,7 +260,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Trigger.AvailableNow, which would otherwise wait for records that may never come."""
         if self.options.min_rows is None:
             return False
-        new = sum(max(0, end - begin[t][p]) for t, parts in ends.items() for p, end in parts.items())
+        new = sum(_available(begin, ends).values())
         late = time.monotonic() - self._last_batch >= self.options.max_delay_seconds
         return new < self.options.min_rows and not late
 
@@ -284,9 +293,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """With ``failOnDataLoss=false``, where the batch's reading begins as the broker has it
         now: Spark plans a batch from the last one's end, which may be gone (retention) or past
         this batch's end (offsets went back). The same when Spark replays a batch after a
-        restart, where no ``latestOffset`` ran before (kafka_resume)."""
-        earliest, _ = self._current()
-        return resume(start, earliest, end).begin
+        restart, where no ``latestOffset`` ran before (kafka_resume). Only the earliest offsets
+        are listed: the batch's end is fixed."""
+        return resume(start, self._earliest()[1], end).begin
 
     def commit(self, end: Offsets) -> None:
         """Offsets live in Spark's checkpoint; nothing is committed to Kafka."""
@@ -416,7 +425,7 @@ def _split(whole: TopicPartitionRange, parts: int) -> list[TopicPartitionRange]:
 
 def _limited(begin: Offsets, ends: Offsets, max_rows: int | None) -> Offsets:
     """End offsets, cut to at most ``max_rows`` records in all, shared by availability."""
-    available = {(t, p): max(0, ends[t][p] - begin[t][p]) for t in ends for p in ends[t]}
+    available = _available(begin, ends)
     total = sum(available.values())
     if max_rows is None or total <= max_rows:
         return ends
@@ -429,6 +438,11 @@ def _limited(begin: Offsets, ends: Offsets, max_rows: int | None) -> Offsets:
             shares[tp] += 1
             spare -= 1
     return {t: {p: begin[t][p] + shares[(t, p)] for p in ends[t]} for t in ends}
+
+
+def _available(begin: Offsets, ends: Offsets) -> dict[tuple[str, str], int]:
+    """Records from ``begin`` to ``ends`` per topic partition."""
+    return {(t, p): max(0, ends[t][p] - begin[t][p]) for t in ends for p in ends[t]}
 
 
 def read_ranges(options: SourceOptions, ranges: Iterable[TopicPartitionRange]) -> Iterator[pa.RecordBatch]:

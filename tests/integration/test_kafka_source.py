@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from spanner_cdc.consumer.kafka_source import SOURCE_NAME, RangeGroup, TopicPartitionRange, read_group
 from spanner_cdc.consumer.kafka_source_options import SourceOptions
 from spanner_cdc.stack import EmbeddedStack
+from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -153,9 +154,8 @@ def test_min_offsets_per_trigger_waits_for_records_or_the_delay_as_sparks_source
 
 
 def wait_for(done: Any, query: Any) -> None:
-    deadline = time.monotonic() + 120
-    while not done() and time.monotonic() < deadline and query.isActive:
-        time.sleep(0.2)
+    """Until ``done()`` (or the query ended): it must be done, and the query without error."""
+    eventually(lambda: done() or not query.isActive, 120)
     assert query.exception() is None, query.exception()
     assert done(), "timed out"
 

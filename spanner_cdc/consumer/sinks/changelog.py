@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from spanner_cdc.consumer.change_rows import TableChanges
+from spanner_cdc.consumer.change_rows import SOURCE_METADATA, TableChanges
 from spanner_cdc.consumer.outline_rows import row_numbers
 from spanner_cdc.consumer.sinks.parquet_files import (
     batch_file_name,
@@ -103,7 +103,7 @@ class ChangelogSink:
         """Write one table's changes of one batch, read by task ``part``; returns the rows written."""
         table = changes.changelog()
         commit_dates = pc.cast(
-            pc.struct_field(table.column("envelope$source_metadata"), "commit_timestamp"), pa.date32()
+            pc.struct_field(table.column(SOURCE_METADATA), "commit_timestamp"), pa.date32()
         )
         for commit_date in pc.unique(commit_dates).to_pylist():
             rows = table.filter(pc.equal(commit_dates, pa.scalar(commit_date, pa.date32())))

@@ -154,14 +154,22 @@ def unknown_from_columns(row: dict[str, Any]) -> Unknown:
     )
 
 
-def row_numbers(rows: pa.Table, coordinates: Sequence[str], messages: pa.Table, *, named: bool) -> pa.Array:
+def row_numbers(
+    rows: pa.Table,
+    coordinates: Sequence[str],
+    messages: pa.Table,
+    *,
+    named: bool,
+    on: Sequence[str] = COORDINATES,
+) -> pa.Array:
     """The numbers, ascending, of the ``rows`` whose Kafka coordinates (in their columns
-    ``coordinates``) are (``named``) or are not among ``messages`` (columns :data:`COORDINATES`).
+    ``coordinates``) are (``named``) or are not among ``messages`` (columns ``on``: by default
+    :data:`COORDINATES`; ``coordinates`` names the rows' columns of the same values).
     Arrow's join on the coordinates and a row number — not Python per row; the row number,
     because Arrow's join carries no list or struct columns and does not keep the rows' order."""
-    numbered = rows.select(list(coordinates)).rename_columns(list(COORDINATES))
+    numbered = rows.select(list(coordinates)).rename_columns(list(on))
     numbered = numbered.append_column(_ROW, pa.array(range(rows.num_rows), pa.int64()))
     join_type = "left semi" if named else "left anti"
-    found = numbered.join(messages.select(list(COORDINATES)), keys=list(COORDINATES), join_type=join_type)
+    found = numbered.join(messages.select(list(on)), keys=list(on), join_type=join_type)
     numbers = found.column(_ROW)
     return pc.take(numbers, pc.array_sort_indices(numbers))

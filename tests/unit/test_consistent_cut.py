@@ -15,7 +15,7 @@ import pytest
 
 from spanner_cdc.consumer.decode import BatchDecoder, BrokerPartitions
 from spanner_cdc.consumer.decoded import DecodedEvent, WatermarkSeen
-from spanner_cdc.consumer.errors import ConsumerError
+from spanner_cdc.consumer.errors import ConsumerError, ReplicaQueryError
 from spanner_cdc.consumer.schema_topic import SchemaTopic
 from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend
 from spanner_cdc.consumer.sinks.replica.cut import (
@@ -171,3 +171,27 @@ def test_watermark_records_decode_to_what_was_encoded() -> None:
     stamp = Watermark(STREAM, 1_750_000_000_123_456, {TOPIC: 6})
     store = SchemaStore({WATERMARK_WRITER.fingerprint: WATERMARK_WRITER})
     assert Watermark.from_record(store.decode(stamp.encode(1))) == stamp
+
+
+def test_a_pending_table_keyed_by_coordinates_is_made_again_without_the_key_its_rows_kept(
+    tmp_path: Path,
+) -> None:
+    """``cdc$pending`` as earlier versions made it (a primary key on the Kafka coordinates, which
+    refused a held event of a topic created again at an offset an old one still held)."""
+    backend = DuckDbBackend(tmp_path / "replica.duckdb")
+    backend.execute(
+        f'CREATE TABLE {quote(PENDING)} (topic VARCHAR NOT NULL, "partition" INTEGER NOT NULL, '
+        '"offset" BIGINT NOT NULL, commit_micros BIGINT NOT NULL, key BYTEA, value BYTEA NOT NULL, '
+        'PRIMARY KEY (topic, "partition", "offset"))'
+    )
+    backend.execute(f"INSERT INTO {quote(PENDING)} VALUES (?, 0, 7, 100, NULL, ?)", [TOPIC, b"held"])
+
+    ConsistentCut(backend, lambda topic: True, 1_000)
+    backend.execute(f"INSERT INTO {quote(PENDING)} VALUES (?, 0, 7, 200, NULL, ?)", [TOPIC, b"again"])
+
+    rows = backend.execute(
+        f'SELECT "offset", commit_micros, value FROM {quote(PENDING)} ORDER BY commit_micros'
+    )
+    assert rows == [(7, 100, b"held"), (7, 200, b"again")]
+    with pytest.raises(ReplicaQueryError, match="NOT NULL"):  # the columns' own constraints stay
+        backend.execute(f"INSERT INTO {quote(PENDING)} VALUES (?, 0, 8, 300, NULL, NULL)", [TOPIC])

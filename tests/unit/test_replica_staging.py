@@ -135,7 +135,7 @@ def test_held_events_kept_from_their_batch_come_back_as_staging_them_again_would
     held_rows.keep(7, event_rows(events[1:4]), staged_parts(events))
     stager = RecordingStager(decoder)
 
-    staged = held_rows.staging_with(stager)(kafka_rows(events[2:5]))
+    staged = held_rows.staging_with(stager)(event_messages(events[2:5]))
 
     assert stager.offsets == [[4]]
     assert sorted(staged.outline.column("offset").to_pylist()) == [2, 3, 4]
@@ -150,7 +150,7 @@ def test_an_event_kept_by_two_batches_comes_back_once(tmp_path: Path) -> None:
         held_rows.keep(batch_id, event_rows(events), staged_parts(events))
     stager = RecordingStager(decoder)
 
-    staged = held_rows.staging_with(stager)(kafka_rows(events))
+    staged = held_rows.staging_with(stager)(event_messages(events))
 
     assert stager.offsets == []
     assert sorted(staged.outline.column("offset").to_pylist()) == [0, 1, 2]
@@ -166,8 +166,59 @@ def test_rows_taken_are_kept_no_longer_and_a_batch_goes_with_its_last(tmp_path: 
     stager = RecordingStager(decoder)
     stage = held_rows.staging_with(stager)
 
-    stage(kafka_rows(events[:2]))
-    stage(kafka_rows(events))
+    stage(event_messages(events[:2]))
+    stage(event_messages(events))
 
     assert stager.offsets == [[0, 1]]
+    assert not list((tmp_path / "held").iterdir())
+
+
+def test_a_held_event_of_a_topic_created_again_is_not_taken_for_the_old_ones_at_its_offset(
+    tmp_path: Path,
+) -> None:
+    """Batch 1 kept the old topic's events at offsets 0-1; the topic was deleted and created
+    again, and batch 2 kept the new topic's, at offsets 0-1 too (later commits). Each message
+    released takes the rows of its own event, told apart by commit time."""
+    factory, decoder = ChangeFactory(), new_decoder()
+    old = decoded_events(
+        decoder, [factory.record("INSERT", {"Id": k}, {"Balance": "1"}) for k in "ab"], TOPIC
+    )
+    new = decoded_events(
+        decoder, [factory.record("UPDATE", {"Id": k}, {"Balance": "2"}) for k in "ab"], TOPIC
+    )
+    held_rows = HeldStageRows(tmp_path / "held")
+    held_rows.keep(1, event_rows(old), staged_parts(old))
+    held_rows.keep(2, event_rows(new), staged_parts(new))
+    stager = RecordingStager(decoder)
+    stage = held_rows.staging_with(stager)
+
+    released_new = stage(event_messages(new))
+    released_old = stage(event_messages(old))
+
+    assert stager.offsets == []
+    assert [row["Balance"] for row in stage_rows(released_new)] == [2, 2]
+    assert [row["Balance"] for row in stage_rows(released_old)] == [1, 1]
+    assert not list((tmp_path / "held").iterdir())
+
+
+def test_held_messages_coordinates_and_commit_time_do_not_tell_apart_are_staged_from_their_bytes(
+    tmp_path: Path,
+) -> None:
+    """Two events of one transaction (one commit time) at offset 0 of a topic's two lives: the
+    kept rows could be either's, so both are staged again and the kept ones dropped."""
+    factory, decoder = ChangeFactory(), new_decoder()
+    first, second = factory.transaction(
+        factory.record("INSERT", {"Id": "a"}, {"Balance": "1"}),
+        factory.record("INSERT", {"Id": "b"}, {"Balance": "2"}),
+    )
+    old, new = decoded_events(decoder, [first], TOPIC), decoded_events(decoder, [second], TOPIC)
+    held_rows = HeldStageRows(tmp_path / "held")
+    held_rows.keep(1, event_rows(old), staged_parts(old))
+    held_rows.keep(2, event_rows(new), staged_parts(new))
+    stager = RecordingStager(decoder)
+
+    staged = held_rows.staging_with(stager)(event_messages([*old, *new]))
+
+    assert stager.offsets == [[0, 0]]
+    assert sorted(row["Id"] for row in stage_rows(staged)) == ["a", "b"]
     assert not list((tmp_path / "held").iterdir())

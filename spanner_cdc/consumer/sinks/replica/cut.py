@@ -42,9 +42,8 @@ import pyarrow.compute as pc
 
 from spanner_cdc.consumer.decoded import WatermarkSeen
 from spanner_cdc.consumer.errors import ConsumerError
-from spanner_cdc.consumer.kafka_rows import DECODE_SCHEMA
 from spanner_cdc.consumer.outline_rows import COORDINATES, EVENT
-from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table
+from spanner_cdc.consumer.sinks.replica.backends import REBUILT_TABLE, SqlBackend, find_table
 from spanner_cdc.consumer.sinks.replica.names import quote
 from spanner_cdc.consumer.sinks.replica.staged import MESSAGES_SCHEMA, StagedEvents, rows_of_events
 from spanner_cdc.schemas.timestamps import datetime_from_micros
@@ -54,6 +53,15 @@ PENDING = "cdc$pending"
 WATERMARKS = "cdc$watermarks"
 CUT = "cdc$consistent_cut"
 _COMMIT = "commit_micros"
+#: ``cdc$pending``'s columns. No key: two held events may share Kafka coordinates — an event of a
+#: topic deleted and created again, at an offset an event of the old topic still held has (a
+#: consumer told to go on with ``--fail-on-data-loss false``). Nothing holds a message twice:
+#: the replica's transaction records the batch id, and a message sent again is a duplicate
+#: uuid, which dedupe drops before the cut sees it.
+_PENDING_COLUMNS = (
+    'topic VARCHAR NOT NULL, "partition" INTEGER NOT NULL, "offset" BIGINT NOT NULL, '
+    "commit_micros BIGINT NOT NULL, key BYTEA, value BYTEA NOT NULL"
+)
 
 
 @dataclass(frozen=True)
@@ -97,11 +105,9 @@ class ConsistentCut:
         #: Held events brought back per slice (the consumer passes its --max-events-per-batch).
         self.slice_events = slice_events
         self.subscribed = subscribed
-        backend.execute(
-            f"CREATE TABLE IF NOT EXISTS {quote(PENDING)} (topic VARCHAR NOT NULL, "
-            '"partition" INTEGER NOT NULL, "offset" BIGINT NOT NULL, commit_micros BIGINT NOT NULL, '
-            'key BYTEA, value BYTEA NOT NULL, PRIMARY KEY (topic, "partition", "offset"))'
-        )
+        with backend.transaction():
+            backend.execute(f"CREATE TABLE IF NOT EXISTS {quote(PENDING)} ({_PENDING_COLUMNS})")
+            _drop_coordinates_key(backend)
         backend.execute(
             f"CREATE TABLE IF NOT EXISTS {quote(WATERMARKS)} (topic VARCHAR NOT NULL, "
             '"partition" INTEGER NOT NULL, watermark_micros BIGINT, PRIMARY KEY (topic, "partition"))'
@@ -123,7 +129,7 @@ class ConsistentCut:
         rows of its kept events); ``messages`` (``staged.MESSAGES_SCHEMA``) has their Kafka
         messages, and maybe others', for the ones held. ``apply`` is called with each slice of
         what may be applied now, oldest commits first, and the cut they are applied up to;
-        ``stage`` stages held events again from their Kafka rows (``kafka_rows.DECODE_SCHEMA``)
+        ``stage`` stages held events again from their messages (``staged.MESSAGES_SCHEMA``)
         when the cut passes them."""
         previous, topics_from = self._stored()
         computed, topics_from = self._merge_watermarks(watermarks, topics_from)
@@ -253,10 +259,9 @@ class ConsistentCut:
         """The held events committed after ``after`` and at or before ``upper``, no longer held,
         staged again."""
         between = "commit_micros > ? AND commit_micros <= ?"
+        names = ", ".join(quote(name) for name in MESSAGES_SCHEMA.names)
         table = self.backend.select_arrow(
-            f'SELECT key, value, topic, "partition", "offset" FROM {quote(PENDING)} WHERE {between}',
-            [after, upper],
-            DECODE_SCHEMA,
+            f"SELECT {names} FROM {quote(PENDING)} WHERE {between}", [after, upper], MESSAGES_SCHEMA
         )
         if not table.num_rows:
             return None
@@ -274,6 +279,24 @@ class ConsistentCut:
 
     def _held_count(self) -> int:
         return int(self.backend.execute(f"SELECT count(*) FROM {quote(PENDING)}")[0][0])
+
+
+def _drop_coordinates_key(backend: SqlBackend) -> None:
+    """A ``cdc$pending`` made before its key was dropped (a primary key on the Kafka
+    coordinates, which refused the second of two held events at one offset) made again without
+    it, its rows kept. DuckDB cannot drop a primary key, so both databases copy the table."""
+    keys = backend.execute(
+        "SELECT count(*) FROM information_schema.table_constraints WHERE table_schema = current_schema() "
+        "AND table_name = ? AND constraint_type = 'PRIMARY KEY'",
+        [PENDING],
+    )
+    if not keys[0][0]:
+        return
+    rebuilt = quote(REBUILT_TABLE)
+    backend.execute(f"CREATE TABLE {rebuilt} ({_PENDING_COLUMNS})")
+    backend.execute(f"INSERT INTO {rebuilt} SELECT * FROM {quote(PENDING)}")
+    backend.execute(f"DROP TABLE {quote(PENDING)}")
+    backend.execute(f"ALTER TABLE {rebuilt} RENAME TO {quote(PENDING)}")
 
 
 def recorded_cut(backend: SqlBackend) -> int | None:

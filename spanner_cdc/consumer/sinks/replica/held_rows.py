@@ -24,14 +24,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from spanner_cdc.consumer.kafka_rows import DECODE_SCHEMA
 from spanner_cdc.consumer.outline_rows import COORDINATES, row_numbers
 from spanner_cdc.consumer.sinks.replica.staged import (
     ReplicaStaging,
     StagedEvents,
     StagedPart,
     parts_of_events,
-    taken,
 )
 
 
@@ -53,35 +54,60 @@ class HeldStageRows:
         staging.write_outline(held)
 
     def staging_with(self, stage: Callable[[pa.Table], StagedEvents]) -> Callable[[pa.Table], StagedEvents]:
-        """A stager of held events (Kafka rows, ``kafka_rows.DECODE_SCHEMA``) that takes the kept
-        rows (no longer kept) and hands the rest to ``stage``."""
+        """A stager of held events (their messages, ``staged.MESSAGES_SCHEMA``) that takes the
+        kept rows (no longer kept) and hands the rest to ``stage`` (as Kafka rows,
+        ``kafka_rows.DECODE_SCHEMA``).
+
+        A kept row is a held message's when their Kafka coordinates and commit time agree: the
+        coordinates alone may be two messages' (a topic deleted and created again while an event
+        of the old one is held). Messages that even those do not tell apart are staged from their
+        bytes, and their kept rows dropped."""
 
         def staged(held: pa.Table) -> StagedEvents:
+            missing, ambiguous = _told_apart(held)
             outlines: list[pa.Table] = []
             parts: list[StagedPart] = []
-            missing = held
             for staging in self._batches():
-                if not missing.num_rows:
+                if not missing.num_rows and not ambiguous.num_rows:
                     break
                 outline = staging.outline()
-                found = taken(outline, COORDINATES, missing)
-                if not found.num_rows:
+                found = outline.take(_matching(outline, missing, named=True))
+                if found.num_rows:
+                    outlines.append(found)
+                    parts.extend(parts_of_events(staging.read(), found))
+                    missing = missing.take(_matching(missing, found, named=False))
+                still_held = outline.take(_matching(outline, found, named=False))
+                still_held = still_held.take(_matching(still_held, ambiguous, named=False))
+                if still_held.num_rows == outline.num_rows:
                     continue
-                outlines.append(found)
-                parts.extend(parts_of_events(staging.read(), found))
-                missing = missing.take(row_numbers(missing, COORDINATES, found, named=False))
-                still_held = outline.take(row_numbers(outline, COORDINATES, found, named=False))
                 if still_held.num_rows:
                     staging.write_outline(still_held)
                 else:
                     staging.clear()
-            if missing.num_rows:
-                rest = stage(missing)
-                outlines.append(rest.outline)
-                parts.extend(rest.parts)
+            rest = pa.concat_tables([missing, ambiguous])
+            if rest.num_rows:
+                again = stage(rest.select(DECODE_SCHEMA.names))
+                outlines.append(again.outline)
+                parts.extend(again.parts)
             return StagedEvents(pa.concat_tables(outlines), parts)
 
         return staged
 
     def _batches(self) -> list[ReplicaStaging]:
         return [ReplicaStaging(d) for d in sorted(self.root.glob("batch-*"))]
+
+
+#: What tells a held message's kept rows apart (outline rows and messages name them alike).
+_HELD_KEY = [*COORDINATES, "commit_micros"]
+
+
+def _matching(rows: pa.Table, others: pa.Table, *, named: bool) -> pa.Array:
+    """The numbers of ``rows`` whose :data:`_HELD_KEY` is (``named``) or is not among ``others``'."""
+    return row_numbers(rows, _HELD_KEY, others, named=named, on=_HELD_KEY)
+
+
+def _told_apart(held: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """``held`` split in the messages no other of them shares :data:`_HELD_KEY` with, and the rest."""
+    counts = held.group_by(_HELD_KEY).aggregate([("offset", "count")])
+    shared = counts.filter(pc.greater(counts.column("offset_count"), 1))
+    return held.take(_matching(held, shared, named=False)), held.take(_matching(held, shared, named=True))

@@ -106,16 +106,20 @@ class Group:
             events = read_events(self.kafka, self.prefix, "Accounts")
             return expected <= {(e.value["payload"]["Id"], e.value["payload"]["Balance"]) for e in events}
 
-        wait_for(published, 120, "every committed change on Kafka")
+        with self.diagnosing():  # a change the emulator skipped never arrives: say so, and re-run
+            wait_for(published, 120, "every committed change on Kafka")
         return read_events(self.kafka, self.prefix, "Accounts")
 
     @contextmanager
     def diagnosing(self) -> Iterator[None]:
         """Assertions about what reached Kafka, blamed on the emulator when its debug logs say so
-        (SourceLog.diagnosing)."""
-        self.source_log.add("".join(m.log.read_text() for m in self.members))
+        (SourceLog.diagnosing), from the processes' logs as they are when one fails."""
         with self.source_log.diagnosing():
-            yield
+            try:
+                yield
+            except AssertionError:
+                self.source_log.add("".join(m.log.read_text() for m in self.members))
+                raise
 
 
 @contextmanager

@@ -185,6 +185,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_batch = -math.inf
         self._consumer: Consumer | None = None
         self._admin: AdminClient | None = None
+        #: Where this query starts, resolved once (:meth:`initialOffset`).
+        self._initial: Offsets | None = None
+        #: The start came from a partition's end and no batch has been planned from it yet.
+        self._unlogged_start = False
 
     # --- driver side --------------------------------------------------------------------------
 
@@ -231,10 +235,27 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._admin = None
 
     def initialOffset(self) -> Offsets:  # noqa: N802 - Spark's name
-        earliest, ends = self._current()
-        return starting_offsets(self.options, earliest, ends, default="latest")
+        """Resolved once per query run. Spark asks twice for a new query's first batch — for the
+        start ``latestOffset`` plans from, and again for the start the batch reads from — and
+        with ``startingOffsets=latest`` the end moves between the two: the records written in
+        between were skipped. Spark's own source resolves them once too (and keeps them in the
+        checkpoint, which a Python source is not given: :meth:`latestOffset` says what stands
+        in for that)."""
+        if self._initial is None:
+            earliest, ends = self._current()
+            self._initial = starting_offsets(self.options, earliest, ends, default="latest")
+            self._unlogged_start = self.options.may_start_at_an_end
+        return self._initial
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:  # noqa: N802
+        if self._unlogged_start and start == self._initial:
+            # A start taken from a partition's end (``latest``) is where the end was when the
+            # query began; resolved again after a restart it would be later. Spark logs a batch's
+            # end offsets, not its start: a first batch of records, killed before its commit, was
+            # run again from the new end and its records skipped. So the first batch is empty and
+            # ends at the start, which Spark's log then keeps for every later batch and restart.
+            self._unlogged_start = False
+            return start
         earliest, ends = self._current()
         resumed = resume(start, earliest, ends)
         if resumed.lost:

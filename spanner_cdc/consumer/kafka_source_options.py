@@ -128,6 +128,24 @@ class SourceOptions:
         """For listing offsets: the consumer's client settings, none of its reader settings."""
         return AdminClient(dict(self.client))
 
+    @property
+    def may_start_at_an_end(self) -> bool:
+        """Can a new streaming query start some partition at its end — ``startingOffsets``
+        latest (a streaming query's default) or -1 in its JSON, or a time with
+        ``startingOffsetsByTimestampStrategy=latest`` — where it would start later if resolved
+        again?"""
+        if self.starting_times is not None:
+            return self.starting_strategy == "latest"
+        if self.starting in ("", "latest"):
+            return True
+        if self.starting == "earliest":
+            return False
+        try:
+            given = json.loads(self.starting)
+            return any(int(offset) == LATEST for parts in given.values() for offset in parts.values())
+        except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
+            return False  # not an offsets JSON: resolving it fails the query first
+
     def wanted(self, topic: str) -> bool:
         if self.assigned is not None:
             return topic in self.assigned

@@ -12,8 +12,15 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from spanner_cdc.consumer.kafka_source import SOURCE_NAME, RangeGroup, TopicPartitionRange, read_group
+from spanner_cdc.consumer.kafka_source import (
+    SOURCE_NAME,
+    KafkaStreamReader,
+    RangeGroup,
+    TopicPartitionRange,
+    read_group,
+)
 from spanner_cdc.consumer.kafka_source_options import SourceOptions
 from spanner_cdc.stack import EmbeddedStack
 from tests.support.waiting import eventually
@@ -349,6 +356,36 @@ def test_a_topic_deleted_or_created_again_is_data_loss_as_in_sparks_source(
         row for batch in run_available_now(spark, bootstrap, tmp_path / "cp", **going_on) for row in batch
     ]
     assert sorted(row["value"] for row in rows) == sorted(f"v{i}".encode() for i in range(2000, 2005))
+
+
+def test_a_start_at_the_end_is_resolved_once_and_logged_by_an_empty_first_batch(stack: EmbeddedStack) -> None:
+    """Spark asks a new query's source for its start twice (for the first batch's end and again
+    for the start it reads from): records written in between were skipped. And Spark logs a
+    batch's end, not its start: a start at the end (``latest``), resolved again after a restart,
+    moved past a first batch that was killed before its commit. So the start is resolved once,
+    and a first batch from an end is empty; the one after it reads every record written since."""
+    bootstrap = stack.endpoint("kafka")
+    topic = make_topic(bootstrap, partitions=2)
+    produce(bootstrap, topic, 0, 10)
+    at_end = KafkaStreamReader(
+        SourceOptions.parse({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
+    )
+    from_earliest = KafkaStreamReader(
+        SourceOptions.parse(
+            {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "startingOffsets": "earliest"}
+        )
+    )
+    try:
+        start, first = at_end.initialOffset(), from_earliest.initialOffset()
+        produce(bootstrap, topic, 10, 5)
+
+        assert at_end.initialOffset() == start and sum(start[topic].values()) == 10
+        assert at_end.latestOffset(start, ReadAllAvailable()) == start
+        assert sum(at_end.latestOffset(start, ReadAllAvailable())[topic].values()) == 15
+        assert sum(from_earliest.latestOffset(first, ReadAllAvailable())[topic].values()) == 15
+    finally:
+        at_end.stop()
+        from_earliest.stop()
 
 
 def test_a_task_reads_many_ranges_together_exactly(stack: EmbeddedStack) -> None:

@@ -179,3 +179,22 @@ def test_max_records_per_partition_caps_every_task_as_sparks_source() -> None:
         ).max_records
         == 7
     )
+
+
+def test_which_starts_may_be_at_a_partitions_end() -> None:
+    """Those a new streaming query pins with an empty first batch (kafka_source.latestOffset)."""
+    base = {"kafka.bootstrap.servers": "h:1", "subscribe": "t"}
+    at_an_end = [
+        {},
+        {"startingOffsets": "latest"},
+        {"startingOffsets": '{"t": {"0": 5, "1": -1}}'},
+        {"startingTimestamp": "1000", "startingOffsetsByTimestampStrategy": "latest"},
+    ]
+    elsewhere = [
+        {"startingOffsets": "earliest"},
+        {"startingOffsets": '{"t": {"0": 5, "1": -2}}'},
+        {"startingTimestamp": "1000"},
+        {"startingTimestamp": "1000", "startingOffsets": "latest"},  # the time wins, as in Spark
+    ]
+    assert [SourceOptions.parse({**base, **given}).may_start_at_an_end for given in at_an_end] == [True] * 4
+    assert [SourceOptions.parse({**base, **given}).may_start_at_an_end for given in elsewhere] == [False] * 4

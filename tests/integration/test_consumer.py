@@ -18,7 +18,7 @@ from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.readers import changelog_rows, quarantine_rows, replica_rows
 from spanner_cdc.schemas.wire import WriterSchema, encode
 from spanner_cdc.stack import EmbeddedStack
-from testkit.consumer_run import ConfigFactory, run_consumer
+from testkit.consumer_run import ConfigFactory, committed_batches, run_consumer
 from testkit.synthetic import ChangeFactory, publish
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -191,6 +191,28 @@ def test_a_table_topic_created_again_stops_the_consumer_until_told_to_go_on(
     assert sorted(rows) == sorted([*((f"k{i}", i) for i in range(30)), ("new", 99)])
     uuids = [row[0] for row in changelog_rows(config, "Accounts", '"envelope$uuid"')]
     assert uuids[-1] == late[0].value["uuid"] and len(uuids) == 31
+
+
+def test_a_consumer_started_at_latest_reads_what_is_written_after_it_started(
+    spark: Any, stack: EmbeddedStack, configure: ConfigFactory
+) -> None:
+    """``--starting-offsets latest``: the first run's batch is empty and ends where Kafka ended
+    (kafka_source.latestOffset pins it); the next run reads from there, every event written
+    since and none before."""
+    config = configure(starting_offsets="latest")
+    factory = ChangeFactory()
+    before = factory.events(
+        *(factory.record("INSERT", {"Id": f"old{i}"}, {"Balance": "1"}) for i in range(3))
+    )
+    publish(config.kafka_bootstrap, config.topic_prefix, before)
+    run_consumer(spark, config)
+    assert committed_batches(config) == 1, "one batch, empty, ending at Kafka's end"
+
+    after = factory.events(*(factory.record("INSERT", {"Id": f"new{i}"}, {"Balance": "2"}) for i in range(2)))
+    publish(config.kafka_bootstrap, config.topic_prefix, after)
+    run_consumer(spark, config)
+    assert replica_rows(config, "Accounts", '"Id"') == [("new0",), ("new1",)]
+    assert [row[0] for row in changelog_rows(config, "Accounts", '"Id"')] == ["new0", "new1"]
 
 
 def test_a_column_added_mid_stream_reaches_both_sinks(

@@ -7,7 +7,7 @@ means decoding the events a second time (on the driver for a few, by a Spark job
 tasks of the batch that delivered them built those rows once already, in the batch's staging
 directory, which goes when the batch is written. This keeps the held events' rows — only
 theirs — as Arrow files per batch beside it (memory-mapped when read, like the staging), so a
-release takes them by Kafka coordinates and stages from the bytes only what is not kept.
+release takes them by Kafka coordinates and commit time and stages from the bytes only what is not kept.
 
 It is a cache, and nothing depends on it for correctness: rows are staged from a message's
 bytes and its writer schema alone, so a kept row is the row staging again would build. Rows are

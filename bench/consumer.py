@@ -82,8 +82,11 @@ WIDE_NAME = f"a table of {WIDE_VALUE_COLUMNS} value columns, {WIDE_UPDATED_COLUM
 @dataclass(frozen=True)
 class ConsumerFigures:
     raw_on_executors: Figure
+    #: The same events over Spark's time in the query's batches (timed_with_batches).
+    raw_in_batches: Figure
     raw_to_driver: Figure
     changelog: Figure
+    changelog_in_batches: Figure
     #: DuckDB then PostgreSQL, each with whole transactions and then without.
     replicas: list[Figure]
     #: PostgreSQL with whole transactions, its stage rows loaded by the driver (--postgres-staging
@@ -103,8 +106,9 @@ class ConsumerFigures:
     wide_replicas: list[Figure]
 
 
-def raw_read(spark: Any, config: ConsumerConfig, checkpoint: Path, to_driver: bool) -> int:
-    """Rows read by one AvailableNow query that does nothing with them (on the executors or the driver)."""
+def raw_read(spark: Any, config: ConsumerConfig, checkpoint: Path, to_driver: bool) -> Finished:
+    """Rows read by one AvailableNow query that does nothing with them (on the executors or the
+    driver), and the query."""
 
     def noop(batch: Any, _batch_id: int) -> None:
         if to_driver:
@@ -127,7 +131,7 @@ def raw_read(spark: Any, config: ConsumerConfig, checkpoint: Path, to_driver: bo
         .start()
     )
     query.awaitTermination()
-    return sum(int(progress["numInputRows"]) for progress in query.recentProgress)
+    return Finished(sum(int(progress["numInputRows"]) for progress in query.recentProgress), query)
 
 
 def decoder_figures(changes: int) -> tuple[Figure, Figure]:
@@ -163,6 +167,26 @@ def timed(name: str, run: Callable[[], int]) -> Figure:
     return Figure(name, events, time.perf_counter() - started)
 
 
+@dataclass(frozen=True)
+class Finished:
+    """A query run to its end, and the events it read."""
+
+    events: int
+    query: Any
+
+
+def timed_with_batches(name: str, run: Callable[[], Finished]) -> tuple[Figure, Figure]:
+    """``run`` timed whole, and the same events over the time Spark spent in its batches
+    (``addBatch``): what a running query sustains, without what each new query pays once — on
+    2 cores about 1 s before its first batch, most of it Spark starting the source's Python
+    runner (docs/consumer.md, run 24)."""
+    started = time.perf_counter()
+    finished = run()
+    whole = Figure(name, finished.events, time.perf_counter() - started)
+    in_batches = sum(p["durationMs"].get("addBatch", 0) for p in finished.query.recentProgress) / 1000
+    return whole, Figure(f"{name.partition(' (')[0]}, its batches alone", finished.events, in_batches)
+
+
 def on_one_cpu(spark: Any, name: str, run: Callable[[], int]) -> Figure | None:
     """``run`` timed with this process, Spark's JVM and its workers pinned to one CPU (None on a
     machine that gives this process only one)."""
@@ -192,7 +216,7 @@ def wide_figures(
     (``consumed``: a directory name, the topics' prefix and the consumer's settings)."""
     raw = timed(
         f"raw read on the executors, {WIDE_NAME}",
-        lambda: raw_read(spark, wide, wide.output_dir.parent / "wide-raw", False),
+        lambda: raw_read(spark, wide, wide.output_dir.parent / "wide-raw", False).events,
     )
     replicas = [
         timed(
@@ -248,12 +272,15 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
     published = {prefix: messages, wide_prefix: wide_messages, warm_prefix: 2 * len(warm_events)}
 
     def consumed(directory: str, topics: str = prefix, **overrides: Any) -> int:
+        return consumed_query(directory, topics, **overrides).events
+
+    def consumed_query(directory: str, topics: str = prefix, **overrides: Any) -> Finished:
         job = ConsumerJob.open(consumer_config(bootstrap, topics, work / directory, **overrides))
         try:
-            drain(job, spark, StopRequest())
+            query = drain(job, spark, StopRequest())
         finally:
             job.close()
-        return published[topics]
+        return Finished(published[topics], query)
 
     def warm_up(name: str) -> None:
         """The JVM and the Python workers of the source and of the consumer's tasks started, and
@@ -264,13 +291,16 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
     spark = spark_session("local[2]", "spanner-cdc-bench", log_dir=logs)
     try:
         warm_up("warm-up")
-        raw_executors = timed(
+        raw_executors, raw_in_batches = timed_with_batches(
             "raw read on the executors (source → noop)", lambda: raw_read(spark, base, work / "raw-x", False)
         )
         raw_driver = timed(
-            "raw read to the driver (source → Arrow)", lambda: raw_read(spark, base, work / "raw-d", True)
+            "raw read to the driver (source → Arrow)",
+            lambda: raw_read(spark, base, work / "raw-d", True).events,
         )
-        changelog = timed(CHANGELOG, lambda: consumed("changelog", sinks=("changelog",)))
+        changelog, changelog_in_batches = timed_with_batches(
+            CHANGELOG, lambda: consumed_query("changelog", sinks=("changelog",))
+        )
         replicas, loaded_by_driver = replica_figures(consumed, postgres_dsn)
         wide_raw, wide_replicas = wide_figures(
             spark, consumer_config(bootstrap, wide_prefix, work / "unused-wide"), consumed, postgres_dsn
@@ -294,8 +324,10 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
         spark.stop()
     return ConsumerFigures(
         raw_executors,
+        raw_in_batches,
         raw_driver,
         changelog,
+        changelog_in_batches,
         replicas,
         loaded_by_driver,
         one_core,

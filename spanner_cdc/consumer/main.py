@@ -239,9 +239,12 @@ def wait_until_started(query: Any, timeout: float) -> None:
         query.awaitTermination(POLL_SECONDS)
 
 
-def drain(job: ConsumerJob, spark: Any, request: StopRequest) -> None:
-    """Run the query until stopped; with ``available_now``, until Kafka's current end is written."""
-    job.run_until_stopped(job.start(spark), request)
+def drain(job: ConsumerJob, spark: Any, request: StopRequest) -> Any:
+    """Run the query until stopped; with ``available_now``, until Kafka's current end is written.
+    The query, ended (its progress says what its batches took)."""
+    query = job.start(spark)
+    job.run_until_stopped(query, request)
+    return query
 
 
 def consume(config: ConsumerConfig) -> None:

@@ -169,6 +169,7 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
             found.changelog_warm,
             *([one_cpu] if one_cpu else []),
             found.changelog_on_one_core,
+            found.changelog_on_one_core_in_batches,
             found.wide_raw,
             *found.wide_replicas,
         ]
@@ -208,6 +209,10 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
     growth = found.changelog.per_second / one_core
     print(f"  growth: changelog on local[2] {growth:.2f}x the same on local[1] (target 1.6x)")
     print(f"  growth, warm: changelog again on local[2] {warm / one_core:.2f}x the same on local[1]")
+    in_batches = found.changelog_in_batches.per_second / found.changelog_on_one_core_in_batches.per_second
+    print(
+        f"  growth, the queries' batches alone: changelog on local[2] {in_batches:.2f}x the same on local[1]"
+    )
     if one_cpu:
         cpus = len(os.sched_getaffinity(0))
         print(f"  growth, warm: the same on {cpus} CPUs {warm / one_cpu.per_second:.2f}x it pinned to one")

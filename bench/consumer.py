@@ -43,6 +43,7 @@ import functools
 import io
 import os
 import random
+import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -93,6 +94,7 @@ class ConsumerFigures:
     #: driver): the baseline of the tasks loading them, run just before.
     postgres_loaded_by_driver: Figure
     changelog_on_one_core: Figure
+    changelog_on_one_core_in_batches: Figure
     #: The changelog again at the end of the ``local[2]`` session, warm.
     changelog_warm: Figure
     #: Then the same with Spark's processes and the driver pinned to one CPU (None on a machine
@@ -184,7 +186,8 @@ def timed_with_batches(name: str, run: Callable[[], Finished]) -> tuple[Figure, 
     finished = run()
     whole = Figure(name, finished.events, time.perf_counter() - started)
     in_batches = sum(p["durationMs"].get("addBatch", 0) for p in finished.query.recentProgress) / 1000
-    return whole, Figure(f"{name.partition(' (')[0]}, its batches alone", finished.events, in_batches)
+    short = re.sub(r" \([^)]*\)", "", name)  # without what the whole figure's name explains
+    return whole, Figure(f"{short}, its batches alone", finished.events, in_batches)
 
 
 def on_one_cpu(spark: Any, name: str, run: Callable[[], int]) -> Figure | None:
@@ -319,7 +322,9 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
     spark = spark_session("local[1]", "spanner-cdc-bench-one-core", log_dir=logs)
     try:
         warm_up("warm-up-1")
-        one_core = timed(f"{CHANGELOG} on local[1]", lambda: consumed("changelog-1", sinks=("changelog",)))
+        one_core, one_core_in_batches = timed_with_batches(
+            f"{CHANGELOG} on local[1]", lambda: consumed_query("changelog-1", sinks=("changelog",))
+        )
     finally:
         spark.stop()
     return ConsumerFigures(
@@ -331,6 +336,7 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
         replicas,
         loaded_by_driver,
         one_core,
+        one_core_in_batches,
         warm,
         one_cpu,
         rss[0],

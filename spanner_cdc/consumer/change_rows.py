@@ -227,19 +227,16 @@ class TableChanges:
             out.append(found)
         return out
 
-    def _set_flags(self, deleted: list[bool]) -> dict[str, pa.Array]:
+    def _set_flags(self, deleted: pa.Array) -> dict[str, pa.Array]:
         """``set$<column>`` per value column: did the event name the column (its own version's
         field) in ``changed_columns``. Deletes set nothing: their changed_columns name the old
-        values they carry. Compared in Arrow over every event's names at once; a Python test per
-        column and event took 5.9 µs an event at 30 columns (docs/consumer.md, run 17)."""
-        named = pa.array(
-            [
-                [] if is_delete else e.record["source_metadata"]["changed_columns"]
-                for e, is_delete in zip(self.events, deleted, strict=True)
-            ],
-            type=pa.list_(pa.string()),
-        )
+        values they carry. Compared in Arrow over every event's names at once, as
+        :attr:`record_arrays` holds them; a Python test per column and event took 5.9 µs an event
+        at 30 columns (docs/consumer.md, run 17)."""
+        named = self._described("changed_columns")
         names, owner = named.flatten(), pc.list_parent_indices(named)
+        counted = pc.invert(deleted.take(owner))
+        names, owner = names.filter(counted), owner.filter(counted)
         owner_version = pa.array(self._version_index, type=pa.int64()).take(owner)
         # each name as the number of the value column it is in its event's version (null: none)
         numbers = pa.nulls(len(names), type=pa.int32())
@@ -261,7 +258,7 @@ class TableChanges:
         timestamp per event."""
         deleted = pc.fill_null(self._described("is_deleted"), False)
         columns = dict(self.payload_arrays)
-        columns.update(self._set_flags(deleted.to_pylist()))
+        columns.update(self._set_flags(deleted))
         columns[IS_DELETE] = deleted
         columns[IS_INSERT] = pc.fill_null(pc.equal(self._described("change_type"), "INSERT"), False)
         columns[REPLICA_ROW_ID] = pa.array(self.row_ids, type=pa.string())

@@ -114,3 +114,23 @@ def test_the_envelope_columns_of_two_table_versions_in_their_events_order() -> N
     assert stage.column("cdc$is_delete").to_pylist() == [False, False, False, True]
     assert stage.column("cdc$is_insert").to_pylist() == [True, False, False, False]
     assert stage.column("cdc$commit_timestamp").type == pa.timestamp("us", tz="UTC")
+
+
+def test_a_delete_sets_no_column_though_its_changed_columns_name_its_old_values() -> None:
+    """``set$`` flags: what each insert and update named in ``changed_columns`` (under its own
+    version's field names); a delete's changed_columns name the old values it carries, and set
+    nothing."""
+    factory = ChangeFactory(capture="NEW_ROW_AND_OLD_VALUES")
+    events = decoded(
+        [
+            factory.record("INSERT", {"Id": "a"}, {"Balance": "1", "Note": "x"}),
+            factory.record("UPDATE", {"Id": "a"}, {"Note": "y"}, old_values={"Note": "x"}),
+            factory.record("DELETE", {"Id": "a"}, {}, old_values={"Balance": "1", "Note": "y"}),
+        ]
+    )
+    assert events[2].record["source_metadata"]["changed_columns"], "the delete names its old values"
+
+    stage = TableChanges("Accounts", events).replica_stage()
+
+    assert stage.column("set$Balance").to_pylist() == [True, False, False]
+    assert stage.column("set$Note").to_pylist() == [True, True, False]

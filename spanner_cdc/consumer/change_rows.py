@@ -128,17 +128,29 @@ class TableChanges:
         loop per column took 0.34 µs a value, 10 µs an event at 30 columns (docs/consumer.md, run
         17); a conversion per envelope part cost the changelog's columns 9.4-9.6 µs an event,
         this 7.0-7.9 (run 23)."""
+        parts = [
+            self._version_arrays(version, [self.events[i].record for i in positions])
+            for version, positions in zip(self.versions, self._grouped, strict=True)
+        ]
+        return {name: self._in_event_order([part[name] for part in parts]) for name in parts[0]}
+
+    @cached_property
+    def _grouped(self) -> list[list[int]]:
+        """Each table version's events, as their positions in :attr:`events` (in order)."""
         grouped: list[list[int]] = [[] for _ in self.versions]
         for position, version in enumerate(self._version_index):
             grouped[version].append(position)
-        parts = [
-            self._version_arrays(version, [self.events[i].record for i in positions])
-            for version, positions in zip(self.versions, grouped, strict=True)
-        ]
+        return grouped
+
+    def _in_event_order(self, parts: list[pa.Array]) -> pa.Array:
+        """One array per table version (its events', as :attr:`_grouped` lists them) → one over
+        every event in their order."""
+        if len(parts) == 1:
+            return parts[0]
         back = [0] * len(self.events)  # event position → its place among the versions' rows
-        for place, position in enumerate(p for positions in grouped for p in positions):
+        for place, position in enumerate(p for positions in self._grouped for p in positions):
             back[position] = place
-        return {name: pa.concat_arrays([part[name] for part in parts]).take(back) for name in parts[0]}
+        return pa.concat_arrays(parts).take(back)
 
     @property
     def payload_arrays(self) -> dict[str, pa.Array]:
@@ -184,7 +196,7 @@ class TableChanges:
     def changelog(self) -> pa.Table:
         columns = dict(self.payload_arrays)
         columns[CHANGE_TYPE] = self._described("change_type")
-        columns[ROW_ID] = pa.array(self.row_ids, type=pa.string())
+        columns[ROW_ID] = self.row_ids
         for name, _ in _ENVELOPE_SCALARS:
             columns[f"envelope${name}"] = self.record_arrays[f"envelope${name}"]
         columns["envelope$sort_keys"] = pa.StructArray.from_arrays(
@@ -207,25 +219,27 @@ class TableChanges:
         )
 
     @cached_property
-    def row_ids(self) -> list[str]:
-        """``change$row_id`` per event, computed once per key (a hash per event is measurable)
-        and once per batch (the changelog and the replica both need it). Each event's own key
-        columns: a table created again with another key has events of both in one batch. A key
-        is told apart by its table version (which fixes the key's names and Python types) and the
-        ``repr`` of its values, which also parts values Python calls equal and the row id's JSON
-        does not (0.0 and -0.0)."""
-        ids: dict[tuple[int, str], str] = {}
-        out = []
-        key_of = {id(version): _key_values(version) for version in self.versions}
-        hashed_key = {id(version): _hashed_key(version) for version in self.versions}
-        for event in self.events:
-            values = key_of[id(event.version)](event.record["payload"])
-            signature = (id(event.version), repr(values))
-            found = ids.get(signature)
-            if found is None:
-                found = ids[signature] = row_id(self.table, hashed_key[id(event.version)](values))
-            out.append(found)
-        return out
+    def row_ids(self) -> pa.Array:
+        """``change$row_id`` per event, computed once per distinct key and batch (the changelog
+        and the replica both need it; a hash per event is measurable). Each event's own key
+        columns: a table created again with another key has events of both in one batch, so keys
+        are told apart within each table version (which fixes the key's names and types), by
+        Arrow over the key columns :attr:`record_arrays` holds (:func:`_key_codes`); a Python
+        signature per event cost more than the ids themselves (docs/consumer.md, run 25). Each
+        key's id is made from the values its first event's record holds, as it always was."""
+        parts = []
+        for version, positions in zip(self.versions, self._grouped, strict=True):
+            taken = pa.array(positions, type=pa.int64())
+            key_columns = [self.record_arrays[name].take(taken) for name in version.key]
+            codes, distinct = _key_codes(key_columns, len(positions))
+            firsts = pc.index_in(pa.array(range(distinct), type=pa.int64()), value_set=codes)
+            key_of, hashed = _key_values(version), _hashed_key(version)
+            ids = [
+                row_id(self.table, hashed(key_of(self.events[positions[first]].record["payload"])))
+                for first in firsts.to_pylist()
+            ]
+            parts.append(pa.array(ids, type=pa.string()).take(codes))
+        return self._in_event_order(parts)
 
     def _set_flags(self, deleted: pa.Array) -> dict[str, pa.Array]:
         """``set$<column>`` per value column: did the event name the column (its own version's
@@ -261,7 +275,7 @@ class TableChanges:
         columns.update(self._set_flags(deleted))
         columns[IS_DELETE] = deleted
         columns[IS_INSERT] = pc.fill_null(pc.equal(self._described("change_type"), "INSERT"), False)
-        columns[REPLICA_ROW_ID] = pa.array(self.row_ids, type=pa.string())
+        columns[REPLICA_ROW_ID] = self.row_ids
         columns.update(zip(SORT_COLUMNS, self.sort_key_arrays, strict=True))
         columns[COMMIT_TIMESTAMP] = self._described("commit_timestamp")
         return pa.table(columns)
@@ -276,6 +290,27 @@ def _key_values(version: TableVersion) -> Callable[[Mapping[str, Any]], tuple[An
     if not fields:
         return lambda payload: ()
     return cast(Callable[[Mapping[str, Any]], tuple[Any, ...]], itemgetter(*fields))
+
+
+def _key_codes(columns: list[pa.Array], rows: int) -> tuple[pa.Array, int]:
+    """Each of ``rows`` rows' key (its values in ``columns``; none: one key) as a number, the same
+    exactly where every column's value is — 0, 1, ... in the order keys first appear — and how
+    many keys there are. Arrow hashes floats by their bits, so 0.0 and -0.0 are two keys, as in
+    the row id's JSON; values it cannot hash (lists: no Spanner key is one, a hostile schema may
+    say so) are told apart by their ``repr``."""
+    codes, distinct = pa.repeat(pa.scalar(0, pa.int64()), rows), 1
+    for column in columns:
+        hashable = (
+            pa.array([repr(value) for value in column.to_pylist()], type=pa.string())
+            if pa.types.is_nested(column.type)
+            else column
+        )
+        encoded = pc.dictionary_encode(hashable, null_encoding="encode")
+        # codes and encoded.indices are both below ``rows``: their combination fits an int64
+        combined = pc.add(pc.multiply(codes, len(encoded.dictionary)), encoded.indices.cast(pa.int64()))
+        keys = pc.dictionary_encode(combined)
+        codes, distinct = keys.indices.cast(pa.int64()), len(keys.dictionary)
+    return codes, distinct
 
 
 def _hashed_key(version: TableVersion) -> Callable[[tuple[Any, ...]], dict[str, Any]]:

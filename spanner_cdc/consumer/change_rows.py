@@ -128,11 +128,17 @@ class TableChanges:
         loop per column took 0.34 µs a value, 10 µs an event at 30 columns (docs/consumer.md, run
         17); a conversion per envelope part cost the changelog's columns 9.4-9.6 µs an event,
         this 7.0-7.9 (run 23)."""
-        parts = [
+        parts = self._version_parts
+        return {name: self._in_event_order([part[name] for part in parts]) for name in parts[0]}
+
+    @cached_property
+    def _version_parts(self) -> list[dict[str, pa.Array]]:
+        """:attr:`record_arrays` of each table version's events alone, as :attr:`_grouped` lists
+        them (the row ids read their key columns here, before the events are put back in order)."""
+        return [
             self._version_arrays(version, [self.events[i].record for i in positions])
             for version, positions in zip(self.versions, self._grouped, strict=True)
         ]
-        return {name: self._in_event_order([part[name] for part in parts]) for name in parts[0]}
 
     @cached_property
     def _grouped(self) -> list[list[int]]:
@@ -142,15 +148,20 @@ class TableChanges:
             grouped[version].append(position)
         return grouped
 
+    @cached_property
+    def _back(self) -> pa.Array:
+        """Each event's place among the versions' rows laid end to end (:attr:`_grouped`)."""
+        back = [0] * len(self.events)
+        for place, position in enumerate(p for positions in self._grouped for p in positions):
+            back[position] = place
+        return pa.array(back, type=pa.int64())
+
     def _in_event_order(self, parts: list[pa.Array]) -> pa.Array:
         """One array per table version (its events', as :attr:`_grouped` lists them) → one over
         every event in their order."""
         if len(parts) == 1:
             return parts[0]
-        back = [0] * len(self.events)  # event position → its place among the versions' rows
-        for place, position in enumerate(p for positions in self._grouped for p in positions):
-            back[position] = place
-        return pa.concat_arrays(parts).take(back)
+        return pa.concat_arrays(parts).take(self._back)
 
     @property
     def payload_arrays(self) -> dict[str, pa.Array]:
@@ -224,14 +235,12 @@ class TableChanges:
         and the replica both need it; a hash per event is measurable). Each event's own key
         columns: a table created again with another key has events of both in one batch, so keys
         are told apart within each table version (which fixes the key's names and types), by
-        Arrow over the key columns :attr:`record_arrays` holds (:func:`_key_codes`); a Python
+        Arrow over the key columns its records were converted to (:func:`_key_codes`); a Python
         signature per event cost more than the ids themselves (docs/consumer.md, run 25). Each
         key's id is made from the values its first event's record holds, as it always was."""
         parts = []
-        for version, positions in zip(self.versions, self._grouped, strict=True):
-            taken = pa.array(positions, type=pa.int64())
-            key_columns = [self.record_arrays[name].take(taken) for name in version.key]
-            codes, distinct = _key_codes(key_columns, len(positions))
+        for version, positions, arrays in zip(self.versions, self._grouped, self._version_parts, strict=True):
+            codes, distinct = _key_codes([arrays[name] for name in version.key], len(positions))
             firsts = pc.index_in(pa.array(range(distinct), type=pa.int64()), value_set=codes)
             key_of, hashed = _key_values(version), _hashed_key(version)
             ids = [
@@ -306,10 +315,11 @@ def _key_codes(columns: list[pa.Array], rows: int) -> tuple[pa.Array, int]:
             else column
         )
         encoded = pc.dictionary_encode(hashable, null_encoding="encode")
-        # codes and encoded.indices are both below ``rows``: their combination fits an int64
-        combined = pc.add(pc.multiply(codes, len(encoded.dictionary)), encoded.indices.cast(pa.int64()))
-        keys = pc.dictionary_encode(combined)
-        codes, distinct = keys.indices.cast(pa.int64()), len(keys.dictionary)
+        numbers = encoded.indices.cast(pa.int64())
+        if distinct > 1:  # both below ``rows``: the combination fits an int64
+            encoded = pc.dictionary_encode(pc.add(pc.multiply(codes, len(encoded.dictionary)), numbers))
+            numbers = encoded.indices.cast(pa.int64())
+        codes, distinct = numbers, len(encoded.dictionary)
     return codes, distinct
 
 

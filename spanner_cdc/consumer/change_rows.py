@@ -1,7 +1,8 @@
 """Decoded events of one table → the Arrow tables the sinks write.
 
 Both sinks see the same events in the same order (``sort_keys``), with the columns of every
-table version in the batch merged (a column added mid-stream is null for older events):
+table version in the batch merged (a column added mid-stream is null for older events; one
+Spanner changed between STRING and BYTES is BYTES: table_version.merged):
 
 - the changelog row: the payload as typed columns, ``change$type`` (the event's own change
   type: one row per event, not a stream's net change) and ``change$row_id``, and the envelope
@@ -107,7 +108,7 @@ class TableChanges:
 
     @cached_property
     def columns(self) -> tuple[PayloadColumn, ...]:
-        return merged_columns(self.versions)
+        return merged_columns(self.table, self.versions)
 
     @property
     def key(self) -> tuple[str, ...]:

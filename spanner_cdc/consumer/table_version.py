@@ -8,8 +8,8 @@ columns, the replica's SQL columns) is derived from its ``payload`` record here,
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -75,6 +75,27 @@ class ColumnType:
             return f"{element.sql(dialect)}[]"
         return self._scalar[1 + SQL_DIALECTS.index(dialect)]
 
+    @property
+    def text_or_bytes(self) -> TextOrBytes | None:
+        """For STRING and BYTES (and arrays of them), the types Spanner changes a column between
+        in place: which of the two, and whether an array. None for every other type."""
+        element = self._element
+        if element is not None:
+            inner = element.text_or_bytes
+            return None if inner is None else TextOrBytes(inner.is_bytes, is_array=True)
+        if self.avro in ("string", "bytes"):
+            return TextOrBytes(self.avro == "bytes", is_array=False)
+        return None
+
+
+@dataclass(frozen=True)
+class TextOrBytes:
+    """A STRING or BYTES column (or an array of them). Spanner's ``ALTER COLUMN`` changes one to
+    the other in place; the bytes of a text are its UTF-8 encoding either way."""
+
+    is_bytes: bool
+    is_array: bool
+
 
 @dataclass(frozen=True)
 class PayloadColumn:
@@ -119,13 +140,41 @@ class TableVersion:
         return {c.name: c.field for c in self.columns}
 
 
-def merged_columns(versions: Sequence[TableVersion]) -> tuple[PayloadColumn, ...]:
-    """Every column of any version, in first-seen order (versions oldest first): added columns last."""
+def merged_columns(table: str, versions: Sequence[TableVersion]) -> tuple[PayloadColumn, ...]:
+    """Every column of any version of ``table``, in first-seen order (versions oldest first):
+    added columns last (:func:`merged`)."""
+    return merged(table, (column for version in versions for column in version.columns))
+
+
+def merged(table: str, columns: Iterable[PayloadColumn]) -> tuple[PayloadColumn, ...]:
+    """``columns`` by name, first seen first. A column Spanner changed between STRING and BYTES
+    takes BYTES, whichever came first: every text is bytes (its UTF-8), not every value of
+    bytes is a text. Any other change of type raises :class:`ColumnTypeChangeError`."""
     seen: dict[str, PayloadColumn] = {}
-    for version in versions:
-        for column in version.columns:
-            seen.setdefault(column.name, column)
+    for column in columns:
+        known = seen.setdefault(column.name, column)
+        if known.type != column.type and known.type.arrow != column.type.arrow:
+            seen[column.name] = _wider(table, known, column)
     return tuple(seen.values())
+
+
+def _wider(table: str, known: PayloadColumn, other: PayloadColumn) -> PayloadColumn:
+    kinds = known.type.text_or_bytes, other.type.text_or_bytes
+    if kinds[0] is None or kinds[1] is None or kinds[0].is_array != kinds[1].is_array:
+        raise ColumnTypeChangeError(table, known.name, known.type.avro, other.type.avro)
+    return replace(known, type=other.type) if kinds[1].is_bytes else known
+
+
+class ColumnTypeChangeError(ContractError):
+    """A column whose events have two types the consumer cannot hold in one column (only
+    STRING ↔ BYTES can be followed: docs/consumer.md, Guarantees)."""
+
+    def __init__(self, table: str, column: str, first: Any, then: Any) -> None:
+        super().__init__(
+            f"table {table!r}, column {column!r} changes type from {json.dumps(first)} to "
+            f"{json.dumps(then)}; only STRING <-> BYTES is followed (a table created again "
+            "with other column types needs a new replica table and changelog directory)"
+        )
 
 
 def _non_null(avro: Any) -> Any:

@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.readers import changelog_rows, quarantine_rows, replica_rows
+from spanner_cdc.schemas.events import Event
 from spanner_cdc.schemas.wire import WriterSchema, encode
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import ConfigFactory, committed_batches, run_consumer
@@ -215,32 +217,93 @@ def test_a_consumer_started_at_latest_reads_what_is_written_after_it_started(
     assert [row[0] for row in changelog_rows(config, "Accounts", '"Id"')] == ["new0", "new1"]
 
 
+def consumed_in_two_runs(spark: Any, config: ConsumerConfig, first: list[Event], second: list[Event]) -> None:
+    """``first`` published and consumed, then ``second``: a table's schema changes between them."""
+    for events in (first, second):
+        publish(config.kafka_bootstrap, config.topic_prefix, events)
+        run_consumer(spark, config)
+
+
 def test_a_column_added_mid_stream_reaches_both_sinks(
     spark: Any, stack: EmbeddedStack, configure: ConfigFactory
 ) -> None:
     config = configure()
     before = ChangeFactory()
     after = ChangeFactory(columns=(*before.columns, ("Currency", "STRING", False)))
-    publish(
-        config.kafka_bootstrap,
-        config.topic_prefix,
+    consumed_in_two_runs(
+        spark,
+        config,
         before.events(before.record("INSERT", {"Id": "a"}, {"Balance": "1", "Note": "x"})),
-    )
-    run_consumer(spark, config)
-    publish(
-        config.kafka_bootstrap,
-        config.topic_prefix,
         after.events(
             after.record("INSERT", {"Id": "b"}, {"Balance": "2", "Note": "y", "Currency": "EUR"}),
             after.record("UPDATE", {"Id": "a"}, {"Balance": "3", "Note": "x", "Currency": "CHF"}),
         ),
     )
-    run_consumer(spark, config)
     assert replica_rows(config, "Accounts", '"Id", "Balance", "Currency"') == [
         ("a", 3, "CHF"),
         ("b", 2, "EUR"),
     ]
     assert changelog_rows(config, "Accounts", '"Id", "Currency"') == [("a", None), ("b", "EUR"), ("a", "CHF")]
+
+
+def test_a_column_spanner_changed_from_string_to_bytes_reaches_both_sinks(
+    spark: Any, stack: EmbeddedStack, configure: ConfigFactory
+) -> None:
+    """Spanner's ``ALTER COLUMN Note BYTES(MAX)`` mid-stream; the second run's batch holds events
+    of both types and a value that is not UTF-8. Each changelog file has its batch's type (read
+    together, as bytes); the replica's column becomes BYTES, the older texts as their UTF-8."""
+    config = configure()
+    before = ChangeFactory()
+    after = ChangeFactory(columns=[(n, "BYTES" if n == "Note" else t, k) for n, t, k in before.columns])
+    consumed_in_two_runs(
+        spark,
+        config,
+        before.events(before.record("INSERT", {"Id": "a"}, {"Balance": "1", "Note": "x"})),
+        [
+            *before.events(before.record("INSERT", {"Id": "c"}, {"Balance": "3", "Note": "é"})),
+            *after.events(
+                after.record("INSERT", {"Id": "b"}, {"Balance": "2", "Note": "/w=="}),  # base64 of ff
+                after.record("UPDATE", {"Id": "a"}, {"Note": "aGk="}),  # "hi"
+            ),
+        ],
+    )
+
+    assert replica_rows(config, "Accounts", '"Id", "Note"') == [
+        ("a", b"hi"),
+        ("b", b"\xff"),
+        ("c", "é".encode()),
+    ]
+    assert changelog_rows(config, "Accounts", '"Id", "Note"') == [
+        ("a", b"x"),
+        ("c", "é".encode()),
+        ("b", b"\xff"),
+        ("a", b"hi"),
+    ]
+
+
+@pytest.mark.parametrize("configure", ["duckdb"], indirect=True)
+def test_a_column_that_changes_to_a_type_it_cannot_become_stops_the_query_in_one_line(
+    spark: Any, stack: EmbeddedStack, configure: ConfigFactory
+) -> None:
+    """INT64 to STRING in one batch (no change Spanner makes in place: a table dropped and created
+    again under its key): the query stops naming table, column and both types, nothing of the
+    batch is written, and it is read again at the next start."""
+    config = configure()
+    before = ChangeFactory()
+    after = ChangeFactory(columns=[(n, "STRING" if n == "Balance" else t, k) for n, t, k in before.columns])
+    events = [
+        *before.events(before.record("INSERT", {"Id": "a"}, {"Balance": "1"})),
+        *after.events(after.record("INSERT", {"Id": "b"}, {"Balance": "two"})),
+    ]
+    publish(config.kafka_bootstrap, config.topic_prefix, events)
+
+    with pytest.raises(
+        ConsumerError,
+        match=r"query failed: .*table 'Accounts', column 'Balance' changes type from \"long\" to \"string\"",
+    ):
+        run_consumer(spark, config)
+    assert committed_batches(config) == 0
+    assert not config.changelog_dir.exists() or not changelog_rows(config, "Accounts", '"Id"')
 
 
 def test_uuid_columns_reach_both_sinks(spark: Any, stack: EmbeddedStack, configure: ConfigFactory) -> None:

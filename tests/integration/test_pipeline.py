@@ -4,6 +4,7 @@ end, and with whole transactions at every batch's consistent cut."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import functools
 from pathlib import Path
@@ -174,3 +175,39 @@ def test_a_table_dropped_mid_stream_keeps_what_it_had_and_the_rest_flows(
     assert replica_rows(consumer, "Audit", '"Id", "Note"') == [(1, "opened a"), (2, "kept")]
     assert replica_rows(consumer, "Accounts", '"Id", "Balance"') == [("a", 2), ("b", 3)]
     assert len(changelog_rows(consumer, "Audit", '"envelope$uuid"')) == 2
+
+
+def test_a_column_spanner_changes_from_string_to_bytes_reaches_every_sink(
+    spark: Any, stack: EmbeddedStack, tmp_path: Path
+) -> None:
+    """``ALTER COLUMN Note BYTES(MAX)`` between changes, in the emulator: the producer writes the
+    changes after it with the new writer schema, and the consumer, reading both in one batch,
+    gives the replica a BYTES column holding the older texts as their UTF-8 beside bytes that
+    are not UTF-8; the changelog reads back as bytes."""
+    database = create_database(
+        stack.endpoint("spanner"),
+        [
+            "CREATE TABLE Notes (Id INT64 NOT NULL, Note STRING(MAX)) PRIMARY KEY (Id)",
+            "CREATE CHANGE STREAM Everything FOR ALL OPTIONS (value_capture_type='NEW_ROW')",
+        ],
+    )
+    start = now_micros()
+    with database.batch() as batch:
+        batch.insert("Notes", columns=["Id", "Note"], values=[[1, "é"], [2, "kept"]])
+    database.update_ddl(["ALTER TABLE Notes ALTER COLUMN Note BYTES(MAX)"]).result(120)
+    with database.batch() as batch:
+        written = [(1, b"\xff\x00"), (3, b"new")]  # the client takes BYTES in base64
+        batch.insert_or_update(
+            "Notes", columns=["Id", "Note"], values=[[k, base64.b64encode(v)] for k, v in written]
+        )
+    produced = produce_since(stack, database, "Everything", start)
+    consumer = consumer_config(stack.endpoint("kafka"), produced.topic_prefix, tmp_path)
+    run_consumer(spark, consumer)
+
+    assert replica_rows(consumer, "Notes", '"Id", "Note"') == [(1, b"\xff\x00"), (2, b"kept"), (3, b"new")]
+    assert changelog_rows(consumer, "Notes", '"Id", "Note"') == [
+        (1, "é".encode()),
+        (2, b"kept"),
+        (1, b"\xff\x00"),
+        (3, b"new"),
+    ]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from spanner_cdc.consumer.change_rows import TableChanges
+from spanner_cdc.consumer.table_version import ColumnTypeChangeError
 from spanner_cdc.schemas.identity import row_id
 from testkit.synthetic import ACCOUNT_COLUMNS, ChangeFactory
 from tests.unit.test_replica_staging import decoded
@@ -167,3 +169,52 @@ def test_a_delete_sets_no_column_though_its_changed_columns_name_its_old_values(
 
     assert stage.column("set$Balance").to_pylist() == [True, False, False]
     assert stage.column("set$Note").to_pylist() == [True, True, False]
+
+
+def _text_then_bytes(kind: str) -> list[dict[str, Any]]:
+    """Events of ``Note`` (and ``Tags``, an array of it) as STRING, then as BYTES after Spanner's
+    ``ALTER COLUMN``, then STRING again; ``kind`` is which comes first."""
+    other = "BYTES" if kind == "STRING" else "STRING"
+    spelled = {"STRING": ("x", ["é", None]), "BYTES": ("/w==", ["AA==", None])}  # base64: ff, 00
+    records = []
+    for step, code in enumerate((kind, other, kind)):
+        factory = ChangeFactory(
+            columns=[("Id", "STRING", True), ("Note", code, False), ("Tags", code, False)]
+        )
+        note, tags = spelled[code]
+        record = factory.record("INSERT", {"Id": str(step)}, {"Note": note, "Tags": tags})
+        record["column_types"][2]["type"] = {"code": "ARRAY", "array_element_type": {"code": code}}
+        records.append(record)
+    return records
+
+
+@pytest.mark.parametrize("kind", ["STRING", "BYTES"])
+def test_a_column_spanner_changed_between_string_and_bytes_is_bytes_in_a_batch_of_both(kind: str) -> None:
+    """Spanner changes a column between STRING and BYTES in place. A batch holding events of both
+    types has one column of BYTES, a text as its UTF-8 (every text is bytes; not every value of
+    bytes is a text), whichever type came first."""
+    changes = TableChanges("Accounts", decoded(_text_then_bytes(kind)))
+    text, data = (b"x", [b"\xc3\xa9", None]), (b"\xff", [b"\x00", None])
+    expected = [text, data, text] if kind == "STRING" else [data, text, data]
+
+    for rows in (changes.changelog(), changes.replica_stage()):
+        assert rows.schema.field("Note").type == pa.binary()
+        assert rows.schema.field("Tags").type == pa.list_(pa.binary())
+        assert list(zip(rows.column("Note").to_pylist(), rows.column("Tags").to_pylist(), strict=True)) == [
+            (note, tags) for note, tags in expected
+        ]
+
+
+def test_a_column_that_changes_to_a_type_it_cannot_become_is_one_clear_error() -> None:
+    """INT64 to STRING is no change Spanner makes in place (a table dropped and created again
+    under its key, or a hostile schema): the batch fails naming table, column and both types."""
+    before = ChangeFactory(columns=[("Id", "STRING", True), ("N", "INT64", False)])
+    after = ChangeFactory(columns=[("Id", "STRING", True), ("N", "STRING", False)])
+    events = decoded(
+        [before.record("INSERT", {"Id": "a"}, {"N": "1"}), after.record("INSERT", {"Id": "b"}, {"N": "x"})]
+    )
+
+    with pytest.raises(
+        ColumnTypeChangeError, match="table 'Accounts', column 'N' changes type from \"long\" to"
+    ):
+        TableChanges("Accounts", events).changelog()

@@ -30,7 +30,7 @@ from spanner_cdc.consumer.errors import ReplicaConflictError, ReplicaConnectionE
 from spanner_cdc.consumer.sinks.replica.names import ReplicaNames, quote
 from spanner_cdc.consumer.sinks.replica.postgres_copy import copy_rows
 from spanner_cdc.consumer.sinks.replica.postgres_text import Cleaned, without_nul
-from spanner_cdc.consumer.table_version import PayloadColumn
+from spanner_cdc.consumer.table_version import PayloadColumn, TextOrBytes
 
 #: A table's copy while DuckDB rebuilds it (:meth:`DuckDbBackend.allow_null_keys`).
 REBUILT_TABLE = "cdc$rebuilt"
@@ -80,6 +80,11 @@ class SqlBackend(Protocol):
 
     def allow_null_keys(self, table: str, key: Sequence[str]) -> None:
         """Let the key columns hold NULL, one row per key still (NULL equal to NULL, as in Spanner)."""
+        ...
+
+    def recoded(self, value: str, to: TextOrBytes) -> str:
+        """SQL: ``value``, a text (or an array of them), as ``to``'s bytes, or the other way round:
+        a text's bytes are its UTF-8. Bytes that are not UTF-8 fail the statement."""
         ...
 
     def null_safe_equal(self, left: str, right: str) -> str:
@@ -237,6 +242,10 @@ class DuckDbBackend:
     def null_safe_equal(self, left: str, right: str) -> str:
         return f"{left} IS NOT DISTINCT FROM {right}"  # a hash join condition in DuckDB
 
+    def recoded(self, value: str, to: TextOrBytes) -> str:
+        function = "encode" if to.is_bytes else "decode"
+        return f"list_transform({value}, lambda e: {function}(e))" if to.is_array else f"{function}({value})"
+
     def update_joined(
         self, table: str, assignments: Assignments, source: str, match: str, params: Sequence[Any]
     ) -> None:
@@ -351,6 +360,13 @@ class PostgresBackend:
         # IS NOT DISTINCT FROM is neither hashed nor looked up in an index by PostgreSQL (a
         # 300,000-row table: 6.3 s against 26 ms for this form, which uses the index).
         return f"({left} = {right} OR ({left} IS NULL AND {right} IS NULL))"
+
+    def recoded(self, value: str, to: TextOrBytes) -> str:
+        function = "convert_to" if to.is_bytes else "convert_from"
+        if not to.is_array:
+            return f"{function}({value}, 'UTF8')"
+        elements = f"SELECT {function}(e, 'UTF8') FROM unnest({value}) WITH ORDINALITY AS u(e, i) ORDER BY i"
+        return f"CASE WHEN {value} IS NULL THEN NULL ELSE ARRAY({elements}) END"
 
     def update_joined(
         self, table: str, assignments: Assignments, source: str, match: str, params: Sequence[Any]

@@ -3,7 +3,8 @@
 Per micro-batch, in one transaction:
 
 1. skip the batch if ``cdc$batches`` says this query already committed it (a replay);
-2. per table: create it or add new columns (schema evolution), stage the batch's events;
+2. per table: create it, add new columns or follow a column from STRING to BYTES or back
+   (schema evolution), stage the batch's events;
 3. drop staged events whose sort key is not newer than the row's stored one, or than the key's
    tombstone (so duplicates and out-of-order events change nothing);
 4. fold each key's remaining events, in sort-key order, into one net change: the last event
@@ -26,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import astuple, dataclass, field
+from dataclasses import astuple, dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -38,6 +39,7 @@ from spanner_cdc.consumer.change_rows import (
     SET_PREFIX,
     SORT_COLUMNS,
 )
+from spanner_cdc.consumer.errors import ReplicaQueryError
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend
 from spanner_cdc.consumer.sinks.replica.generations import (
     Generation,
@@ -67,12 +69,21 @@ from spanner_cdc.consumer.sinks.replica.stage_table import (
     stage_layout,
 )
 from spanner_cdc.consumer.sinks.replica.staged import STAGED_IN, STAGED_ROW, StagedPart
+from spanner_cdc.consumer.sinks.replica.stored_columns import (
+    TYPE_COLUMNS,
+    StoredColumn,
+    needs_recoding,
+    text_or_bytes,
+)
+from spanner_cdc.consumer.table_version import PayloadColumn, TextOrBytes
 
 log = logging.getLogger("spanner_cdc.consumer")
 BATCHES_TABLE = "cdc$batches"
 STAGE = "cdc$stage"
 FOLDED = "cdc$folded"
 _N, _LAST, _LAST_DELETE = "cdc$n", "cdc$last", "cdc$last_delete"
+#: A column's converted values while it changes type (:meth:`ReplicaMerge._retype`).
+RETYPED = "cdc$retyped"
 #: Rows a task loaded are selected by ranges of their numbers up to this many ranges.
 _MAX_RANGES = 64
 
@@ -82,8 +93,8 @@ class ReplicaMerge:
     backend: SqlBackend
     #: Row history for streams; None keeps none (the replica does not apply whole transactions).
     history: RowHistory | None = None
-    #: Table → its columns, by catalog key (ReplicaNames.catalog_key), and whether each takes NULL.
-    _known_columns: dict[str, dict[str, bool]] = field(default_factory=dict)
+    #: Table → its columns, by catalog key (ReplicaNames.catalog_key), as the catalog has them.
+    _known_columns: dict[str, dict[str, StoredColumn]] = field(default_factory=dict)
     #: (Spanner table, Spanner column or '', replica name) rows this process knows are in cdc$names.
     _recorded_names: set[tuple[str, str, str]] = field(default_factory=set)
     #: Spanner table → its current generation (generations.py), as far as this process read it.
@@ -273,7 +284,8 @@ class ReplicaMerge:
 
     def _ensure_tables(self, changes: ReplicaTable, with_history: bool) -> None:
         """Create the table, its tombstones and (``with_history``) its history tables, or add the
-        columns a new table version — or this version of the replica — brought.
+        columns a new table version — or this version of the replica — brought, and convert a
+        value column Spanner changed between STRING and BYTES (:meth:`_retype`).
 
         Names are compared as the database compares them (:meth:`ReplicaNames.catalog_key`): in
         DuckDB, ``accounts`` finds the table ``Accounts``.
@@ -296,6 +308,7 @@ class ReplicaMerge:
         for table, columns, extra, keyed in layouts:
             definitions = {c.name: column_definition(c, dialect) for c in columns}
             definitions |= {name: f"{quote(name)} {sql_type}" for name, sql_type in extra}
+            kinds = {c.name: c.type.text_or_bytes for c in columns}
             existing = self._columns(table)
             if not existing:
                 created = [
@@ -306,13 +319,52 @@ class ReplicaMerge:
                     created.append(f"PRIMARY KEY ({_names(changes.key)})")
                 self.backend.execute(f"CREATE TABLE {quote(table)} ({', '.join(created)})")
                 self._known_columns[catalog_key(table)] = {
-                    catalog_key(name): name not in changes.key for name in definitions
+                    catalog_key(name): StoredColumn(name not in changes.key, kinds.get(name))
+                    for name in definitions
                 }
                 continue
             for name, definition in definitions.items():
                 if catalog_key(name) not in existing:
                     self.backend.execute(f"ALTER TABLE {quote(table)} ADD COLUMN {definition}")
-                    existing[catalog_key(name)] = True
+                    existing[catalog_key(name)] = StoredColumn(True, kinds.get(name))
+            for column in columns:
+                stored = existing[catalog_key(column.name)]
+                if (
+                    needs_recoding(stored.text_or_bytes, kinds[column.name])
+                    and column.name not in changes.key
+                ):
+                    self._retype(changes, table, column)
+                    existing[catalog_key(column.name)] = StoredColumn(True, kinds[column.name])
+
+    def _retype(self, changes: ReplicaTable, table: str, column: PayloadColumn) -> None:
+        """Column ``column`` of ``table``, of STRING before and BYTES now or the other way round
+        (Spanner's ``ALTER COLUMN``), converted with its rows: bytes are a text's UTF-8. A new
+        column, filled and renamed, rather than ``ALTER COLUMN … TYPE``: DuckDB's converts rows
+        deleted before too (a value of bytes Spanner no longer held would fail it)."""
+        retyped, name = quote(RETYPED), quote(column.name)
+        to = column.type.text_or_bytes
+        assert to is not None
+        spanner_type = "BYTES" if to.is_bytes else "STRING"
+        self.backend.execute(
+            f"ALTER TABLE {quote(table)} ADD COLUMN {retyped} {column.type.sql(self.backend.dialect)}"
+        )
+        try:
+            self.backend.execute(f"UPDATE {quote(table)} SET {retyped} = {self.backend.recoded(name, to)}")
+        except ReplicaQueryError as exc:
+            raise ReplicaQueryError(
+                f"table {changes.changes.table}: column {column.name} is {spanner_type} in Spanner now, "
+                f"and converting it in {table} failed (bytes that are not UTF-8 cannot be a STRING): "
+                f"{exc}"
+            ) from None
+        self.backend.execute(f"ALTER TABLE {quote(table)} DROP COLUMN {name}")
+        self.backend.execute(f"ALTER TABLE {quote(table)} RENAME COLUMN {retyped} TO {name}")
+        log.info(
+            "table %s: column %s is %s now, as in Spanner; its values in %s converted",
+            changes.changes.table,
+            column.name,
+            spanner_type,
+            table,
+        )
 
     def _record_names(self, changes: ReplicaTable) -> None:
         """Keep the table's name and its renamed columns' names in ``cdc$names`` (once per
@@ -331,20 +383,20 @@ class ReplicaMerge:
                 )
                 self._recorded_names.add(name)
 
-    def _columns(self, table: str) -> dict[str, bool]:
-        """The table's columns by catalog key, and whether each takes NULL; empty when there is
-        no such table."""
+    def _columns(self, table: str) -> dict[str, StoredColumn]:
+        """The table's columns by catalog key; empty when there is no such table."""
         catalog_key = self.names.catalog_key
         known = self._known_columns.get(catalog_key(table))
         if known is None:
             rows = self.backend.execute(
-                "SELECT table_name, column_name, is_nullable FROM information_schema.columns "
-                "WHERE table_schema = current_schema() AND lower(table_name) = lower(?)",
+                f"SELECT table_name, column_name, is_nullable, {TYPE_COLUMNS} FROM "
+                "information_schema.columns WHERE table_schema = current_schema() "
+                "AND lower(table_name) = lower(?)",
                 [table],
             )
             known = {
-                catalog_key(str(column)): nullable == "YES"
-                for name, column, nullable in rows
+                catalog_key(str(column)): StoredColumn(nullable == "YES", text_or_bytes(data_type, udt))
+                for name, column, nullable, data_type, udt in rows
                 if catalog_key(str(name)) == catalog_key(table)
             }
             if known:
@@ -359,7 +411,7 @@ class ReplicaMerge:
         if not key:
             return _equal
         existing = self._columns(changes.names.table)
-        if all(existing[self.names.catalog_key(k)] for k in key):
+        if all(existing[self.names.catalog_key(k)].nullable for k in key):
             return self.backend.null_safe_equal
         if not any(staged.column(k).null_count for k in key):
             return _equal
@@ -367,7 +419,8 @@ class ReplicaMerge:
             self.backend.allow_null_keys(table, key)
             columns = self._columns(table)
             for column in key:
-                columns[self.names.catalog_key(column)] = True
+                stored = columns[self.names.catalog_key(column)]
+                columns[self.names.catalog_key(column)] = replace(stored, nullable=True)
         log.info("table %s: a NULL key value arrived; its key columns now take NULL", changes.changes.table)
         return self.backend.null_safe_equal
 
@@ -391,29 +444,42 @@ class ReplicaMerge:
         only_in_files = cleaned.rows.filter(pc.is_null(part.rows.column(STAGED_IN)))
         if only_in_files.num_rows:
             self.backend.load(STAGE, only_in_files)
-        layout = [name for name, _ in stage_layout(changes, self.backend.dialect)]
         present = self._loaded_columns([table for table, _ in loaded])
         for table, numbers in loaded:
-            self._stage_loaded(layout, table, present.get(table, set()), numbers)
+            self._stage_loaded(changes, table, present.get(table, {}), numbers)
         return cleaned.rows
 
-    def _loaded_columns(self, tables: Sequence[str]) -> dict[str, set[str]]:
-        """The columns of each table the tasks loaded, in one catalog query."""
-        present: dict[str, set[str]] = {}
-        for table, column in self.backend.execute(
-            "SELECT table_name, column_name FROM information_schema.columns "
+    def _loaded_columns(self, tables: Sequence[str]) -> dict[str, dict[str, TextOrBytes | None]]:
+        """The columns of each table the tasks loaded, and which hold text or bytes, in one
+        catalog query."""
+        present: dict[str, dict[str, TextOrBytes | None]] = {}
+        for table, column, data_type, udt in self.backend.execute(
+            f"SELECT table_name, column_name, {TYPE_COLUMNS} FROM information_schema.columns "
             "WHERE table_schema = current_schema() AND table_name = ANY(?)",
             [list(tables)],
         ):
-            present.setdefault(str(table), set()).add(str(column))
+            present.setdefault(str(table), {})[str(column)] = text_or_bytes(data_type, udt)
         return present
 
-    def _stage_loaded(self, layout: Sequence[str], table: str, present: set[str], numbers: pa.Array) -> None:
+    def _stage_loaded(
+        self, changes: ReplicaTable, table: str, present: dict[str, TextOrBytes | None], numbers: pa.Array
+    ) -> None:
         """Rows a task loaded into ``table`` (staged_tables.py; its columns ``present``), by
-        their numbers there, into the stage table of columns ``layout``: a column the table lacks
-        (an older table version's part) is NULL, and not set."""
+        their numbers there, into the stage table of ``changes``: a column the table lacks (an
+        older table version's part) is NULL, and not set; one the task loaded as text that the
+        batch holds as bytes (a column Spanner changed: table_version.merged) is converted."""
+        layout = [name for name, _ in stage_layout(changes, self.backend.dialect)]
+        wanted = {c.name: c.type.text_or_bytes for c in changes.columns}
         columns = [name for name in layout if name in present or name.startswith(SET_PREFIX)]
-        values = [quote(name) if name in present else "FALSE" for name in columns]
+        values = []
+        for name in columns:
+            stored, to = present.get(name), wanted.get(name)
+            if name not in present:
+                values.append("FALSE")
+            elif to is not None and needs_recoding(stored, to):
+                values.append(self.backend.recoded(quote(name), to))
+            else:
+                values.append(quote(name))
         where, params = _numbered(numbers)
         self.backend.execute(
             f"INSERT INTO {quote(STAGE)} ({_names(columns)}) SELECT {', '.join(values)} "

@@ -33,7 +33,7 @@ from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent
 from spanner_cdc.consumer.outline_rows import outline_batch, row_numbers
 from spanner_cdc.consumer.sinks.changelog import COORDINATES
 from spanner_cdc.consumer.sinks.contents import by_primary_key, by_table
-from spanner_cdc.consumer.table_version import ColumnType, PayloadColumn
+from spanner_cdc.consumer.table_version import ColumnType, PayloadColumn, merged
 
 #: A staged event's Kafka message, as the consistent cut holds it (sinks.replica.cut).
 MESSAGES_SCHEMA = pa.schema(
@@ -177,24 +177,22 @@ def parts_of_tables(tables: Sequence[TableChanges]) -> list[StagedPart]:
 
 def combined(parts: Sequence[StagedPart]) -> list[StagedPart]:
     """``parts`` of the same table and key (from several tasks, or held and fresh) as one part
-    each: the columns of every part (first seen first), a column a part lacks null and not set.
-    Tables in name order; a table's keys in the order of their first commit."""
+    each: the columns of every part (first seen first; table_version.merged), a column a part
+    lacks null and not set. Tables in name order; a table's keys in the order of their first
+    commit."""
     grouped: dict[tuple[str, tuple[str, ...]], list[StagedPart]] = {}
     for part in sorted(parts, key=lambda p: p.first_commit if p.rows.num_rows else 0):
         if part.rows.num_rows:
             grouped.setdefault((part.table, part.key), []).append(part)
-    merged = [_concatenated(group) for group in grouped.values()]
-    return sorted(merged, key=lambda p: (p.table, p.first_commit))
+    joined = [_concatenated(group) for group in grouped.values()]
+    return sorted(joined, key=lambda p: (p.table, p.first_commit))
 
 
 def _concatenated(parts: list[StagedPart]) -> StagedPart:
     if len(parts) == 1:
         return parts[0]
-    columns: dict[str, PayloadColumn] = {}
-    for part in parts:
-        for column in part.columns:
-            columns.setdefault(column.name, column)
     first = parts[0]
+    columns = {c.name: c for c in merged(first.table, (c for part in parts for c in part.columns))}
     own = {c.name for c in first.columns}  # a Spanner name has no "$": set$ columns are ours
     names = [
         *(c.name for c in columns.values()),

@@ -1,0 +1,188 @@
+"""A column Spanner changed between STRING and BYTES (``ALTER COLUMN``): the replica's column
+follows, its rows converted (bytes are a text's UTF-8), in DuckDB and PostgreSQL, with and
+without the streams' history; a batch holding both types stages bytes, also from stage tables
+the tasks loaded before the change. No Spark: events are decoded from the bytes the producer
+would write, staged as the tasks stage them, and merged by ``ReplicaMerge``."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spanner_cdc.consumer.errors import ReplicaQueryError
+from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend, PostgresBackend, SqlBackend
+from spanner_cdc.consumer.sinks.replica.history import RowHistory
+from spanner_cdc.consumer.sinks.replica.merge import ReplicaMerge
+from spanner_cdc.consumer.sinks.replica.names import quote
+from spanner_cdc.consumer.sinks.replica.staged import StagedPart, combined, staged_parts
+from spanner_cdc.consumer.sinks.replica.staged_tables import StagedTables
+from spanner_cdc.stack import EmbeddedStack
+from testkit.consumer_run import fresh_postgres_database
+from testkit.decoding import decoded_events
+from testkit.synthetic import ChangeFactory
+from tests.unit.test_replica_staging import TOPIC, new_decoder
+
+pytestmark = pytest.mark.integration
+
+Value = str | bytes | None
+#: One change: (type of Note and Tags, mod type, key, Note, Tags).
+Change = tuple[str, str, str, Value, list[Value] | None]
+HOUR_MICROS = 3_600 * 1_000_000
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def backend(request: pytest.FixtureRequest, stack: EmbeddedStack, tmp_path: Path) -> Any:
+    opened: SqlBackend = (
+        DuckDbBackend(tmp_path / "replica.duckdb")
+        if request.param == "duckdb"
+        else PostgresBackend(fresh_postgres_database(stack.endpoint("postgres")))
+    )
+    yield opened
+    opened.close()
+
+
+def record(code: str, mod: str, key: str, note: Value, tags: list[Value] | None) -> dict[str, Any]:
+    """A change of table Accounts (Id, Note, Tags ARRAY) with Note and Tags of type ``code``;
+    values as Spanner's JSON has them (BYTES in base64)."""
+    factory = ChangeFactory(columns=[("Id", "STRING", True), ("Note", code, False), ("Tags", code, False)])
+
+    def spelled(value: Value) -> Value:
+        return base64.b64encode(value).decode() if isinstance(value, bytes) else value
+
+    values = {"Note": spelled(note), "Tags": None if tags is None else [spelled(t) for t in tags]}
+    written = (
+        factory.record("DELETE", {"Id": key}, {}, values)
+        if mod == "DELETE"
+        else factory.record(mod, {"Id": key}, values)
+    )
+    written["column_types"][2]["type"] = {"code": "ARRAY", "array_element_type": {"code": code}}
+    return written
+
+
+def parts(changes: Sequence[Change], first_offset: int) -> list[StagedPart]:
+    records = [record(*change) for change in changes]
+    return staged_parts(decoded_events(new_decoder(), records, TOPIC, first_offset=first_offset))
+
+
+def merged_batches(backend: SqlBackend, batches: Sequence[Sequence[Change]], history: bool) -> ReplicaMerge:
+    merge = ReplicaMerge(backend, RowHistory(backend, HOUR_MICROS) if history else None)
+    offset = 0
+    for batch_id, changes in enumerate(batches):
+        with merge.batch("retype", batch_id) as new:
+            if new:
+                merge.write(combined(parts(changes, offset)), cut=batch_id + 1 if history else None)
+        offset += len(changes)
+    return merge
+
+
+def stored(backend: SqlBackend, table: str = "Accounts") -> list[tuple[Any, ...]]:
+    rows = backend.execute(f'SELECT "Id", "Note", "Tags" FROM {quote(table)} ORDER BY "Id", "Note"')
+    return [
+        (key, _plain(note), None if tags is None else [_plain(t) for t in tags]) for key, note, tags in rows
+    ]
+
+
+def _plain(value: Any) -> Any:
+    return bytes(value) if isinstance(value, memoryview) else value
+
+
+def test_a_column_changed_from_string_to_bytes_and_back_follows_spanner(backend: SqlBackend) -> None:
+    """STRING, then a batch of both types, then STRING again once the row holding bytes that are
+    not UTF-8 is deleted (Spanner refuses the change back while a row holds such bytes): the
+    column is BYTES with every text as its UTF-8, then STRING. DuckDB still stores a deleted row
+    until a checkpoint, so a conversion in place (``ALTER COLUMN … TYPE``) would fail on it."""
+    batches: list[list[Change]] = [
+        [
+            ("STRING", "INSERT", "a", "x", ["é", None]),
+            ("STRING", "INSERT", "b", "y", []),
+            ("STRING", "INSERT", "c", "z", None),
+        ],
+        [  # one batch of both types: staged as BYTES
+            ("STRING", "UPDATE", "b", "y2", []),
+            ("BYTES", "INSERT", "d", b"\xff", [b"\x00"]),
+            ("BYTES", "UPDATE", "a", b"hi", [b"\xc3\xa9", None]),
+        ],
+        [("BYTES", "DELETE", "d", None, None)],
+        [("STRING", "UPDATE", "c", "zz", ["ü"])],
+    ]
+    merged_batches(backend, batches[:1], history=False)
+    assert stored(backend) == [("a", "x", ["é", None]), ("b", "y", []), ("c", "z", None)]
+
+    merged_batches(backend, batches[:2], history=False)  # its first batch is a replay: skipped
+    assert stored(backend) == [
+        ("a", b"hi", [b"\xc3\xa9", None]),
+        ("b", b"y2", []),
+        ("c", b"z", None),
+        ("d", b"\xff", [b"\x00"]),
+    ]
+
+    merged_batches(backend, batches, history=False)
+    assert stored(backend) == [("a", "hi", ["é", None]), ("b", "y2", []), ("c", "zz", ["ü"])]
+
+
+def test_the_streams_history_follows_the_column_too(backend: SqlBackend) -> None:
+    """With history kept for streams, the earlier versions and the inserts are converted with
+    the rows: a stream across the change reads one type."""
+    merged_batches(
+        backend,
+        [
+            [("STRING", "INSERT", "a", "x", ["é", None]), ("STRING", "INSERT", "b", "y", [])],
+            [("BYTES", "INSERT", "c", b"c", [b"\xc3\xbc"]), ("BYTES", "UPDATE", "a", b"hi", [])],
+            [("STRING", "UPDATE", "b", "y2", None)],
+        ],
+        history=True,
+    )
+
+    assert stored(backend) == [("a", "hi", []), ("b", "y2", None), ("c", "c", ["ü"])]
+    assert stored(backend, "Accounts$history") == [("a", "x", ["é", None]), ("b", "y", [])]
+    assert stored(backend, "Accounts$inserts") == [("a", "x", ["é", None]), ("b", "y", []), ("c", "c", ["ü"])]
+
+
+def test_history_holding_bytes_that_are_not_utf8_stops_the_change_back_in_one_line(
+    backend: SqlBackend,
+) -> None:
+    """An insert of bytes that are not UTF-8, kept for streams after its row was deleted, cannot
+    become a STRING: the batch fails naming table and column, and is not committed."""
+    first: list[list[Change]] = [
+        [("STRING", "INSERT", "a", "x", None)],
+        [("BYTES", "INSERT", "d", b"\xff", None)],
+        [("BYTES", "DELETE", "d", None, None)],
+    ]
+    merge = merged_batches(backend, first, history=True)
+
+    with pytest.raises(
+        ReplicaQueryError, match="table Accounts: column Note is STRING in Spanner now, and converting"
+    ):
+        merged_batches(backend, [*first, [("STRING", "UPDATE", "a", "y", None)]], history=True)
+    assert merge.last_batch("retype") == 2
+    assert stored(backend) == [("a", b"x", None)]
+
+
+def test_stage_tables_a_task_loaded_before_the_change_are_taken_as_bytes(stack: EmbeddedStack) -> None:
+    """PostgreSQL, stage rows loaded by the tasks (staged_tables.py): task 0 loaded the table's
+    events of STRING (a stage table of TEXT), task 1 those after the change to BYTES. The merge
+    converts task 0's values as it takes them."""
+    dsn = fresh_postgres_database(stack.endpoint("postgres"))
+    keys = 5_000  # enough for a task to load its part (staged_tables.TASKS_LOAD_FROM_ROWS)
+    tables = StagedTables(dsn, "query", 3)
+    [text] = tables.load(0, parts([("STRING", "INSERT", f"k{k:05d}", "é", ["a"]) for k in range(keys)], 0))
+    [data] = tables.load(
+        1, parts([("BYTES", "INSERT", f"m{k:05d}", b"\xff", [b"\x00"]) for k in range(keys)], keys)
+    )
+    backend = PostgresBackend(dsn)
+    try:
+        merge = ReplicaMerge(backend)
+        with merge.batch("query", 3):
+            merge.write(combined([text, data]))
+        rows = stored(backend)
+    finally:
+        backend.close()
+
+    assert rows == [
+        *((f"k{k:05d}", "é".encode(), [b"a"]) for k in range(keys)),
+        *((f"m{k:05d}", b"\xff", [b"\x00"]) for k in range(keys)),
+    ]

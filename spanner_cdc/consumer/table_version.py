@@ -87,6 +87,13 @@ class ColumnType:
             return TextOrBytes(self.avro == "bytes", is_array=False)
         return None
 
+    def as_bytes(self) -> ColumnType:
+        """This STRING type (or array of it) as BYTES: what Spanner's ``ALTER COLUMN`` makes it."""
+        element = self._element
+        if element is not None:
+            return ColumnType({"type": "array", "items": element.as_bytes().avro})
+        return ColumnType("bytes")
+
 
 @dataclass(frozen=True)
 class TextOrBytes:

@@ -221,6 +221,7 @@ class ReplicaMerge:
 
     def _apply_table(self, changes: ReplicaTable, cut: int | None) -> None:
         history = self.history if cut is not None else None
+        changes = self._late_texts(changes)
         self._ensure_tables(changes, history is not None)
         self._record_names(changes)
         key = changes.key
@@ -335,6 +336,42 @@ class ReplicaMerge:
                 ):
                     self._retype(changes, table, column)
                     existing[catalog_key(column.name)] = StoredColumn(True, kinds[column.name])
+
+    def _late_texts(self, changes: ReplicaTable) -> ReplicaTable:
+        """``changes``, with each value column the replica holds as BYTES and the batch has only
+        as STRING taken as BYTES (each text its UTF-8) when none of the batch's changes is newer
+        than every change the table holds: those are late events from before Spanner changed the
+        column to BYTES (a partition that lagged; without whole transactions a batch is not cut
+        in commit order), not a change back. The column goes back to STRING with a newer change
+        only — not back and forth with lagging partitions, and not failing on bytes a later
+        change wrote that are not UTF-8."""
+        existing, catalog_key = self._columns(changes.names.table), self.names.catalog_key
+        texts = []
+        for source, column in zip(changes.changes.columns, changes.columns, strict=True):
+            stored, wanted = existing.get(catalog_key(column.name)), column.type.text_or_bytes
+            to_text = wanted is not None and not wanted.is_bytes and column.name not in changes.key
+            if to_text and stored is not None and needs_recoding(stored.text_or_bytes, wanted):
+                texts.append(source.name)
+        if not texts:
+            return changes
+        newest = self.backend.execute(
+            "SELECT max(m) FROM ("
+            + " UNION ALL ".join(
+                f"SELECT max({quote(SORT_COLUMNS[0])}) AS m FROM {quote(table)}"
+                for table in (changes.names.table, changes.names.tombstones)
+            )
+            + ") AS newest"
+        )[0][0]
+        if newest is None or pc.max(changes.changes.commits).as_py() > newest:
+            return changes
+        log.info(
+            "table %s: %d change(s) of column(s) %s as STRING, all older than the replica's newest "
+            "change: late events from before the column became BYTES, written as their UTF-8",
+            changes.changes.table,
+            changes.changes.rows.num_rows,
+            ", ".join(texts),
+        )
+        return ReplicaTable.of(changes.changes.as_bytes(texts), self.names)
 
     def _retype(self, changes: ReplicaTable, table: str, column: PayloadColumn) -> None:
         """Column ``column`` of ``table``, of STRING before and BYTES now or the other way round

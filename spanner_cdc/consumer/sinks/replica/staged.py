@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -103,6 +103,17 @@ class StagedPart:
             own = self.rows.filter(pc.equal(tables, table))
             found.append((table, own.column(STAGED_ROW).combine_chunks()))
         return found
+
+    def as_bytes(self, names: Collection[str]) -> StagedPart:
+        """The part with its STRING columns ``names`` (and their arrays) as BYTES, each text its
+        UTF-8."""
+        columns = tuple(replace(c, type=c.type.as_bytes()) if c.name in names else c for c in self.columns)
+        rows = self.rows
+        for column in columns:
+            if column.name in names:
+                at = rows.schema.get_field_index(column.name)
+                rows = rows.set_column(at, column.name, rows.column(at).cast(column.type.arrow))
+        return replace(self, columns=columns, rows=rows)
 
     def committed_from(self, micros: int) -> StagedPart:
         """The rows committed at or after ``micros``."""

@@ -30,6 +30,9 @@ from spanner_cdc.consumer.errors import ConsumerError
 
 log = logging.getLogger("spanner_cdc.consumer")
 POLL_SECONDS = 0.5
+#: A Python traceback and the line it ends with: the exception, whatever its class is called
+#: (pyarrow's ``ArrowInvalid`` ends in neither Error nor Exception).
+PYTHON_TRACEBACK = re.compile(r"^Traceback \(most recent call last\):\n(?:[ \t].*\n)+(\S.*)$", re.MULTILINE)
 PYTHON_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): .*$", re.MULTILINE)
 
 
@@ -132,6 +135,7 @@ def stop_between_batches(query: Any, gate: BatchGate, request: StopRequest, idle
 
 
 def python_error(text: str) -> str:
-    """The Python exception line inside Spark's report (its traceback is noise for a user)."""
-    found = PYTHON_ERROR_LINE.findall(text)
+    """The Python exception line inside Spark's report (its traceback is noise for a user): the
+    line the last Python traceback ends with, else the last line that names an error."""
+    found = PYTHON_TRACEBACK.findall(text) or PYTHON_ERROR_LINE.findall(text)
     return found[-1].strip() if found else text.strip().splitlines()[0]

@@ -116,6 +116,23 @@ def test_the_python_error_is_found_inside_sparks_report() -> None:
     )
 
 
+def test_an_exception_in_a_task_is_its_own_line_whatever_its_class_is_called() -> None:
+    """A task's exception as Spark 4 reports it (a mapInArrow task, scratch): pyarrow's
+    ArrowInvalid, not the line Spark puts before the traceback."""
+    report = (
+        "[STREAM_FAILED] Query terminated with exception: "
+        "An exception was thrown from the Python worker:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/tmp/scratch/pyexc.py", line 7, in task\n'
+        '    pa.array([b"\\xff"], pa.binary()).cast(pa.string())\n'
+        '  File "pyarrow/error.pxi", line 92, in pyarrow.lib.check_status\n'
+        "pyarrow.lib.ArrowInvalid: Invalid UTF8 payload\n"
+        "\n\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(...)\n"
+        "Caused by: org.apache.spark.SparkException: Job aborted due to stage failure\n"
+    )
+    assert python_error(report) == "pyarrow.lib.ArrowInvalid: Invalid UTF8 payload"
+
+
 def test_a_closed_gate_waits_for_the_running_batch_and_refuses_the_next() -> None:
     gate, request = BatchGate(), StopRequest()
     finished: list[int] = []

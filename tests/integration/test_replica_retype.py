@@ -218,3 +218,44 @@ def test_late_texts_from_before_the_change_to_bytes_do_not_change_the_column_bac
     newer = [record("STRING", "UPDATE", "a", "y", None, commit_micros=start + 5)]
     merged_records(backend, [first, then, late, deleted, newer], history=False)
     assert stored(backend) == [("a", "y", None), ("c", "é", ["ü"])]
+
+
+def test_a_key_column_changed_between_string_and_bytes_keeps_each_row_its_key(backend: SqlBackend) -> None:
+    """Spanner changes a key column's type too (the emulator takes ``ALTER COLUMN Id BYTES``).
+    The replica's rows and tombstones are converted, so changes after it find their rows: an
+    update of the key's bytes updates the row, a delete deletes it; and back to STRING."""
+
+    def keyed(code: str, mod: str, key: Value, balance: int | None = None) -> dict[str, Any]:
+        factory = ChangeFactory(columns=[("Id", code, True), ("Balance", "INT64", False)])
+        spelled = base64.b64encode(key).decode() if isinstance(key, bytes) else key
+        values = {} if balance is None else {"Balance": str(balance)}
+        return factory.record(mod, {"Id": spelled}, values)
+
+    batches = [
+        [keyed("STRING", "INSERT", "a", 1), keyed("STRING", "INSERT", "b", 2)],
+        [
+            keyed("BYTES", "UPDATE", b"a", 3),
+            keyed("BYTES", "INSERT", b"\xc3\xa9", 4),
+            keyed("BYTES", "DELETE", b"b"),
+        ],
+        [keyed("BYTES", "DELETE", b"\xc3\xa9")],
+        [
+            keyed("STRING", "INSERT", "c", 5),
+            keyed("STRING", "UPDATE", "a", 6),
+            keyed("STRING", "INSERT", "b", 7),
+        ],
+    ]
+    merged_records(backend, batches[:2], history=False)
+    assert _rows(backend, "Accounts") == [(b"a", 3), (b"\xc3\xa9", 4)]
+    assert _rows(backend, "Accounts$deleted", '"Id"') == [(b"b",)]
+
+    merged_records(backend, batches, history=False)
+    assert _rows(backend, "Accounts") == [("a", 6), ("b", 7), ("c", 5)]
+    assert _rows(backend, "Accounts$deleted", '"Id"') == [("é",)]
+
+
+def _rows(backend: SqlBackend, table: str, columns: str = '"Id", "Balance"') -> list[tuple[Any, ...]]:
+    return [
+        tuple(_plain(v) for v in row)
+        for row in backend.execute(f"SELECT {columns} FROM {quote(table)} ORDER BY 1")
+    ]

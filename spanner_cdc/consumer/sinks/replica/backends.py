@@ -32,8 +32,10 @@ from spanner_cdc.consumer.sinks.replica.postgres_copy import copy_rows
 from spanner_cdc.consumer.sinks.replica.postgres_text import Cleaned, without_nul
 from spanner_cdc.consumer.table_version import PayloadColumn, TextOrBytes
 
-#: A table's copy while DuckDB rebuilds it (:meth:`DuckDbBackend.allow_null_keys`).
+#: A table's copy while DuckDB rebuilds it (:meth:`DuckDbBackend.allow_null_keys`, ``retype``).
 REBUILT_TABLE = "cdc$rebuilt"
+#: An array column's converted values while PostgreSQL changes its type (:meth:`PostgresBackend.retype`).
+RETYPED_COLUMN = "cdc$retyped"
 #: The rows DuckDB writes anew in place of an UPDATE (:meth:`DuckDbBackend.update_joined`).
 UPDATED_ROWS = "cdc$updated"
 #: The first PostgreSQL with ``NULLS NOT DISTINCT`` unique indexes (15).
@@ -85,6 +87,12 @@ class SqlBackend(Protocol):
     def recoded(self, value: str, to: TextOrBytes) -> str:
         """SQL: ``value``, a text (or an array of them), as ``to``'s bytes, or the other way round:
         a text's bytes are its UTF-8. Bytes that are not UTF-8 fail the statement."""
+        ...
+
+    def retype(self, table: str, column: str, sql_type: str, to: TextOrBytes) -> None:
+        """Column ``column`` of ``table`` (text or bytes, or an array of them; a key column too)
+        converted with its rows to the other, ``sql_type``, as :meth:`recoded` converts a value.
+        Rows deleted earlier are not looked at: a value Spanner no longer holds must not fail it."""
         ...
 
     def null_safe_equal(self, left: str, right: str) -> str:
@@ -246,6 +254,18 @@ class DuckDbBackend:
         function = "encode" if to.is_bytes else "decode"
         return f"list_transform({value}, lambda e: {function}(e))" if to.is_array else f"{function}({value})"
 
+    def retype(self, table: str, column: str, sql_type: str, to: TextOrBytes) -> None:
+        """The table copied with the column converted, in place of it (in the caller's
+        transaction). DuckDB's ``ALTER COLUMN … TYPE`` converts rows deleted earlier too (and
+        fails on such a value that is not UTF-8), and neither it nor ``DROP COLUMN`` takes a
+        column of a primary key, which tables an earlier version created have. The copy has no
+        constraints: its key columns take NULL, as after :meth:`allow_null_keys`."""
+        rebuilt, name = quote(REBUILT_TABLE), quote(column)
+        converted = f"{self.recoded(name, to)} AS {name}"
+        self.execute(f"CREATE TABLE {rebuilt} AS SELECT * REPLACE ({converted}) FROM {quote(table)}")
+        self.execute(f"DROP TABLE {quote(table)}")
+        self.execute(f"ALTER TABLE {rebuilt} RENAME TO {quote(table)}")
+
     def update_joined(
         self, table: str, assignments: Assignments, source: str, match: str, params: Sequence[Any]
     ) -> None:
@@ -367,6 +387,21 @@ class PostgresBackend:
             return f"{function}({value}, 'UTF8')"
         elements = f"SELECT {function}(e, 'UTF8') FROM unnest({value}) WITH ORDINALITY AS u(e, i) ORDER BY i"
         return f"CASE WHEN {value} IS NULL THEN NULL ELSE ARRAY({elements}) END"
+
+    def retype(self, table: str, column: str, sql_type: str, to: TextOrBytes) -> None:
+        """``ALTER COLUMN … TYPE`` (its primary key's index rebuilt), which converts the live rows
+        only. Its ``USING`` takes no subquery, which an array's elements need: an array column is
+        added anew, filled, and put in place of the old one (it moves to the table's end)."""
+        name = quote(column)
+        if not to.is_array:
+            using = self.recoded(name, to)
+            self.execute(f"ALTER TABLE {quote(table)} ALTER COLUMN {name} TYPE {sql_type} USING {using}")
+            return
+        retyped = quote(RETYPED_COLUMN)
+        self.execute(f"ALTER TABLE {quote(table)} ADD COLUMN {retyped} {sql_type}")
+        self.execute(f"UPDATE {quote(table)} SET {retyped} = {self.recoded(name, to)}")
+        self.execute(f"ALTER TABLE {quote(table)} DROP COLUMN {name}")
+        self.execute(f"ALTER TABLE {quote(table)} RENAME COLUMN {retyped} TO {name}")
 
     def update_joined(
         self, table: str, assignments: Assignments, source: str, match: str, params: Sequence[Any]

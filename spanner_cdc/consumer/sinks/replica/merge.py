@@ -82,8 +82,6 @@ BATCHES_TABLE = "cdc$batches"
 STAGE = "cdc$stage"
 FOLDED = "cdc$folded"
 _N, _LAST, _LAST_DELETE = "cdc$n", "cdc$last", "cdc$last_delete"
-#: A column's converted values while it changes type (:meth:`ReplicaMerge._retype`).
-RETYPED = "cdc$retyped"
 #: Rows a task loaded are selected by ranges of their numbers up to this many ranges.
 _MAX_RANGES = 64
 
@@ -328,14 +326,15 @@ class ReplicaMerge:
                 if catalog_key(name) not in existing:
                     self.backend.execute(f"ALTER TABLE {quote(table)} ADD COLUMN {definition}")
                     existing[catalog_key(name)] = StoredColumn(True, kinds.get(name))
-            for column in columns:
-                stored = existing[catalog_key(column.name)]
-                if (
-                    needs_recoding(stored.text_or_bytes, kinds[column.name])
-                    and column.name not in changes.key
-                ):
-                    self._retype(changes, table, column)
-                    existing[catalog_key(column.name)] = StoredColumn(True, kinds[column.name])
+            retyped = [
+                c
+                for c in columns
+                if needs_recoding(existing[catalog_key(c.name)].text_or_bytes, kinds[c.name])
+            ]
+            for column in retyped:
+                self._retype(changes, table, column)
+            if retyped:  # read again: what the conversion left (DuckDB's copy takes NULL keys)
+                del self._known_columns[catalog_key(table)]
 
     def _late_texts(self, changes: ReplicaTable) -> ReplicaTable:
         """``changes``, with each value column the replica holds as BYTES and the batch has only
@@ -349,7 +348,7 @@ class ReplicaMerge:
         texts = []
         for source, column in zip(changes.changes.columns, changes.columns, strict=True):
             stored, wanted = existing.get(catalog_key(column.name)), column.type.text_or_bytes
-            to_text = wanted is not None and not wanted.is_bytes and column.name not in changes.key
+            to_text = wanted is not None and not wanted.is_bytes
             if to_text and stored is not None and needs_recoding(stored.text_or_bytes, wanted):
                 texts.append(source.name)
         if not texts:
@@ -375,26 +374,19 @@ class ReplicaMerge:
 
     def _retype(self, changes: ReplicaTable, table: str, column: PayloadColumn) -> None:
         """Column ``column`` of ``table``, of STRING before and BYTES now or the other way round
-        (Spanner's ``ALTER COLUMN``), converted with its rows: bytes are a text's UTF-8. A new
-        column, filled and renamed, rather than ``ALTER COLUMN … TYPE``: DuckDB's converts rows
-        deleted before too (a value of bytes Spanner no longer held would fail it)."""
-        retyped, name = quote(RETYPED), quote(column.name)
+        (Spanner's ``ALTER COLUMN``, a key column too), converted with its rows: bytes are a
+        text's UTF-8 (SqlBackend.retype)."""
         to = column.type.text_or_bytes
         assert to is not None
         spanner_type = "BYTES" if to.is_bytes else "STRING"
-        self.backend.execute(
-            f"ALTER TABLE {quote(table)} ADD COLUMN {retyped} {column.type.sql(self.backend.dialect)}"
-        )
         try:
-            self.backend.execute(f"UPDATE {quote(table)} SET {retyped} = {self.backend.recoded(name, to)}")
+            self.backend.retype(table, column.name, column.type.sql(self.backend.dialect), to)
         except ReplicaQueryError as exc:
             raise ReplicaQueryError(
                 f"table {changes.changes.table}: column {column.name} is {spanner_type} in Spanner now, "
                 f"and converting it in {table} failed (bytes that are not UTF-8 cannot be a STRING): "
                 f"{exc}"
             ) from None
-        self.backend.execute(f"ALTER TABLE {quote(table)} DROP COLUMN {name}")
-        self.backend.execute(f"ALTER TABLE {quote(table)} RENAME COLUMN {retyped} TO {name}")
         log.info(
             "table %s: column %s is %s now, as in Spanner; its values in %s converted",
             changes.changes.table,

@@ -177,37 +177,46 @@ def test_a_table_dropped_mid_stream_keeps_what_it_had_and_the_rest_flows(
     assert len(changelog_rows(consumer, "Audit", '"envelope$uuid"')) == 2
 
 
-def test_a_column_spanner_changes_from_string_to_bytes_reaches_every_sink(
+def test_columns_spanner_changes_from_string_to_bytes_reach_every_sink(
     spark: Any, stack: EmbeddedStack, tmp_path: Path
 ) -> None:
-    """``ALTER COLUMN Note BYTES(MAX)`` between changes, in the emulator: the producer writes the
-    changes after it with the new writer schema, and the consumer, reading both in one batch,
-    gives the replica a BYTES column holding the older texts as their UTF-8 beside bytes that
-    are not UTF-8; the changelog reads back as bytes."""
+    """``ALTER COLUMN … BYTES(MAX)`` of the key and a value column between changes, in the
+    emulator, the consumer run before and after: the producer writes the changes after it with
+    the new writer schema, and the replica's STRING columns become BYTES, the older texts as
+    their UTF-8 beside bytes that are not UTF-8 — the row written before the change updated by
+    its key's bytes, not a second row; the changelog's files of both types read back as bytes."""
     database = create_database(
         stack.endpoint("spanner"),
         [
-            "CREATE TABLE Notes (Id INT64 NOT NULL, Note STRING(MAX)) PRIMARY KEY (Id)",
+            "CREATE TABLE Notes (Code STRING(MAX) NOT NULL, Note STRING(MAX)) PRIMARY KEY (Code)",
             "CREATE CHANGE STREAM Everything FOR ALL OPTIONS (value_capture_type='NEW_ROW')",
         ],
     )
     start = now_micros()
     with database.batch() as batch:
-        batch.insert("Notes", columns=["Id", "Note"], values=[[1, "é"], [2, "kept"]])
-    database.update_ddl(["ALTER TABLE Notes ALTER COLUMN Note BYTES(MAX)"]).result(120)
-    with database.batch() as batch:
-        written = [(1, b"\xff\x00"), (3, b"new")]  # the client takes BYTES in base64
-        batch.insert_or_update(
-            "Notes", columns=["Id", "Note"], values=[[k, base64.b64encode(v)] for k, v in written]
-        )
+        batch.insert("Notes", columns=["Code", "Note"], values=[["a", "é"], ["b", "kept"]])
     produced = produce_since(stack, database, "Everything", start)
     consumer = consumer_config(stack.endpoint("kafka"), produced.topic_prefix, tmp_path)
     run_consumer(spark, consumer)
+    assert replica_rows(consumer, "Notes", '"Code", "Note"') == [("a", "é"), ("b", "kept")]
+    database.update_ddl(
+        [
+            "ALTER TABLE Notes ALTER COLUMN Code BYTES(MAX) NOT NULL",
+            "ALTER TABLE Notes ALTER COLUMN Note BYTES(MAX)",
+        ]
+    ).result(120)
+    with database.batch() as batch:
+        written = [(b"a", b"\xff\x00"), (b"c", b"new")]  # the client takes BYTES in base64
+        batch.insert_or_update(
+            "Notes", columns=["Code", "Note"], values=[[base64.b64encode(v) for v in row] for row in written]
+        )
+    produce_since(stack, database, "Everything", start, topic_prefix=produced.topic_prefix)
+    run_consumer(spark, consumer)
 
-    assert replica_rows(consumer, "Notes", '"Id", "Note"') == [(1, b"\xff\x00"), (2, b"kept"), (3, b"new")]
-    assert changelog_rows(consumer, "Notes", '"Id", "Note"') == [
-        (1, "é".encode()),
-        (2, b"kept"),
-        (1, b"\xff\x00"),
-        (3, b"new"),
+    expected = [(b"a", b"\xff\x00"), (b"b", b"kept"), (b"c", b"new")]
+    assert replica_rows(consumer, "Notes", '"Code", "Note"') == expected
+    assert changelog_rows(consumer, "Notes", '"Code", "Note"') == [
+        (b"a", "é".encode()),
+        (b"b", b"kept"),
+        *expected[::2],
     ]

@@ -179,8 +179,8 @@ class ColumnTypeChangeError(ContractError):
     def __init__(self, table: str, column: str, first: Any, then: Any) -> None:
         super().__init__(
             f"table {table!r}, column {column!r} changes type from {json.dumps(first)} to "
-            f"{json.dumps(then)}; only STRING <-> BYTES is followed (a table created again "
-            "with other column types needs a new replica table and changelog directory)"
+            f"{json.dumps(then)}; only STRING <-> BYTES is followed (a table dropped and created "
+            "again under its key with other types: docs/consumer.md, Guarantees)"
         )
 
 

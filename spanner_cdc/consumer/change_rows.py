@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spanner_cdc.consumer.decoded import DecodedEvent
-from spanner_cdc.consumer.table_version import PayloadColumn, TableVersion, merged_columns
+from spanner_cdc.consumer.table_version import PayloadColumn, TableVersion, merged
 from spanner_cdc.schemas.avro_reader import calendar_converter
 from spanner_cdc.schemas.identity import row_id
 
@@ -108,7 +108,9 @@ class TableChanges:
 
     @cached_property
     def columns(self) -> tuple[PayloadColumn, ...]:
-        return merged_columns(self.table, self.versions)
+        """Every column of any version, first seen first (versions oldest first): added columns
+        last."""
+        return merged(self.table, (column for version in self.versions for column in version.columns))
 
     @property
     def key(self) -> tuple[str, ...]:

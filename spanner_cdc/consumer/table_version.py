@@ -103,6 +103,11 @@ class TextOrBytes:
     is_bytes: bool
     is_array: bool
 
+    def is_other_of(self, other: TextOrBytes) -> bool:
+        """``other`` is the other of text and bytes in the same shape (both scalars or both
+        arrays): what Spanner changes a column between."""
+        return self.is_array == other.is_array and self.is_bytes != other.is_bytes
+
 
 @dataclass(frozen=True)
 class PayloadColumn:
@@ -147,12 +152,6 @@ class TableVersion:
         return {c.name: c.field for c in self.columns}
 
 
-def merged_columns(table: str, versions: Sequence[TableVersion]) -> tuple[PayloadColumn, ...]:
-    """Every column of any version of ``table``, in first-seen order (versions oldest first):
-    added columns last (:func:`merged`)."""
-    return merged(table, (column for version in versions for column in version.columns))
-
-
 def merged(table: str, columns: Iterable[PayloadColumn]) -> tuple[PayloadColumn, ...]:
     """``columns`` by name, first seen first. A column Spanner changed between STRING and BYTES
     takes BYTES, whichever came first: every text is bytes (its UTF-8), not every value of
@@ -167,7 +166,7 @@ def merged(table: str, columns: Iterable[PayloadColumn]) -> tuple[PayloadColumn,
 
 def _wider(table: str, known: PayloadColumn, other: PayloadColumn) -> PayloadColumn:
     kinds = known.type.text_or_bytes, other.type.text_or_bytes
-    if kinds[0] is None or kinds[1] is None or kinds[0].is_array != kinds[1].is_array:
+    if kinds[0] is None or kinds[1] is None or not kinds[0].is_other_of(kinds[1]):
         raise ColumnTypeChangeError(table, known.name, known.type.avro, other.type.avro)
     return replace(known, type=other.type) if kinds[1].is_bytes else known
 

@@ -473,9 +473,11 @@ class ReplicaMerge:
         only_in_files = cleaned.rows.filter(pc.is_null(part.rows.column(STAGED_IN)))
         if only_in_files.num_rows:
             self.backend.load(STAGE, only_in_files)
+        layout = [name for name, _ in stage_layout(changes, self.backend.dialect)]
+        wanted = {c.name: c.type.text_or_bytes for c in changes.columns}
         present = self._loaded_columns([table for table, _ in loaded])
         for table, numbers in loaded:
-            self._stage_loaded(changes, table, present.get(table, {}), numbers)
+            self._stage_loaded(layout, wanted, table, present.get(table, {}), numbers)
         return cleaned.rows
 
     def _loaded_columns(self, tables: Sequence[str]) -> dict[str, dict[str, TextOrBytes | None]]:
@@ -491,14 +493,18 @@ class ReplicaMerge:
         return present
 
     def _stage_loaded(
-        self, changes: ReplicaTable, table: str, present: dict[str, TextOrBytes | None], numbers: pa.Array
+        self,
+        layout: Sequence[str],
+        wanted: dict[str, TextOrBytes | None],
+        table: str,
+        present: dict[str, TextOrBytes | None],
+        numbers: pa.Array,
     ) -> None:
         """Rows a task loaded into ``table`` (staged_tables.py; its columns ``present``), by
-        their numbers there, into the stage table of ``changes``: a column the table lacks (an
-        older table version's part) is NULL, and not set; one the task loaded as text that the
-        batch holds as bytes (a column Spanner changed: table_version.merged) is converted."""
-        layout = [name for name, _ in stage_layout(changes, self.backend.dialect)]
-        wanted = {c.name: c.type.text_or_bytes for c in changes.columns}
+        their numbers there, into the stage table of columns ``layout``: a column the table lacks
+        (an older table version's part) is NULL, and not set; one the task loaded as text that the
+        batch holds as bytes (``wanted``; a column Spanner changed: table_version.merged) is
+        converted."""
         columns = [name for name in layout if name in present or name.startswith(SET_PREFIX)]
         values = []
         for name in columns:

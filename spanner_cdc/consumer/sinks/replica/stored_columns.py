@@ -47,9 +47,4 @@ def text_or_bytes(data_type: object, udt_name: object) -> TextOrBytes | None:
 def needs_recoding(stored: TextOrBytes | None, wanted: TextOrBytes | None) -> bool:
     """Whether a column holding ``stored`` must be converted to hold ``wanted``: text to bytes
     or bytes to text, arrays alike."""
-    return (
-        stored is not None
-        and wanted is not None
-        and stored.is_array == wanted.is_array
-        and stored.is_bytes != wanted.is_bytes
-    )
+    return stored is not None and wanted is not None and stored.is_other_of(wanted)

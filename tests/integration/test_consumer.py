@@ -306,6 +306,40 @@ def test_a_column_that_changes_to_a_type_it_cannot_become_stops_the_query_in_one
     assert not config.changelog_dir.exists() or not changelog_rows(config, "Accounts", '"Id"')
 
 
+@pytest.mark.parametrize("configure", ["duckdb"], indirect=True)
+def test_a_later_batch_that_brings_a_column_another_type_stops_the_query_in_one_line(
+    spark: Any, stack: EmbeddedStack, configure: ConfigFactory
+) -> None:
+    """INT64, then FLOAT64 in a later run (a table dropped and created again under its key):
+    the replica's BIGINT column cannot hold the new values (it stored 7.25 as 7 before), so the
+    query stops naming table, column and both types, its batch not committed: the replica keeps
+    what the first run wrote. The changelog, published before the replica's transaction (each
+    file of its batch's type; published again, the same, at every replay), has the new event."""
+    config = configure()
+    before = ChangeFactory()
+    after = ChangeFactory(columns=[(n, "FLOAT64" if n == "Balance" else t, k) for n, t, k in before.columns])
+    publish(
+        config.kafka_bootstrap,
+        config.topic_prefix,
+        before.events(before.record("INSERT", {"Id": "a"}, {"Balance": "1"})),
+    )
+    run_consumer(spark, config)
+    publish(
+        config.kafka_bootstrap,
+        config.topic_prefix,
+        after.events(after.record("UPDATE", {"Id": "a"}, {"Balance": 7.25})),
+    )
+
+    with pytest.raises(
+        ConsumerError,
+        match=r"query failed: .*table Accounts: column Balance is \"double\" in this batch's .* as bigint: ",
+    ):
+        run_consumer(spark, config)
+    assert committed_batches(config) == 1
+    assert replica_rows(config, "Accounts", '"Id", "Balance"') == [("a", 1)]
+    assert changelog_rows(config, "Accounts", '"Id", "Balance"') == [("a", 1), ("a", 7.25)]
+
+
 def test_uuid_columns_reach_both_sinks(spark: Any, stack: EmbeddedStack, configure: ConfigFactory) -> None:
     """Spanner's UUID type (Avro string with logicalType uuid): a UUID key and a UUID value
     column, updated and deleted, land as text in the changelog and as UUID in the replica."""

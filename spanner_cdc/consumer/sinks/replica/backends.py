@@ -95,6 +95,12 @@ class SqlBackend(Protocol):
         Rows deleted earlier are not looked at: a value Spanner no longer holds must not fail it."""
         ...
 
+    def catalog_type(self, sql_type: str) -> str:
+        """The name the catalog gives a column declared ``sql_type``, as
+        ``stored_columns.catalog_type`` reads it back: what a stored column's type is compared
+        with."""
+        ...
+
     def null_safe_equal(self, left: str, right: str) -> str:
         """SQL: two values are the same, NULL the same as NULL — in a form the database joins fast."""
         ...
@@ -254,6 +260,12 @@ class DuckDbBackend:
         function = "encode" if to.is_bytes else "decode"
         return f"list_transform({value}, lambda e: {function}(e))" if to.is_array else f"{function}({value})"
 
+    def catalog_type(self, sql_type: str) -> str:
+        """``typeof`` names a type as the catalog's ``data_type`` does (``TIMESTAMPTZ`` is
+        ``TIMESTAMP WITH TIME ZONE`` in both; every type the replica declares, arrays too:
+        DuckDB 2.0.1, a scratch script)."""
+        return str(self.execute(f"SELECT typeof(CAST(NULL AS {sql_type}))")[0][0]).lower()
+
     def retype(self, table: str, column: str, sql_type: str, to: TextOrBytes) -> None:
         """The table copied with the column converted, in place of it (in the caller's
         transaction). DuckDB's ``ALTER COLUMN … TYPE`` converts rows deleted earlier too (and
@@ -387,6 +399,14 @@ class PostgresBackend:
             return f"{function}({value}, 'UTF8')"
         elements = f"SELECT {function}(e, 'UTF8') FROM unnest({value}) WITH ORDINALITY AS u(e, i) ORDER BY i"
         return f"CASE WHEN {value} IS NULL THEN NULL ELSE ARRAY({elements}) END"
+
+    def catalog_type(self, sql_type: str) -> str:
+        """The type's ``pg_type`` name, which the catalog's ``udt_name`` is (``_int8`` for
+        ``BIGINT[]``). A type modifier is not part of it: ``NUMERIC(38,9)`` and ``NUMERIC``
+        are both ``numeric``."""
+        return str(
+            self.execute("SELECT typname FROM pg_type WHERE oid = CAST(? AS regtype)", [sql_type])[0][0]
+        )
 
     def retype(self, table: str, column: str, sql_type: str, to: TextOrBytes) -> None:
         """``ALTER COLUMN … TYPE`` (its primary key's index rebuilt), which converts the live rows

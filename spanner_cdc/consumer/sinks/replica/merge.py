@@ -24,6 +24,7 @@ U+0000 in text (postgres_text.py). A table without key columns
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -39,7 +40,7 @@ from spanner_cdc.consumer.change_rows import (
     SET_PREFIX,
     SORT_COLUMNS,
 )
-from spanner_cdc.consumer.errors import ReplicaQueryError
+from spanner_cdc.consumer.errors import ReplicaColumnTypeError, ReplicaQueryError
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend
 from spanner_cdc.consumer.sinks.replica.generations import (
     Generation,
@@ -63,7 +64,6 @@ from spanner_cdc.consumer.sinks.replica.names import (
 from spanner_cdc.consumer.sinks.replica.stage_table import (
     ORDER_COLUMNS,
     ReplicaTable,
-    column_definition,
     order_types,
     stage_definitions,
     stage_layout,
@@ -72,6 +72,7 @@ from spanner_cdc.consumer.sinks.replica.staged import STAGED_IN, STAGED_ROW, Sta
 from spanner_cdc.consumer.sinks.replica.stored_columns import (
     TYPE_COLUMNS,
     StoredColumn,
+    catalog_type,
     needs_recoding,
     text_or_bytes,
 )
@@ -97,6 +98,8 @@ class ReplicaMerge:
     _recorded_names: set[tuple[str, str, str]] = field(default_factory=set)
     #: Spanner table → its current generation (generations.py), as far as this process read it.
     _generations: dict[str, Generation] = field(default_factory=dict)
+    #: SQL type → the catalog's name for it (SqlBackend.catalog_type).
+    _catalog_types: dict[str, str] = field(default_factory=dict)
 
     @property
     def names(self) -> ReplicaNames:
@@ -284,7 +287,8 @@ class ReplicaMerge:
     def _ensure_tables(self, changes: ReplicaTable, with_history: bool) -> None:
         """Create the table, its tombstones and (``with_history``) its history tables, or add the
         columns a new table version — or this version of the replica — brought, and convert a
-        value column Spanner changed between STRING and BYTES (:meth:`_retype`).
+        column Spanner changed between STRING and BYTES (:meth:`_retype`); any other change of
+        a column's type stops the batch (:meth:`_followed`).
 
         Names are compared as the database compares them (:meth:`ReplicaNames.catalog_key`): in
         DuckDB, ``accounts`` finds the table ``Accounts``.
@@ -305,9 +309,8 @@ class ReplicaMerge:
             ]
         catalog_key = self.names.catalog_key
         for table, columns, extra, keyed in layouts:
-            definitions = {c.name: column_definition(c, dialect) for c in columns}
+            definitions = {c.name: f"{quote(c.name)} {c.type.sql(dialect)}" for c in columns}
             definitions |= {name: f"{quote(name)} {sql_type}" for name, sql_type in extra}
-            kinds = {c.name: c.type.text_or_bytes for c in columns}
             existing = self._columns(table)
             if not existing:
                 created = [
@@ -317,24 +320,46 @@ class ReplicaMerge:
                 if keyed and declared and changes.key:
                     created.append(f"PRIMARY KEY ({_names(changes.key)})")
                 self.backend.execute(f"CREATE TABLE {quote(table)} ({', '.join(created)})")
-                self._known_columns[catalog_key(table)] = {
-                    catalog_key(name): StoredColumn(name not in changes.key, kinds.get(name))
-                    for name in definitions
-                }
-                continue
-            for name, definition in definitions.items():
-                if catalog_key(name) not in existing:
-                    self.backend.execute(f"ALTER TABLE {quote(table)} ADD COLUMN {definition}")
-                    existing[catalog_key(name)] = StoredColumn(True, kinds.get(name))
-            retyped = [
-                c
-                for c in columns
-                if needs_recoding(existing[catalog_key(c.name)].text_or_bytes, kinds[c.name])
+                continue  # its columns are read from the catalog when next asked for, as made
+            added = [
+                definition for name, definition in definitions.items() if catalog_key(name) not in existing
             ]
+            for definition in added:
+                self.backend.execute(f"ALTER TABLE {quote(table)} ADD COLUMN {definition}")
+            if added:
+                del self._known_columns[catalog_key(table)]
+                existing = self._columns(table)
+            retyped = [c for c in columns if self._followed(changes, table, existing[catalog_key(c.name)], c)]
             for column in retyped:
                 self._retype(changes, table, column)
             if retyped:  # read again: what the conversion left (DuckDB's copy takes NULL keys)
                 del self._known_columns[catalog_key(table)]
+
+    def _followed(
+        self, changes: ReplicaTable, table: str, stored: StoredColumn, column: PayloadColumn
+    ) -> bool:
+        """Whether ``column``, ``stored`` in ``table``, is to be converted to the type the batch's
+        events bring (STRING <-> BYTES, :meth:`_retype`); False when it has that type already.
+        Any other difference raises :class:`ReplicaColumnTypeError` (stored_columns.py)."""
+        if needs_recoding(stored.text_or_bytes, column.type.text_or_bytes):
+            return True
+        wanted = column.type.sql(self.backend.dialect)
+        if stored.type_name != self._catalog_type(wanted):
+            raise ReplicaColumnTypeError(
+                f"table {changes.changes.table}: column {column.name} is {json.dumps(column.type.avro)} "
+                f"in this batch's events ({wanted}), but the replica's {table} holds it as "
+                f"{stored.type_name}: not a change Spanner makes in place (only STRING <-> BYTES) but a "
+                "table dropped and created again under its name and key with other types, which its "
+                "replica tables cannot hold; drop them to start the table over (docs/consumer.md, Guarantees)"
+            )
+        return False
+
+    def _catalog_type(self, sql_type: str) -> str:
+        """``SqlBackend.catalog_type``, asked once per type and process."""
+        known = self._catalog_types.get(sql_type)
+        if known is None:
+            known = self._catalog_types[sql_type] = self.backend.catalog_type(sql_type)
+        return known
 
     def _late_texts(self, changes: ReplicaTable) -> ReplicaTable:
         """``changes``, with each value column the replica holds as BYTES and the batch has only
@@ -424,7 +449,7 @@ class ReplicaMerge:
                 [table],
             )
             known = {
-                catalog_key(str(column)): StoredColumn(nullable == "YES", text_or_bytes(data_type, udt))
+                catalog_key(str(column)): StoredColumn(nullable == "YES", catalog_type(data_type, udt))
                 for name, column, nullable, data_type, udt in rows
                 if catalog_key(str(name)) == catalog_key(table)
             }
@@ -489,7 +514,7 @@ class ReplicaMerge:
             "WHERE table_schema = current_schema() AND table_name = ANY(?)",
             [list(tables)],
         ):
-            present.setdefault(str(table), {})[str(column)] = text_or_bytes(data_type, udt)
+            present.setdefault(str(table), {})[str(column)] = text_or_bytes(catalog_type(data_type, udt))
         return present
 
     def _stage_loaded(

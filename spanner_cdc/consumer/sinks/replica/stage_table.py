@@ -80,7 +80,3 @@ def stage_definitions(changes: ReplicaTable, dialect: str) -> list[str]:
 def order_types(dialect: str) -> tuple[str, ...]:
     """The SQL types of :data:`ORDER_COLUMNS`."""
     return (*_ORDER_SQL_TYPES[dialect], "TIMESTAMPTZ")
-
-
-def column_definition(column: PayloadColumn, dialect: str) -> str:
-    return f"{quote(column.name)} {column.type.sql(dialect)}"

@@ -4,8 +4,11 @@ Spanner's.
 Spanner changes a column between STRING and BYTES in place (``ALTER COLUMN``, arrays too); the
 replica follows by converting the column with its rows (merge.py), and a stage table a task
 loaded before the change has its values converted as they are taken (docs/consumer.md,
-Guarantees). Every other difference of type is left alone: the events' own types are checked
-where a batch's columns are merged (table_version.merged).
+Guarantees). Any other difference between the type a replica column has and the type its
+events bring stops the batch (merge.py): no such change happens in place in Spanner, and the
+database would otherwise cast the new values into the old type where it has a cast — an INT64
+column's values stored as text, a STRING's '12' as a number — or refuse them with its own words.
+A batch holding both types is stopped before that (table_version.merged).
 """
 
 from __future__ import annotations
@@ -14,8 +17,7 @@ from dataclasses import dataclass
 
 from spanner_cdc.consumer.table_version import TextOrBytes
 
-#: ``information_schema.columns``' ``udt_name`` (PostgreSQL) or ``data_type`` (DuckDB, which has
-#: no udt_name), lowercased → which of text and bytes the column holds.
+#: A column's :func:`catalog_type` → which of text and bytes it holds.
 _TEXT_OR_BYTES = {
     "text": TextOrBytes(is_bytes=False, is_array=False),
     "varchar": TextOrBytes(is_bytes=False, is_array=False),
@@ -26,7 +28,7 @@ _TEXT_OR_BYTES = {
     "_bytea": TextOrBytes(is_bytes=True, is_array=True),
     "blob[]": TextOrBytes(is_bytes=True, is_array=True),
 }
-#: The columns of ``information_schema.columns`` :func:`text_or_bytes` reads, in its order.
+#: The columns of ``information_schema.columns`` :func:`catalog_type` reads, in its order.
 TYPE_COLUMNS = "data_type, udt_name"
 
 
@@ -35,13 +37,26 @@ class StoredColumn:
     """One column of a replica table, as the catalog has it."""
 
     nullable: bool
-    #: Which of text and bytes it holds; None for any other type.
-    text_or_bytes: TextOrBytes | None
+    #: Its type as the catalog names it (:func:`catalog_type`), to compare with
+    #: ``SqlBackend.catalog_type`` of the type the events bring.
+    type_name: str
+
+    @property
+    def text_or_bytes(self) -> TextOrBytes | None:
+        """Which of text and bytes it holds; None for any other type."""
+        return text_or_bytes(self.type_name)
 
 
-def text_or_bytes(data_type: object, udt_name: object) -> TextOrBytes | None:
-    """Which of text and bytes a column of the catalog's ``data_type`` and ``udt_name`` holds."""
-    return _TEXT_OR_BYTES.get(str(udt_name if udt_name is not None else data_type).lower())
+def catalog_type(data_type: object, udt_name: object) -> str:
+    """The type of a column of the catalog's ``data_type`` and ``udt_name``, lowercased:
+    PostgreSQL's ``udt_name`` (its ``data_type`` says only ``ARRAY`` for every array), DuckDB's
+    ``data_type`` (it has no udt_name)."""
+    return str(udt_name if udt_name is not None else data_type).lower()
+
+
+def text_or_bytes(type_name: str) -> TextOrBytes | None:
+    """Which of text and bytes a column the catalog names ``type_name`` holds (:func:`catalog_type`)."""
+    return _TEXT_OR_BYTES.get(type_name)
 
 
 def needs_recoding(stored: TextOrBytes | None, wanted: TextOrBytes | None) -> bool:

@@ -248,10 +248,7 @@ class DuckDbBackend:
     def allow_null_keys(self, table: str, key: Sequence[str]) -> None:
         """The table is copied without its constraints (in the batch's transaction): DuckDB cannot
         drop a primary key, and tables an earlier version created have one."""
-        rebuilt = quote(REBUILT_TABLE)
-        self._db.execute(f"CREATE TABLE {rebuilt} AS SELECT * FROM {quote(table)}")
-        self._db.execute(f"DROP TABLE {quote(table)}")
-        self._db.execute(f"ALTER TABLE {rebuilt} RENAME TO {quote(table)}")
+        self._rebuild(table, "*")
 
     def null_safe_equal(self, left: str, right: str) -> str:
         return f"{left} IS NOT DISTINCT FROM {right}"  # a hash join condition in DuckDB
@@ -272,9 +269,14 @@ class DuckDbBackend:
         fails on such a value that is not UTF-8), and neither it nor ``DROP COLUMN`` takes a
         column of a primary key, which tables an earlier version created have. The copy has no
         constraints: its key columns take NULL, as after :meth:`allow_null_keys`."""
-        rebuilt, name = quote(REBUILT_TABLE), quote(column)
-        converted = f"{self.recoded(name, to)} AS {name}"
-        self.execute(f"CREATE TABLE {rebuilt} AS SELECT * REPLACE ({converted}) FROM {quote(table)}")
+        name = quote(column)
+        self._rebuild(table, f"* REPLACE ({self.recoded(name, to)} AS {name})")
+
+    def _rebuild(self, table: str, columns: str) -> None:
+        """``table`` replaced by a copy of its rows selected as ``columns`` (in the caller's
+        transaction): the copy has no constraints."""
+        rebuilt = quote(REBUILT_TABLE)
+        self.execute(f"CREATE TABLE {rebuilt} AS SELECT {columns} FROM {quote(table)}")
         self.execute(f"DROP TABLE {quote(table)}")
         self.execute(f"ALTER TABLE {rebuilt} RENAME TO {quote(table)}")
 

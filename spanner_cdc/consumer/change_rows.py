@@ -28,6 +28,7 @@ from spanner_cdc.consumer.decoded import DecodedEvent
 from spanner_cdc.consumer.table_version import PayloadColumn, TableVersion, merged
 from spanner_cdc.schemas.avro_reader import calendar_converter
 from spanner_cdc.schemas.identity import row_id
+from spanner_cdc.schemas.wire import body_start
 
 #: INSERT, UPDATE or DELETE: the event's ``change_type``. Not ``change$action`` and
 #: ``change$is_update``: those are a stream's columns (streams.delta), where an update of an
@@ -126,11 +127,11 @@ class TableChanges:
         events in their order: every payload column (by its name), and the envelope's scalars,
         ``source_metadata`` and ``old_values`` (by their changelog names, ``envelope$…``).
 
-        Arrow converts each table version's records in one pass, as a struct of that version's
-        fields (a column it lacks is null), then puts the events back in their order. A Python
+        Each table version's events are read in one pass, as a struct of that version's fields
+        (a column it lacks is null; :func:`_as_arrow`), then put back in their order. A Python
         loop per column took 0.34 µs a value, 10 µs an event at 30 columns (docs/consumer.md, run
         17); a conversion per envelope part cost the changelog's columns 9.4-9.6 µs an event,
-        this 7.0-7.9 (run 23)."""
+        one conversion of the records 7.0-7.9 (run 23)."""
         parts = self._version_parts
         return {name: self._in_event_order([part[name] for part in parts]) for name in parts[0]}
 
@@ -139,7 +140,7 @@ class TableChanges:
         """:attr:`record_arrays` of each table version's events alone, as :attr:`_grouped` lists
         them (the row ids read their key columns here, before the events are put back in order)."""
         return [
-            self._version_arrays(version, [self.events[i].record for i in positions])
+            self._version_arrays(version, [self.events[i] for i in positions])
             for version, positions in zip(self.versions, self._grouped, strict=True)
         ]
 
@@ -171,19 +172,16 @@ class TableChanges:
         """Each column's values, typed, one per event (both sinks start from these)."""
         return {column.name: self.record_arrays[column.name] for column in self.columns}
 
-    def _version_arrays(self, version: TableVersion, records: list[dict[str, Any]]) -> dict[str, pa.Array]:
-        """:attr:`record_arrays` over ``records``, all of ``version``."""
+    def _version_arrays(self, version: TableVersion, events: list[DecodedEvent]) -> dict[str, pa.Array]:
+        """:attr:`record_arrays` over ``events``, all of ``version``."""
         fields = version.fields_by_name
         present = [c for c in self.columns if c.name in fields]
         values = pa.struct([(fields[c.name], c.type.arrow) for c in present])
-        metadata = pa.struct([*_SOURCE_METADATA_TYPE, pa.field(_OLD_VALUES, values)])
-        converted = pa.array(
-            records, type=pa.struct([*_ENVELOPE_SCALARS, (_SOURCE_METADATA, metadata), (_PAYLOAD, values)])
-        )
+        converted = _as_arrow(version, events, event_type(values))
         arrays = {f"envelope${name}": converted.field(name) for name, _ in _ENVELOPE_SCALARS}
         payload = dict(zip((c.name for c in present), converted.field(_PAYLOAD).flatten(), strict=True))
         for column in self.columns:
-            arrays[column.name] = payload.get(column.name, pa.nulls(len(records), column.type.arrow))
+            arrays[column.name] = payload.get(column.name, pa.nulls(len(events), column.type.arrow))
         described = converted.field(_SOURCE_METADATA)
         arrays[SOURCE_METADATA] = pa.StructArray.from_arrays(
             [described.field(f.name) for f in _SOURCE_METADATA_TYPE], fields=list(_SOURCE_METADATA_TYPE)
@@ -191,7 +189,7 @@ class TableChanges:
         old = described.field(_OLD_VALUES)
         old_columns = dict(zip((c.name for c in present), old.flatten(), strict=True))
         arrays[OLD_VALUES] = pa.StructArray.from_arrays(
-            [old_columns.get(c.name, pa.nulls(len(records), c.type.arrow)) for c in self.columns],
+            [old_columns.get(c.name, pa.nulls(len(events), c.type.arrow)) for c in self.columns],
             fields=[pa.field(c.name, c.type.arrow) for c in self.columns],
             mask=old.is_null(),
         )
@@ -291,6 +289,32 @@ class TableChanges:
         columns.update(zip(SORT_COLUMNS, self.sort_key_arrays, strict=True))
         columns[COMMIT_TIMESTAMP] = self._described("commit_timestamp")
         return pa.table(columns)
+
+
+def event_type(values: pa.StructType) -> pa.StructType:
+    """What the sinks take of an event's record, as Arrow: the envelope's scalars,
+    ``source_metadata`` (its ``old_values`` of type ``values``) and the ``payload`` (``values``:
+    the columns by their Avro field names)."""
+    metadata = pa.struct([*_SOURCE_METADATA_TYPE, pa.field(_OLD_VALUES, values)])
+    return pa.struct([*_ENVELOPE_SCALARS, (_SOURCE_METADATA, metadata), (_PAYLOAD, values)])
+
+
+def _as_arrow(version: TableVersion, events: list[DecodedEvent], event_type: pa.StructType) -> pa.StructArray:
+    """The events' records as one struct array of ``event_type``, read again from their bytes
+    straight into Arrow's buffers (``TableVersion.columns_reader``): the gate read each already,
+    with the same schema, so what the bytes hold is known to read. Arrow converting the gate's
+    records instead cost 5.4 µs an event (docs/consumer.md, run 28). The records are converted
+    where the bytes are not Avro (JSON events) or the type is not one the reader makes or holds
+    (a decimal of another scale than the contract's, a value too large for its column): there
+    Arrow decides, as it always did."""
+    messages = [event.value for event in events]
+    if not any(message[:1] == b"{" for message in messages):
+        try:
+            reader = version.columns_reader(event_type)
+            return reader(messages, [body_start(message) for message in messages])
+        except (TypeError, OverflowError):
+            pass
+    return pa.array([event.record for event in events], type=event_type)
 
 
 def _key_values(version: TableVersion) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:

@@ -16,6 +16,8 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 
+from spanner_cdc.schemas.avro_reader import compile_columns
+from spanner_cdc.schemas.avro_steps import ColumnsReader
 from spanner_cdc.schemas.errors import ContractError
 from spanner_cdc.schemas.wire import WriterSchema
 
@@ -145,6 +147,18 @@ class TableVersion:
                 f"writer schema {writer.fingerprint_hex}: key columns {missing} not in payload"
             )
         return cls(writer, columns, primary_keys)
+
+    def columns_reader(self, arrow_type: pa.StructType) -> ColumnsReader:
+        """The decoder of this version's events straight into Arrow columns of ``arrow_type``
+        (``avro_reader.compile_columns``), made once per type."""
+        reader = self._columns_readers.get(arrow_type)
+        if reader is None:
+            reader = self._columns_readers[arrow_type] = compile_columns(self.writer.reading, arrow_type)
+        return reader
+
+    @cached_property
+    def _columns_readers(self) -> dict[pa.StructType, ColumnsReader]:
+        return {}
 
     @cached_property
     def fields_by_name(self) -> dict[str, str]:

@@ -4,6 +4,8 @@ import enum
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
+
 class Kind(enum.IntEnum):
     NULL_VALUE = 0
     BOOLEAN = 1
@@ -36,3 +38,7 @@ class Step:
 class CompiledReader:
     def __init__(self, top: Step) -> None: ...
     def __call__(self, data: bytes, pos: int) -> tuple[Any, int]: ...
+
+class ColumnsReader:
+    def __init__(self, top: Step, arrow_type: pa.StructType) -> None: ...
+    def __call__(self, messages: list[bytes], starts: list[int]) -> pa.StructArray: ...

@@ -26,13 +26,20 @@ error is fastavro's, word for word.
 A varint is a 64-bit number: one of ten bytes whose last holds more than the 64th bit is refused
 (``ValueError``), where fastavro drops the extra bits and the generated reader made a larger int,
 which no Arrow column takes.
+
+The same steps also read records straight into Arrow's buffers (:class:`ColumnsReader`): the
+consumer's tasks read each event twice, once into a record for the gate's rules and once, when
+the gate has let it through, into its table's columns — which took a third of the time Arrow
+spent converting the records (docs/consumer.md, Performance, run 28).
 """
 
+cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.datetime cimport date_new, datetime_new, import_datetime
 from cpython.unicode cimport PyUnicode_DATA, PyUnicode_DecodeUTF8, PyUnicode_GET_LENGTH
-from libc.stdint cimport int64_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcmp, memcpy, memset
 
 
 cdef extern from "Python.h":
@@ -306,23 +313,29 @@ cdef void civil_date(int64_t days, int* year, int* month, int* day):
     year[0] = <int>(year_of_era + era * 400 + (1 if month[0] <= 2 else 0))
 
 
+cdef Py_ssize_t block_items(Cursor cursor, int64_t count) except -1:
+    """How many items to read of a block of an array or map whose ``count`` was just read. A
+    negative count is followed by the block's size in bytes, which is read and not needed. Every
+    item takes at least a byte (schema_check), so a count larger than the bytes left ends in an
+    error before it is used up: it is capped there."""
+    cdef uint64_t announced
+    if count < 0:
+        announced = <uint64_t>(-(count + 1)) + 1  # -count, also for the smallest int64
+        read_long(cursor)
+    else:
+        announced = <uint64_t>count
+    return <Py_ssize_t>min(announced, <uint64_t>(cursor.size - cursor.pos + 1))
+
+
 cdef object read_repeated(Step step, Cursor cursor):
-    """Blocks of items until a zero count; a negative count is followed by the block's size in
-    bytes, which is read and not needed. Every item takes at least a byte (schema_check), so a
-    count larger than the bytes left ends in an error before it is used up: it is capped there."""
+    """Blocks of items (:func:`block_items`) until a zero count."""
     cdef bint is_array = step.kind == ARRAY
     cdef list items = []
     cdef dict entries = {}
     cdef int64_t count = read_long(cursor)
-    cdef uint64_t announced
     cdef Py_ssize_t i
     while count:
-        if count < 0:
-            announced = <uint64_t>(-(count + 1)) + 1  # -count, also for the smallest int64
-            read_long(cursor)
-        else:
-            announced = <uint64_t>count
-        for i in range(<Py_ssize_t>min(announced, <uint64_t>(cursor.size - cursor.pos + 1))):
+        for i in range(block_items(cursor, count)):
             if is_array:
                 items.append(read(step.child, cursor))
             else:
@@ -333,3 +346,398 @@ cdef object read_repeated(Step step, Cursor cursor):
 
 
 cdef Step _KEY = Step(STRING)
+
+
+# Columns: the same steps, walked into Arrow buffers instead of Python values.
+
+#: pyarrow, imported by the first :class:`ColumnsReader` (every use of it here comes after one is
+#: made): the producer imports this module for its records and has no pyarrow.
+pa = None
+
+cdef enum Layout:
+    SKIPPED  # a field the columns do not hold: read as a value and dropped
+    FIXED  # little-endian numbers of ``width`` bytes
+    BITS  # booleans, one bit each
+    VARIABLE  # strings and bytes: int32 offsets and the bytes
+    LIST  # int32 offsets and one child column
+    STRUCT  # one child column per field
+    DECIMAL  # Avro's big-endian two's complement, as Arrow's 16 little-endian bytes
+
+
+@cython.final
+cdef class Buffer:
+    """Bytes that grow by doubling, handed to Arrow once complete."""
+
+    cdef char* data
+    cdef Py_ssize_t size
+    cdef Py_ssize_t capacity
+
+    def __dealloc__(self):
+        free(self.data)
+
+    cdef char* extend(self, Py_ssize_t extra) except NULL:
+        """Room for ``extra`` more bytes at the end (zeroed), which now count as written."""
+        cdef Py_ssize_t needed = self.size + extra
+        cdef Py_ssize_t capacity
+        cdef char* grown
+        if needed > self.capacity or self.data == NULL:  # a first extend of 0 returns a pointer too
+            capacity = max(needed, 2 * self.capacity, 256)
+            grown = <char*>realloc(self.data, capacity)
+            if grown == NULL:
+                raise MemoryError()
+            self.data = grown
+            self.capacity = capacity
+        cdef char* start = self.data + self.size
+        memset(start, 0, extra)
+        self.size = needed
+        return start
+
+    cdef object arrow(self):
+        return pa.py_buffer(PyBytes_FromStringAndSize(self.data, self.size))
+
+
+@cython.final
+cdef class Column:
+    """One Arrow array being built from the values a step reads, one row per :meth:`append`."""
+
+    cdef Step step  # what the bytes hold here (a nullable's step: its branch is read first)
+    cdef Step value_step  # the step of the value itself (a nullable's child)
+    cdef object arrow_type
+    cdef int layout
+    cdef int width
+    cdef bint narrow  # an Avro long kept as int32: checked to fit
+    cdef Py_ssize_t length
+    cdef Py_ssize_t null_count
+    cdef Buffer validity
+    cdef Buffer values
+    cdef Buffer offsets
+    cdef list children  # a struct's columns, one per Avro field; a list's item column
+
+    cdef void start_offsets(self):
+        self.offsets = Buffer()
+        self.offsets.extend(4)  # the first offset, 0
+
+    cdef int set_valid(self, bint valid) except -1:
+        if self.length % 8 == 0:
+            self.validity.extend(1)
+        if valid:
+            self.validity.data[self.length >> 3] |= 1 << (self.length & 7)
+        else:
+            self.null_count += 1
+        return 0
+
+    cdef int end_offset(self, Py_ssize_t offset) except -1:
+        if offset > 0x7FFFFFFF:
+            raise OverflowError("more than 2 GiB in one column of one batch")
+        (<int32_t*>self.offsets.extend(4))[0] = <int32_t>offset
+        return 0
+
+    cdef int append_null(self) except -1:
+        cdef Column child
+        if self.layout == SKIPPED:
+            return 0
+        self.set_valid(False)
+        if self.layout == FIXED or self.layout == DECIMAL:
+            self.values.extend(self.width)
+        elif self.layout == BITS:
+            if self.length % 8 == 0:
+                self.values.extend(1)
+        elif self.layout == VARIABLE:
+            self.end_offset(self.values.size)
+        elif self.layout == LIST:
+            self.end_offset((<Column>self.children[0]).length)
+        else:
+            for child in self.children:
+                child.append_null()
+        self.length += 1
+        return 0
+
+    cdef int append(self, Cursor cursor) except -1:
+        cdef Step step = self.step
+        cdef unsigned char byte
+        if self.layout == SKIPPED:
+            return skip(step, cursor)
+        if step.kind == NULLABLE:
+            if cursor.pos >= cursor.size:
+                raise ends()
+            byte = cursor.data[cursor.pos]
+            cursor.pos += 1
+            if byte == 0:
+                return self.append_null()
+            if byte != 2:
+                raise ValueError(f"union branch {(byte >> 1) ^ -(byte & 1)} of 2")
+        self.set_valid(True)
+        self.append_value(cursor)
+        self.length += 1
+        return 0
+
+    cdef int append_value(self, Cursor cursor) except -1:
+        cdef Column child
+        cdef int64_t number
+        cdef uint64_t bits
+        cdef Py_ssize_t size
+        cdef int kind = self.value_step.kind
+        if self.layout == STRUCT:
+            for child in self.children:
+                child.append(cursor)
+        elif self.layout == LIST:
+            read_items(self, cursor)
+            self.end_offset((<Column>self.children[0]).length)
+        elif self.layout == VARIABLE:
+            size = read_size(cursor)
+            memcpy(self.values.extend(size), cursor.data + cursor.pos, size)
+            cursor.pos += size
+            self.end_offset(self.values.size)
+        elif self.layout == DECIMAL:
+            size = read_size(cursor)
+            write_decimal(self.values.extend(16), cursor.data + cursor.pos, size)
+            cursor.pos += size
+        elif self.layout == BITS:
+            if cursor.pos >= cursor.size:
+                raise ends()
+            if self.length % 8 == 0:
+                self.values.extend(1)
+            if cursor.data[cursor.pos]:
+                self.values.data[self.length >> 3] |= 1 << (self.length & 7)
+            cursor.pos += 1
+        elif kind == DOUBLE or kind == FLOAT:
+            bits = little_endian(cursor, self.width)
+            memcpy(self.values.extend(self.width), &bits, self.width)
+        else:  # longs, timestamps and dates: the number written
+            number = read_long(cursor)
+            if self.width == 4:
+                if number < -0x80000000 or number > 0x7FFFFFFF:
+                    raise OverflowError(f"{number} does not fit a 32-bit column")
+                (<int32_t*>self.values.extend(4))[0] = <int32_t>number
+            else:
+                (<int64_t*>self.values.extend(8))[0] = number
+        return 0
+
+    cdef object arrow(self):
+        validity = self.validity.arrow() if self.null_count else None
+        if self.layout == STRUCT:
+            return pa.Array.from_buffers(
+                self.arrow_type, self.length, [validity], self.null_count, children=self.struct_children()
+            )
+        if self.layout == LIST:
+            return pa.Array.from_buffers(
+                self.arrow_type,
+                self.length,
+                [validity, self.offsets.arrow()],
+                self.null_count,
+                children=[(<Column>self.children[0]).arrow()],
+            )
+        if self.layout == VARIABLE:
+            buffers = [validity, self.offsets.arrow(), self.values.arrow()]
+        else:
+            buffers = [validity, self.values.arrow()]
+        return pa.Array.from_buffers(self.arrow_type, self.length, buffers, self.null_count)
+
+    cdef list struct_children(self):
+        """The struct type's fields in its order; a field the Avro record lacks is all null."""
+        built = {}
+        cdef Column child
+        for name, child in zip(self.value_step.names, self.children):
+            if child.layout != SKIPPED:
+                built[name] = child.arrow()
+        return [built[field.name] if field.name in built else pa.nulls(self.length, field.type) for field in self.arrow_type]
+
+
+cdef int skip(Step step, Cursor cursor) except -1:
+    """Past what ``step`` reads, making nothing of it (a field the columns do not hold)."""
+    cdef int kind = step.kind
+    cdef int64_t count
+    cdef Py_ssize_t i
+    if kind == RECORD:
+        for i in range(len(step.steps)):
+            skip(<Step>step.steps[i], cursor)
+    elif kind == NULLABLE:
+        count = read_long(cursor)
+        if count == 1:
+            skip(step.child, cursor)
+        elif count != 0:
+            raise ValueError(f"union branch {count} of 2")
+    elif kind == UNION:
+        count = read_long(cursor)
+        if count < 0 or count >= len(step.steps):
+            raise ValueError(f"union branch {count} of {len(step.steps)}")
+        skip(<Step>step.steps[count], cursor)
+    elif kind == ARRAY or kind == MAP:
+        count = read_long(cursor)
+        while count:
+            for i in range(block_items(cursor, count)):
+                if kind == MAP:
+                    cursor.pos += read_size(cursor)
+                skip(step.child, cursor)
+            count = read_long(cursor)
+    elif kind == STRING or kind == BYTES:
+        cursor.pos += read_size(cursor)
+    elif kind == DOUBLE:
+        little_endian(cursor, 8)
+    elif kind == FLOAT:
+        little_endian(cursor, 4)
+    elif kind == BOOLEAN:
+        if cursor.pos >= cursor.size:
+            raise ends()
+        cursor.pos += 1
+    elif kind != NULL_VALUE:  # longs, timestamps and dates
+        read_long(cursor)
+    return 0
+
+
+cdef Py_ssize_t read_size(Cursor cursor) except -1:
+    """A string's or bytes' length, checked against what is left."""
+    cdef int64_t size = read_long(cursor)
+    if size < 0:
+        raise ValueError(f"a negative length ({size})")
+    if size > cursor.size - cursor.pos:
+        raise EOFError(f"expected {size} bytes, {cursor.size - cursor.pos} left")
+    return <Py_ssize_t>size
+
+
+cdef int read_items(Column column, Cursor cursor) except -1:
+    """An array's blocks of items into its item column (as :func:`read_repeated` reads them)."""
+    cdef Column items = <Column>column.children[0]
+    cdef int64_t count = read_long(cursor)
+    cdef Py_ssize_t i
+    while count:
+        for i in range(block_items(cursor, count)):
+            items.append(cursor)
+        count = read_long(cursor)
+    return 0
+
+
+#: 10^38, the first unscaled value a decimal128(38, ...) cannot hold, as its two 64-bit halves.
+cdef int64_t DECIMAL_LIMIT_HIGH = 0x4B3B4CA85A86C47A
+cdef uint64_t DECIMAL_LIMIT_LOW = 0x098A224000000000
+
+
+cdef int write_decimal(char* target, const unsigned char* big_endian, Py_ssize_t size) except -1:
+    """Avro's decimal bytes (an unscaled two's complement integer, big-endian, any length) as
+    Arrow's decimal128: 16 bytes, little-endian. A value of 38 digits or more is refused
+    (``OverflowError``), as Arrow refuses the ``Decimal`` fastavro makes of it."""
+    cdef Py_ssize_t i
+    cdef unsigned char fill = 0xFF if size and big_endian[0] & 0x80 else 0
+    cdef uint64_t low
+    cdef int64_t high
+    if size > 16:
+        raise OverflowError(f"a decimal of {size} bytes")
+    memset(target, fill, 16)
+    for i in range(size):
+        target[i] = big_endian[size - 1 - i]
+    memcpy(&low, target, 8)
+    memcpy(&high, target + 8, 8)
+    if high < 0:  # compare the magnitude: -(high:low)
+        high = ~high
+        low = ~low + 1
+        if low == 0:
+            high += 1
+    if high > DECIMAL_LIMIT_HIGH or (high == DECIMAL_LIMIT_HIGH and low >= DECIMAL_LIMIT_LOW):
+        raise OverflowError("a decimal of more than 38 digits")
+    return 0
+
+
+cdef Column column_of(Step step, object arrow_type):
+    """The column that holds what ``step`` reads as ``arrow_type`` (None: a field not held);
+    ``TypeError`` when that type is not the one the step's values make."""
+    cdef Column column = Column.__new__(Column)
+    cdef Step value = step.child if step.kind == NULLABLE else step
+    cdef int kind = value.kind
+    column.step = step
+    column.value_step = value
+    column.arrow_type = arrow_type
+    column.validity = Buffer()
+    column.values = Buffer()
+    if arrow_type is None:
+        column.layout = SKIPPED
+        return column
+    if kind == RECORD and pa.types.is_struct(arrow_type):
+        column.layout = STRUCT
+        column.children = [
+            column_of(<Step>value.steps[i], _field_type(arrow_type, name)) for i, name in enumerate(value.names)
+        ]
+    elif kind == ARRAY and pa.types.is_list(arrow_type):
+        column.layout = LIST
+        column.start_offsets()
+        column.children = [column_of(value.child, arrow_type.value_type)]
+    elif value.convert is not None and kind == BYTES:
+        if arrow_type != pa.decimal128(38, 9) or value.schema.get("precision") != 38 or value.schema.get("scale") != 9:
+            raise TypeError(f"decimal {value.schema!r} as {arrow_type}")
+        column.layout = DECIMAL
+        column.width = 16
+    elif value.convert is not None and kind not in (UTC_MICROS, UTC_MILLIS, DAYS):
+        raise TypeError(f"a logical type as {arrow_type}")
+    elif (kind == STRING and arrow_type in (pa.string(), pa.binary())) or (kind == BYTES and arrow_type == pa.binary()):
+        column.layout = VARIABLE
+        column.start_offsets()
+    elif kind == BOOLEAN and arrow_type == pa.bool_():
+        column.layout = BITS
+    else:
+        column.layout = FIXED
+        column.width = _number_width(kind, arrow_type)
+    return column
+
+
+cdef object _field_type(object struct_type, str name):
+    index = struct_type.get_field_index(name)
+    return None if index < 0 else struct_type.field(index).type
+
+
+cdef int _number_width(int kind, object arrow_type) except -1:
+    if kind == DOUBLE and arrow_type == pa.float64():
+        return 8
+    if kind == FLOAT and arrow_type == pa.float32():
+        return 4
+    if kind == LONG and arrow_type == pa.int64():
+        return 8
+    if kind == LONG and arrow_type == pa.int32():
+        return 4
+    if kind == UTC_MICROS and arrow_type == pa.timestamp("us", tz="UTC"):
+        return 8
+    if kind == UTC_MILLIS and arrow_type == pa.timestamp("ms", tz="UTC"):
+        return 8
+    if kind == DAYS and arrow_type == pa.date32():
+        return 4
+    raise TypeError(f"Avro kind {kind} as {arrow_type}")
+
+
+cdef class ColumnsReader:
+    """``reader(messages, starts)`` → one Arrow struct array of ``arrow_type``, a row per message:
+    the record each message holds from its start on, read by the steps of its writer schema
+    straight into Arrow's buffers, with no Python value made on the way (fields the type does
+    not name are read and dropped; fields the record lacks are null). Made for messages a
+    :class:`CompiledReader` of the same schema has read without error: the values equal the
+    ones Arrow makes of that reader's records, and what else could fail is a value the type
+    cannot hold (a long beyond a 32-bit column, a decimal of 38 digits or more), which raises
+    ``OverflowError``. ``TypeError`` when the type is not one the schema's values make."""
+
+    cdef Step top
+    cdef object arrow_type
+
+    def __init__(self, Step top, arrow_type):
+        global pa
+        if pa is None:
+            import pyarrow
+            pa = pyarrow
+        if top.kind != RECORD or not pa.types.is_struct(arrow_type):
+            raise TypeError("a record read as a struct")
+        column_of(top, arrow_type)  # refuses a type the steps cannot make now, not at the first read
+        self.top = top
+        self.arrow_type = arrow_type
+
+    def __call__(self, list messages not None, list starts not None):
+        cdef Column column = column_of(self.top, self.arrow_type)
+        cdef Cursor cursor = Cursor.__new__(Cursor)
+        cdef bytes message
+        cdef Py_ssize_t i
+        for i in range(len(messages)):
+            message = <bytes?>messages[i]
+            cursor.data = <const unsigned char*>PyBytes_AS_STRING(message)
+            cursor.size = PyBytes_GET_SIZE(message)
+            cursor.pos = <Py_ssize_t?>starts[i]
+            if cursor.pos < 0 or cursor.pos > cursor.size:
+                raise ends()
+            column.append(cursor)
+            if cursor.pos != cursor.size:
+                raise ValueError(f"{cursor.size - cursor.pos} bytes left after the record")
+        return column.arrow()

@@ -119,6 +119,11 @@ def is_registry_framed(message: bytes) -> bool:
     return message[:1] == REGISTRY_MAGIC
 
 
+def body_start(message: bytes) -> int:
+    """Where the Avro body of a message whose header was read without error starts."""
+    return REGISTRY_HEADER_LENGTH if is_registry_framed(message) else HEADER_LENGTH
+
+
 def read_schema_id(message: bytes) -> int:
     """The registry id of a Schema Registry-framed message, or DecodeError when it is too short."""
     if len(message) < REGISTRY_HEADER_LENGTH:

@@ -375,8 +375,9 @@ cdef class Buffer:
     def __dealloc__(self):
         free(self.data)
 
-    cdef char* extend(self, Py_ssize_t extra) except NULL:
-        """Room for ``extra`` more bytes at the end (zeroed), which now count as written."""
+    cdef char* extend(self, Py_ssize_t extra, bint zeroed=False) except NULL:
+        """Room for ``extra`` more bytes at the end, which now count as written (zeroed if asked:
+        most are written over at once, and clearing a few bytes is a call of its own)."""
         cdef Py_ssize_t needed = self.size + extra
         cdef Py_ssize_t capacity
         cdef char* grown
@@ -388,7 +389,8 @@ cdef class Buffer:
             self.data = grown
             self.capacity = capacity
         cdef char* start = self.data + self.size
-        memset(start, 0, extra)
+        if zeroed:
+            memset(start, 0, extra)
         self.size = needed
         return start
 
@@ -415,11 +417,11 @@ cdef class Column:
 
     cdef void start_offsets(self):
         self.offsets = Buffer()
-        self.offsets.extend(4)  # the first offset, 0
+        self.offsets.extend(4, zeroed=True)  # the first offset, 0
 
     cdef int set_valid(self, bint valid) except -1:
         if self.length % 8 == 0:
-            self.validity.extend(1)
+            self.validity.extend(1, zeroed=True)
         if valid:
             self.validity.data[self.length >> 3] |= 1 << (self.length & 7)
         else:
@@ -438,10 +440,10 @@ cdef class Column:
             return 0
         self.set_valid(False)
         if self.layout == FIXED or self.layout == DECIMAL:
-            self.values.extend(self.width)
+            self.values.extend(self.width, zeroed=True)
         elif self.layout == BITS:
             if self.length % 8 == 0:
-                self.values.extend(1)
+                self.values.extend(1, zeroed=True)
         elif self.layout == VARIABLE:
             self.end_offset(self.values.size)
         elif self.layout == LIST:
@@ -496,7 +498,7 @@ cdef class Column:
             if cursor.pos >= cursor.size:
                 raise ends()
             if self.length % 8 == 0:
-                self.values.extend(1)
+                self.values.extend(1, zeroed=True)
             if cursor.data[cursor.pos]:
                 self.values.data[self.length >> 3] |= 1 << (self.length & 7)
             cursor.pos += 1

@@ -16,7 +16,6 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 
-from spanner_cdc.schemas.avro_reader import compile_columns
 from spanner_cdc.schemas.avro_steps import ColumnsReader
 from spanner_cdc.schemas.errors import ContractError
 from spanner_cdc.schemas.wire import WriterSchema
@@ -149,11 +148,12 @@ class TableVersion:
         return cls(writer, columns, primary_keys)
 
     def columns_reader(self, arrow_type: pa.StructType) -> ColumnsReader:
-        """The decoder of this version's events straight into Arrow columns of ``arrow_type``
-        (``avro_reader.compile_columns``), made once per type."""
+        """The decoder of this version's events straight into Arrow columns of ``arrow_type``,
+        walking the steps the gate reads them with (``WriterSchema.column_reader``, compiled once
+        per schema and process), made once per type."""
         reader = self._columns_readers.get(arrow_type)
         if reader is None:
-            reader = self._columns_readers[arrow_type] = compile_columns(self.writer.reading, arrow_type)
+            reader = self._columns_readers[arrow_type] = ColumnsReader(self.writer.column_reader, arrow_type)
         return reader
 
     @cached_property

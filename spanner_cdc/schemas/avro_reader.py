@@ -32,7 +32,7 @@ from typing import Any
 
 from fastavro.read import LOGICAL_READERS
 
-from spanner_cdc.schemas.avro_steps import ColumnsReader, CompiledReader, Kind, Step
+from spanner_cdc.schemas.avro_steps import CompiledReader, Kind, Step
 from spanner_cdc.schemas.errors import ContractError
 
 #: ``(message, position)`` → the value read from ``position`` on and the position after it.
@@ -57,21 +57,12 @@ _CALENDAR_KINDS = {
 }
 
 
-def compile_reader(parsed_schema: Any, *, calendar_numbers: bool = False) -> Reader:
+def compile_reader(parsed_schema: Any, *, calendar_numbers: bool = False) -> CompiledReader:
     """The reader for a schema as ``fastavro.parse_schema`` returns it (names fully qualified).
     With ``calendar_numbers``, timestamps and dates read as the numbers written (micros, millis,
     days since the epoch: what an Arrow column of their type holds), still refused outside the
     years 1-9999 as fastavro refuses them."""
     return CompiledReader(_StepBuilder(calendar_numbers).step(parsed_schema))
-
-
-def compile_columns(parsed_schema: Any, arrow_type: Any) -> ColumnsReader:
-    """The reader of records of a schema (as :func:`compile_reader` takes it) straight into
-    Arrow columns of ``arrow_type``, a pyarrow struct type (not imported here: the producer
-    reads with this module and has no pyarrow): timestamps and dates as their numbers, as
-    ``calendar_numbers`` reads them (``avro_steps.ColumnsReader``). ``TypeError`` when the
-    type is not one the schema's values make."""
-    return ColumnsReader(_StepBuilder(calendar_numbers=True).step(parsed_schema), arrow_type)
 
 
 def calendar_converter(avro_type: Any) -> Callable[[int], Any] | None:

@@ -173,6 +173,32 @@ cdef uint64_t little_endian(Cursor cursor, int width) except? 0:
     return bits
 
 
+cdef int next_byte(Cursor cursor) except -1:
+    """The next byte (a boolean, a nullable's branch)."""
+    if cursor.pos >= cursor.size:
+        raise ends()
+    cursor.pos += 1
+    return cursor.data[cursor.pos - 1]
+
+
+cdef bint is_present(Cursor cursor) except -1:
+    """A nullable's branch (["null", X]: one byte, 0 or 2): does its value follow?"""
+    cdef int byte = next_byte(cursor)
+    if byte == 0 or byte == 2:
+        return byte == 2
+    raise ValueError(f"union branch {(byte >> 1) ^ -(byte & 1)} of 2")
+
+
+cdef Py_ssize_t read_size(Cursor cursor) except -1:
+    """A string's or bytes' length, checked against what is left."""
+    cdef int64_t size = read_long(cursor)
+    if size < 0:
+        raise ValueError(f"a negative length ({size})")
+    if size > cursor.size - cursor.pos:
+        raise EOFError(f"expected {size} bytes, {cursor.size - cursor.pos} left")
+    return <Py_ssize_t>size
+
+
 cdef object read(Step step, Cursor cursor):
     cdef int kind = step.kind
     cdef object value
@@ -190,15 +216,7 @@ cdef object read(Step step, Cursor cursor):
             record[step.names[i]] = read(<Step>step.steps[i], cursor)
         return record
     if kind == NULLABLE:
-        if cursor.pos >= cursor.size:
-            raise ends()
-        byte = cursor.data[cursor.pos]
-        cursor.pos += 1
-        if byte == 0:
-            return None
-        if byte == 2:
-            return read(step.child, cursor)
-        raise ValueError(f"union branch {(byte >> 1) ^ -(byte & 1)} of 2")
+        return read(step.child, cursor) if is_present(cursor) else None
     if kind == UNION:
         number = read_long(cursor)
         if number < 0 or number >= len(step.steps):
@@ -219,11 +237,7 @@ cdef object read(Step step, Cursor cursor):
             return number if step.as_number else calendar_value(kind, number)
         value = number  # outside the years 1-9999: fastavro's converter, below, says why
     elif kind == STRING or kind == BYTES:
-        number = read_long(cursor)
-        if number < 0:
-            raise ValueError(f"a negative length ({number})")
-        if number > cursor.size - cursor.pos:
-            raise EOFError(f"expected {number} bytes, {cursor.size - cursor.pos} left")
+        number = read_size(cursor)
         if kind == STRING:
             value = read_text(step, <const char*>cursor.data + cursor.pos, number)
         else:
@@ -238,10 +252,7 @@ cdef object read(Step step, Cursor cursor):
         memcpy(&float_value, &narrow, 4)
         value = float_value
     elif kind == BOOLEAN:
-        if cursor.pos >= cursor.size:
-            raise ends()
-        value = cursor.data[cursor.pos] != 0
-        cursor.pos += 1
+        value = next_byte(cursor) != 0
     else:  # NULL_VALUE
         value = None
     if step.convert is not None:
@@ -355,7 +366,7 @@ cdef Step _KEY = Step(STRING)
 pa = None
 
 cdef enum Layout:
-    SKIPPED  # a field the columns do not hold: read as a value and dropped
+    SKIPPED  # a field the columns do not hold: its bytes passed over (skip)
     FIXED  # little-endian numbers of ``width`` bytes
     BITS  # booleans, one bit each
     VARIABLE  # strings and bytes: int32 offsets and the bytes
@@ -407,7 +418,6 @@ cdef class Column:
     cdef object arrow_type
     cdef int layout
     cdef int width
-    cdef bint narrow  # an Avro long kept as int32: checked to fit
     cdef Py_ssize_t length
     cdef Py_ssize_t null_count
     cdef Buffer validity
@@ -455,19 +465,10 @@ cdef class Column:
         return 0
 
     cdef int append(self, Cursor cursor) except -1:
-        cdef Step step = self.step
-        cdef unsigned char byte
         if self.layout == SKIPPED:
-            return skip(step, cursor)
-        if step.kind == NULLABLE:
-            if cursor.pos >= cursor.size:
-                raise ends()
-            byte = cursor.data[cursor.pos]
-            cursor.pos += 1
-            if byte == 0:
-                return self.append_null()
-            if byte != 2:
-                raise ValueError(f"union branch {(byte >> 1) ^ -(byte & 1)} of 2")
+            return skip(self.step, cursor)
+        if self.step.kind == NULLABLE and not is_present(cursor):
+            return self.append_null()
         self.set_valid(True)
         self.append_value(cursor)
         self.length += 1
@@ -495,13 +496,10 @@ cdef class Column:
             write_decimal(self.values.extend(16), cursor.data + cursor.pos, size)
             cursor.pos += size
         elif self.layout == BITS:
-            if cursor.pos >= cursor.size:
-                raise ends()
             if self.length % 8 == 0:
                 self.values.extend(1, zeroed=True)
-            if cursor.data[cursor.pos]:
+            if next_byte(cursor):
                 self.values.data[self.length >> 3] |= 1 << (self.length & 7)
-            cursor.pos += 1
         elif kind == DOUBLE or kind == FLOAT:
             bits = little_endian(cursor, self.width)
             memcpy(self.values.extend(self.width), &bits, self.width)
@@ -554,11 +552,8 @@ cdef int skip(Step step, Cursor cursor) except -1:
         for i in range(len(step.steps)):
             skip(<Step>step.steps[i], cursor)
     elif kind == NULLABLE:
-        count = read_long(cursor)
-        if count == 1:
+        if is_present(cursor):
             skip(step.child, cursor)
-        elif count != 0:
-            raise ValueError(f"union branch {count} of 2")
     elif kind == UNION:
         count = read_long(cursor)
         if count < 0 or count >= len(step.steps):
@@ -579,22 +574,10 @@ cdef int skip(Step step, Cursor cursor) except -1:
     elif kind == FLOAT:
         little_endian(cursor, 4)
     elif kind == BOOLEAN:
-        if cursor.pos >= cursor.size:
-            raise ends()
-        cursor.pos += 1
+        next_byte(cursor)
     elif kind != NULL_VALUE:  # longs, timestamps and dates
         read_long(cursor)
     return 0
-
-
-cdef Py_ssize_t read_size(Cursor cursor) except -1:
-    """A string's or bytes' length, checked against what is left."""
-    cdef int64_t size = read_long(cursor)
-    if size < 0:
-        raise ValueError(f"a negative length ({size})")
-    if size > cursor.size - cursor.pos:
-        raise EOFError(f"expected {size} bytes, {cursor.size - cursor.pos} left")
-    return <Py_ssize_t>size
 
 
 cdef int read_items(Column column, Cursor cursor) except -1:
@@ -705,26 +688,26 @@ cdef int _number_width(int kind, object arrow_type) except -1:
 
 cdef class ColumnsReader:
     """``reader(messages, starts)`` → one Arrow struct array of ``arrow_type``, a row per message:
-    the record each message holds from its start on, read by the steps of its writer schema
+    the record each message holds from its start on, read by the steps of the compiled reader
+    it is made from (a writer schema's, timestamps and dates as numbers: ``column_reader``)
     straight into Arrow's buffers, with no Python value made on the way (fields the type does
-    not name are read and dropped; fields the record lacks are null). Made for messages a
-    :class:`CompiledReader` of the same schema has read without error: the values equal the
-    ones Arrow makes of that reader's records, and what else could fail is a value the type
+    not name are passed over; fields the record lacks are null). Made for messages that reader
+    has read without error: the values equal the ones Arrow makes of its records, and what else could fail is a value the type
     cannot hold (a long beyond a 32-bit column, a decimal of 38 digits or more), which raises
     ``OverflowError``. ``TypeError`` when the type is not one the schema's values make."""
 
     cdef Step top
     cdef object arrow_type
 
-    def __init__(self, Step top, arrow_type):
+    def __init__(self, CompiledReader reader not None, arrow_type):
         global pa
         if pa is None:
             import pyarrow
             pa = pyarrow
-        if top.kind != RECORD or not pa.types.is_struct(arrow_type):
+        if reader.top.kind != RECORD or not pa.types.is_struct(arrow_type):
             raise TypeError("a record read as a struct")
-        column_of(top, arrow_type)  # refuses a type the steps cannot make now, not at the first read
-        self.top = top
+        column_of(reader.top, arrow_type)  # refuses a type the steps cannot make now, not at the first read
+        self.top = reader.top
         self.arrow_type = arrow_type
 
     def __call__(self, list messages not None, list starts not None):

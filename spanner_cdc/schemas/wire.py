@@ -24,6 +24,7 @@ from fastavro.schema import fingerprint as _fingerprint_hex
 from fastavro.schema import to_parsing_canonical_form
 
 from spanner_cdc.schemas.avro_reader import Reader, compile_reader
+from spanner_cdc.schemas.avro_steps import CompiledReader
 from spanner_cdc.schemas.avro_writer import Writer, compile_writer
 from spanner_cdc.schemas.errors import DecodeError
 
@@ -62,7 +63,7 @@ class WriterSchema:
         return compile_reader(self.reading)
 
     @cached_property
-    def column_reader(self) -> Reader:
+    def column_reader(self) -> CompiledReader:
         """:attr:`reader`, but timestamps and dates read as the numbers an Arrow column of their
         type holds (``compile_reader``'s ``calendar_numbers``): what the consumer reads events
         with, since every value it decodes goes to Arrow."""

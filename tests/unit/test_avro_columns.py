@@ -1,6 +1,6 @@
-"""The columns reader (``avro_reader.compile_columns``): a message's record straight into Arrow
-columns, equal to what Arrow makes of the gate's record of the same bytes, and refusing a
-value its column cannot hold rather than storing another one."""
+"""The columns reader (``avro_steps.ColumnsReader``, ``TableVersion.columns_reader``): a
+message's record straight into Arrow columns, equal to what Arrow makes of the gate's record
+of the same bytes, and refusing a value its column cannot hold rather than storing another one."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from spanner_cdc.consumer.change_rows import event_type
 from spanner_cdc.consumer.message_reader import parsed_schema
 from spanner_cdc.consumer.table_version import TableVersion
-from spanner_cdc.schemas.avro_reader import compile_columns
+from spanner_cdc.schemas.avro_steps import ColumnsReader
 from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.table import PAYLOAD_TYPE_NAME
 from spanner_cdc.schemas.wire import HEADER_LENGTH, WriterSchema, encode
@@ -87,7 +87,7 @@ def payload_record(schema: Any) -> Any:
 
 
 def columns_of(writer: WriterSchema, arrow_type: pa.DataType, messages: list[bytes]) -> pa.StructArray:
-    return compile_columns(writer.reading, event_type(pa.struct([("c", arrow_type)])))(
+    return ColumnsReader(writer.column_reader, event_type(pa.struct([("c", arrow_type)])))(
         messages, [HEADER_LENGTH] * len(messages)
     )
 

@@ -18,9 +18,7 @@ broadcast, sent to each executor once while they stay the same, not with every t
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -35,6 +33,7 @@ from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.contents import by_table
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
 from spanner_cdc.consumer.sinks.replica.staged import ReplicaStaging, event_messages, parts_of_tables
+from spanner_cdc.consumer.worker_collector import collector_paused
 
 if TYPE_CHECKING:  # imported where a task unpickles one: psycopg only in a PostgreSQL replica's workers
     from spanner_cdc.consumer.sinks.replica.staged_tables import StagedTables
@@ -71,30 +70,35 @@ def outline(
     into the PostgreSQL replica (sinks.replica.staged_tables)."""
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        context = replace(lookups.value, now_micros=now_micros)  # read before the pause (its doc)
         with collector_paused():
-            reader = MessageReader(replace(lookups.value, now_micros=now_micros))
-            events: list[DecodedEvent] = []
-            refused: list[Quarantined] = []
-            for rows in batches:
-                decoded = reader.read(rows)
-                refused.extend(decoded.quarantined)
-                if staging is not None or replica is not None:
-                    events.extend(decoded.events)
-                yield outline_batch(decoded)
-            part = task_partition()
-            if quarantine is not None:
-                QuarantineSink.stage(quarantine, batch_id, part, refused)
-            tables = by_table(events)
-            if staging is not None:
-                changelog = ChangelogSink(staging)
-                for changes in tables:
-                    changelog.write_table(batch_id, changes, part)
-            if replica is not None:
-                messages = event_messages(events) if replica_messages else None
-                parts = parts_of_tables(tables)
-                if replica_tables is not None:
-                    parts = replica_tables.load(part, parts)
-                ReplicaStaging(replica).write(part, parts, messages)
+            # The share's events are freed as ``share`` returns, before the collector is back on
+            # (it would otherwise walk them all once, tens of ms a task).
+            yield from share(MessageReader(context), batches)
+
+    def share(reader: MessageReader, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        events: list[DecodedEvent] = []
+        refused: list[Quarantined] = []
+        for rows in batches:
+            decoded = reader.read(rows)
+            refused.extend(decoded.quarantined)
+            if staging is not None or replica is not None:
+                events.extend(decoded.events)
+            yield outline_batch(decoded)
+        part = task_partition()
+        if quarantine is not None:
+            QuarantineSink.stage(quarantine, batch_id, part, refused)
+        tables = by_table(events)
+        if staging is not None:
+            changelog = ChangelogSink(staging)
+            for changes in tables:
+                changelog.write_table(batch_id, changes, part)
+        if replica is not None:
+            messages = event_messages(events) if replica_messages else None
+            parts = parts_of_tables(tables)
+            if replica_tables is not None:
+                parts = replica_tables.load(part, parts)
+            ReplicaStaging(replica).write(part, parts, messages)
 
     return task
 
@@ -113,23 +117,6 @@ def drop_from_staged(duplicates: pa.Table) -> ArrowTask:
         yield from ()
 
     return task
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while a task holds its share of decoded events.
-    Every few hundred new dicts it walks the objects still alive — here every decoded event so
-    far — so a task's cost grew with its share. Measured over 50,000 events in one process:
-    decoding 2.5-3.0 s with it, 1.7 s without; the task's whole work 4.4-5.3 s against 3.6 s.
-    Decoded events hold no reference cycles; what a task allocates is freed by reference
-    counting when it ends, and the collector runs again for whatever the worker does next."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def task_partition() -> int:

@@ -52,6 +52,7 @@ from spanner_cdc.consumer.kafka_source_options import (
     times_for,
 )
 from spanner_cdc.consumer.offsets_by_time import offsets_at
+from spanner_cdc.consumer.worker_collector import collector_paused
 
 SOURCE_NAME = "spanner_cdc_kafka"
 logger = logging.getLogger(__name__)
@@ -168,7 +169,8 @@ def input_partitions(
 def read_group(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, RangeGroup):
         raise KafkaSourceError(f"unexpected input partition {partition!r}")
-    yield from read_ranges(options, partition.ranges)
+    with collector_paused():  # a task's messages hold no reference cycles (worker_collector)
+        yield from read_ranges(options, partition.ranges)
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -23,6 +23,9 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+#: Whether this process froze its objects (``gc.get_freeze_count`` would walk them all to say).
+_frozen = False
+
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
@@ -31,8 +34,10 @@ def collector_paused() -> Iterator[None]:
     PySpark's ``Broadcast.load`` turns the collector on when it has unpickled the value,
     whatever it found (``pyspark/core/broadcast.py``), which ended the pause for the rest of
     every task that read the batch's context first in its worker."""
-    if not gc.get_freeze_count():
+    global _frozen  # noqa: PLW0603 - once per process: the worker's life
+    if not _frozen:
         gc.freeze()
+        _frozen = True
     was_enabled = gc.isenabled()
     gc.disable()
     try:

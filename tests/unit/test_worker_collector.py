@@ -11,14 +11,16 @@ from pathlib import Path
 import pytest
 from pyspark.core.broadcast import Broadcast
 
+from spanner_cdc.consumer import worker_collector
 from spanner_cdc.consumer.executor_tasks import outline
 from spanner_cdc.consumer.worker_collector import collector_paused
 from tests.unit.test_replica_staging import history, kafka_rows
 
 
 @pytest.fixture
-def collector() -> Iterator[None]:
+def collector(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The collector on and nothing frozen, as in a fresh worker; left so after the test."""
+    monkeypatch.setattr(worker_collector, "_frozen", False)
     was_enabled = gc.isenabled()
     gc.unfreeze()
     gc.enable()

@@ -70,7 +70,8 @@ def outline(
     into the PostgreSQL replica (sinks.replica.staged_tables)."""
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        context = replace(lookups.value, now_micros=now_micros)  # read before the pause (its doc)
+        # Before the pause: loading a broadcast's value turns the collector on (collector_paused).
+        context = replace(lookups.value, now_micros=now_micros)
         with collector_paused():
             # The share's events are freed as ``share`` returns, before the collector is back on
             # (it would otherwise walk them all once, tens of ms a task).

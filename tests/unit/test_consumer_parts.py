@@ -19,6 +19,7 @@ import pytest
 
 from spanner_cdc.common.config import ConfigError
 from spanner_cdc.consumer.batch import Outline, check_written, per_table
+from spanner_cdc.consumer.change_rows import SOURCE_METADATA, TableChanges
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.decode import BrokerPartitions
 from spanner_cdc.consumer.decoded import DecodedBatch, Quarantined, Unknown
@@ -28,13 +29,15 @@ from spanner_cdc.consumer.graceful_stop import BatchGate, StoppingBeforeBatchErr
 from spanner_cdc.consumer.message_reader import MAX_DETAIL_CHARS, DecodeContext, MessageReader
 from spanner_cdc.consumer.outline_rows import outline_batch
 from spanner_cdc.consumer.schema_topic import SchemaTopic
-from spanner_cdc.consumer.sinks.changelog import ChangelogSink
+from spanner_cdc.consumer.sinks.changelog import DISTINCT_PER_EVENT, ChangelogSink
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
 from spanner_cdc.schemas.errors import DecodeError
 from spanner_cdc.schemas.table import TableSchema
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import Watermark
 from spanner_cdc.schemas.wire import MAGIC, WriterSchema
+from testkit.synthetic import ChangeFactory
+from tests.unit.test_replica_staging import decoded
 
 pytestmark = pytest.mark.unit
 HOUR = 3_600_000_000
@@ -254,6 +257,39 @@ def test_dropping_messages_from_a_staged_file_keeps_the_rest_in_order(tmp_path: 
     assert not emptied.exists()
     assert staged.files() == [file, untouched]
     assert staged.rows_per_table() == Counter({"Accounts": 4 + 6})
+
+
+def test_the_changelog_writes_the_values_each_event_has_its_own_of_without_a_dictionary(
+    tmp_path: Path,
+) -> None:
+    """uuid, commit time, transaction and offset are plain in the changelog's files (a
+    dictionary of them Parquet builds only to abandon it); every other column that can have one
+    keeps its dictionary, also in a file rewritten without the duplicates; the rows read back
+    as written."""
+    factory = ChangeFactory()
+    events = decoded(
+        [factory.record("INSERT", {"Id": f"k{n}"}, {"Balance": str(n), "Note": "x"}) for n in range(20)]
+    )
+    changes = TableChanges("Accounts", events)
+    sink = ChangelogSink(tmp_path / "changelog")
+    sink.write_table(4, changes, 0)
+    [file] = sink.files()
+
+    def check_encodings() -> None:
+        row_group = pq.ParquetFile(file).metadata.row_group(0)
+        columns = [row_group.column(i) for i in range(row_group.num_columns)]
+        encoded = {c.path_in_schema: "RLE_DICTIONARY" in c.encodings for c in columns}
+        assert set(DISTINCT_PER_EVENT) <= encoded.keys()
+        assert not any(encoded[path] for path in DISTINCT_PER_EVENT)
+        named = (f"{SOURCE_METADATA}.table", f"{SOURCE_METADATA}.changed_columns.list.element")
+        for path in ("Note", "change$type", "change$row_id", "envelope$object", *named):
+            assert encoded[path], path
+
+    check_encodings()
+    duplicate = changes.changelog().slice(0, 1).select(["kafka$topic", "kafka$partition", "kafka$offset"])
+    ChangelogSink.drop_messages(file, duplicate.rename_columns(["topic", "partition", "offset"]))
+    check_encodings()
+    assert pq.read_table(file).to_pylist() == changes.changelog().slice(1).to_pylist()
 
 
 def test_a_batch_quarantine_is_what_its_last_attempt_staged_and_refuted(tmp_path: Path) -> None:

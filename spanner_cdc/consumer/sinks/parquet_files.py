@@ -7,6 +7,7 @@ appears only complete: written to a temporary name, then renamed over any earlie
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -35,8 +36,27 @@ def staging_dir(root: Path, batch_id: int) -> Path:
     return root / "_staging" / batch_file_name(batch_id).removesuffix(".parquet")
 
 
-def write_atomically(path: Path, table: pa.Table) -> None:
+def write_atomically(path: Path, table: pa.Table, plain: Collection[str] = ()) -> None:
+    """``table`` as the Parquet file ``path``, every column dictionary-encoded but those named
+    in ``plain`` (Parquet's paths: :func:`leaf_paths`). A column whose values all differ is
+    better plain: Parquet builds its dictionary, finds it too large and writes the values
+    anyway, so the dictionary cost time and, written for the first page, space."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, temporary, compression=COMPRESSION)
+    dictionary = [leaf for leaf in leaf_paths(table.schema) if leaf not in plain] if plain else True
+    pq.write_table(table, temporary, compression=COMPRESSION, use_dictionary=dictionary)
     os.replace(temporary, path)
+
+
+def leaf_paths(fields: Iterable[pa.Field], within: str = "") -> Iterator[str]:
+    """The path Parquet gives each leaf column of ``fields`` (what ``use_dictionary`` names): a
+    struct's field ``struct.field``, a list's items ``list.list.element`` — the nested types the
+    sinks write (an ARRAY column, ``source_metadata`` and ``old_values``)."""
+    for field in fields:
+        path, kind = f"{within}{field.name}", field.type
+        if pa.types.is_struct(kind):
+            yield from leaf_paths(kind.fields, f"{path}.")
+        elif pa.types.is_list(kind):
+            yield from leaf_paths([kind.value_field.with_name("element")], f"{path}.list.")
+        else:
+            yield path

@@ -10,6 +10,7 @@ import pyarrow as pa
 from spanner_cdc.consumer.decode import BatchDecoder
 from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent
 from spanner_cdc.consumer.outline_rows import outline_batch
+from spanner_cdc.schemas.events import Event
 from spanner_cdc.schemas.wire import WriterSchema, encode
 from testkit.synthetic import ChangeFactory
 
@@ -22,11 +23,18 @@ def decoded_events(
     first_offset: int = 0,
 ) -> list[DecodedEvent]:
     """``records`` (data change records) as the producer's events, encoded, then decoded as one
-    partition's messages from ``first_offset`` on. The decoder's schema store is filled directly,
-    so it needs no schema topic."""
+    partition's messages from ``first_offset`` on (:func:`decoded_from_events`)."""
+    return decoded_from_events(decoder, ChangeFactory().events(*records), topic, partition, first_offset)
+
+
+def decoded_from_events(
+    decoder: BatchDecoder, events: list[Event], topic: str, partition: int = 0, first_offset: int = 0
+) -> list[DecodedEvent]:
+    """``events`` encoded, then decoded as one partition's messages from ``first_offset`` on. The
+    decoder's schema store is filled directly, so it needs no schema topic."""
     values = []
     writers: dict[str, WriterSchema] = {}  # a writer schema's fingerprint and reader, once each
-    for event in ChangeFactory().events(*records):
+    for event in events:
         schema = json.dumps(event.table.event_schema, sort_keys=True)
         writer = writers.get(schema)
         if writer is None:

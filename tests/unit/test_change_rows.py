@@ -8,11 +8,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from spanner_cdc.consumer.change_rows import TableChanges
+from spanner_cdc.consumer.change_rows import SORT_COLUMNS, TableChanges
 from spanner_cdc.consumer.table_version import ColumnTypeChangeError
+from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.identity import row_id
-from testkit.synthetic import ACCOUNT_COLUMNS, ChangeFactory
-from tests.unit.test_replica_staging import decoded
+from testkit.decoding import decoded_from_events
+from testkit.synthetic import ACCOUNT_COLUMNS, STREAM, ChangeFactory
+from tests.unit.test_replica_staging import TOPIC, decoded, new_decoder
 
 pytestmark = pytest.mark.unit
 
@@ -149,6 +151,26 @@ def test_the_envelope_columns_of_two_table_versions_in_their_events_order() -> N
     assert stage.column("cdc$is_delete").to_pylist() == [False, False, False, True]
     assert stage.column("cdc$is_insert").to_pylist() == [True, False, False, False]
     assert stage.column("cdc$commit_timestamp").type == pa.timestamp("us", tz="UTC")
+
+
+def test_the_sort_key_columns_are_each_events_sort_keys_a_backfill_rows_too() -> None:
+    """The changelog's ``envelope$sort_keys`` and the replica's order columns hold each event's
+    own sort keys, in the events' order — also a backfill row's, whose transaction id and record
+    sequence are null in ``source_metadata`` and "" in its sort keys."""
+    factory = ChangeFactory()
+    [change] = factory.events(factory.record("UPDATE", {"Id": "a"}, {"Balance": "2"}))
+    snapshot = EventBuilder(stream_name=STREAM, database="d").build_snapshot_row(
+        change.table, {"Id": "b", "Balance": "1", "Note": "x"}, change.value["sort_keys"][0] - 1, 0
+    )
+    events = decoded_from_events(new_decoder(), [change, snapshot], TOPIC)
+    assert events[1].record["source_metadata"]["tx_id"] is None
+    changes = TableChanges("Accounts", events)
+    expected = [event.sort_key for event in changes.events]
+    assert expected[0][1:3] == ("", "")  # the backfill row sorts first
+    changelog = changes.changelog().column("envelope$sort_keys").to_pylist()
+    assert [tuple(keys.values()) for keys in changelog] == expected
+    stage = changes.replica_stage().select(list(SORT_COLUMNS)).to_pylist()
+    assert [tuple(row.values()) for row in stage] == expected
 
 
 def test_a_delete_sets_no_column_though_its_changed_columns_name_its_old_values() -> None:

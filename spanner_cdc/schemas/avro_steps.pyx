@@ -694,7 +694,8 @@ cdef class ColumnsReader:
     not name are passed over; fields the record lacks are null). Made for messages that reader
     has read without error: the values equal the ones Arrow makes of its records, and what else
     could fail is a value the type cannot hold (a long beyond a 32-bit column, a decimal of 38
-    digits or more), which raises ``OverflowError``. ``TypeError`` when the type is not one the schema's values make."""
+    digits or more), which raises ``OverflowError``. ``TypeError`` when the type is not one the
+    schema's values make."""
 
     cdef Step top
     cdef object arrow_type

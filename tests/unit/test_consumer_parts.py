@@ -27,8 +27,9 @@ from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import ChangelogShortfallError
 from spanner_cdc.consumer.graceful_stop import BatchGate, StoppingBeforeBatchError, StopRequest, python_error
 from spanner_cdc.consumer.message_reader import MAX_DETAIL_CHARS, DecodeContext, MessageReader
-from spanner_cdc.consumer.outline_rows import outline_batch
+from spanner_cdc.consumer.outline_rows import COORDINATES, outline_batch
 from spanner_cdc.consumer.schema_topic import SchemaTopic
+from spanner_cdc.consumer.sinks.changelog import COORDINATES as CHANGELOG_COORDINATES
 from spanner_cdc.consumer.sinks.changelog import DISTINCT_PER_EVENT, ChangelogSink
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
 from spanner_cdc.schemas.errors import DecodeError
@@ -286,8 +287,8 @@ def test_the_changelog_writes_the_values_each_event_has_its_own_of_without_a_dic
             assert encoded[path], path
 
     check_encodings()
-    duplicate = changes.changelog().slice(0, 1).select(["kafka$topic", "kafka$partition", "kafka$offset"])
-    ChangelogSink.drop_messages(file, duplicate.rename_columns(["topic", "partition", "offset"]))
+    duplicate = changes.changelog().slice(0, 1).select(list(CHANGELOG_COORDINATES))
+    ChangelogSink.drop_messages(file, duplicate.rename_columns(list(COORDINATES)))
     check_encodings()
     assert pq.read_table(file).to_pylist() == changes.changelog().slice(1).to_pylist()
 

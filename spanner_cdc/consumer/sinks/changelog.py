@@ -120,7 +120,9 @@ class ChangelogSink:
         )
         for commit_date in pc.unique(commit_dates).to_pylist():
             rows = table.filter(pc.equal(commit_dates, pa.scalar(commit_date, pa.date32())))
-            write_atomically(self._path(changes.table, commit_date, batch_id, part), rows, DISTINCT_PER_EVENT)
+            write_atomically(
+                self._path(changes.table, commit_date, batch_id, part), rows, plain=DISTINCT_PER_EVENT
+            )
         rows_written: int = table.num_rows
         return rows_written
 

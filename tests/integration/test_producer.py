@@ -62,8 +62,11 @@ def check_churn_run(service: ProducerService, events: list[Received], writer: Ac
     partitions = service.scheduler.partitions.values()
     assert max(p.starts for p in partitions) == 1, "a partition token was queried twice"
     assert not any(p.retries for p in partitions)
-    assert merges(service.scheduler), "no merge was observed"
-    assert lineage_depth(service.scheduler) >= 3
+    depth = lineage_depth(service.scheduler)
+    assert merges(service.scheduler), (
+        f"no merge was observed ({len(partitions)} partitions, lineage depth {depth})"
+    )
+    assert depth >= 3
     config = service.config
     last_commit = max(c.commit_micros for c in writer.committed)
     assert_watermarks_cover_what_precedes_them(
@@ -73,8 +76,11 @@ def check_churn_run(service: ProducerService, events: list[Received], writer: Ac
 
 @RERUN_ON_EMULATOR_SKIP
 def test_churn_fast_every_change_once_in_order(churn_spanner: str, stack: EmbeddedStack) -> None:
+    """Writes while tokens live 2-4 s, until a merge and lineage depth 4 were seen (run_churn):
+    the emulator chooses splits and merges at random: five runs here took 17-70 s in all, and a
+    clean-clone run of the suite went 60 s (the old bound) without a merge, hence up to 120 s."""
     service, events, writer, _, source_log = asyncio.run(
-        run_churn(churn_spanner, stack.endpoint("kafka"), 10, 60)
+        run_churn(churn_spanner, stack.endpoint("kafka"), 10, 120)
     )
     source_log.check_heard(events)
     with source_log.diagnosing():

@@ -162,6 +162,8 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
             raw,
             found.raw_in_batches,
             found.raw_to_driver,
+            found.idle_worker,
+            found.idle_worker_in_batches,
             found.changelog,
             found.changelog_in_batches,
             *found.replicas,
@@ -185,6 +187,12 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
         f"raw read {batches_raw.per_second / RAW_TARGET_EVENTS_PER_SECOND:.0%} of the raw target, "
         f"changelog {batches_changelog.per_second / CHANGELOG_TARGET_EVENTS_PER_SECOND:.0%} of its target, "
         f"{batches_changelog.per_second / batches_raw.per_second:.2f}x the raw read"
+    )
+    idle, idle_in_batches = found.idle_worker, found.idle_worker_in_batches
+    print(
+        f"  changelog: {found.changelog.per_second / idle.per_second:.2f}x the rows handed to idle "
+        f"Python workers in the same batches; in the batches alone "
+        f"{batches_changelog.per_second / idle_in_batches.per_second:.2f}x (the consumer's own work)"
     )
     for figure, baseline, target in (
         (found.changelog, raw, CHANGELOG_TARGET_EVENTS_PER_SECOND),

@@ -6,6 +6,10 @@ duplicates) is consumed by separate Trigger.AvailableNow queries:
 - raw reads, the ceilings: the Kafka source into Spark's ``noop`` sink (read on the executors,
   nothing on the driver), and into ``foreachBatch`` collecting the rows as Arrow on the driver
   (what the consumer's batch function starts with today);
+- the floor under the consumer's per-event Python: the same read in the consumer's batches,
+  handed by the JVM to a Python worker per task that does nothing with the rows and yields an
+  empty outline (``mapInArrow``, as the consumer's tasks get them) — what Spark costs before
+  the project's own work;
 - changelog: decode, dedupe, order, Parquet;
 - replica DuckDB / replica PostgreSQL: decode, dedupe, order, merge — each with whole
   transactions (the default: hold what the watermarks have not passed) and without;
@@ -46,20 +50,24 @@ import random
 import re
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import fastavro
+import pyarrow as pa
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from bench.cpus import pinned
 from bench.memory import PeakRss
 from bench.producer import Figure
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.graceful_stop import StopRequest
+from spanner_cdc.consumer.kafka_rows import DECODE_COLUMNS
 from spanner_cdc.consumer.kafka_source import SOURCE_NAME
 from spanner_cdc.consumer.main import ConsumerJob, drain, over_the_cores
+from spanner_cdc.consumer.outline_rows import OUTLINE_SCHEMA
 from spanner_cdc.consumer.spark_session import spark_session
 from spanner_cdc.schemas.wire import HEADER_LENGTH, WriterSchema, encode, read_body
 from testkit.consumer_run import consumer_config, fresh_postgres_database, unique_prefix
@@ -86,6 +94,10 @@ class ConsumerFigures:
     #: The same events over Spark's time in the query's batches (timed_with_batches).
     raw_in_batches: Figure
     raw_to_driver: Figure
+    #: The raw read in the consumer's batches, handed to Python workers that do nothing
+    #: (through_idle_worker): the floor under any per-event Python; whole, and its batches alone.
+    idle_worker: Figure
+    idle_worker_in_batches: Figure
     changelog: Figure
     changelog_in_batches: Figure
     #: DuckDB then PostgreSQL, each with whole transactions and then without.
@@ -108,26 +120,53 @@ class ConsumerFigures:
     wide_replicas: list[Figure]
 
 
-def raw_read(spark: Any, config: ConsumerConfig, checkpoint: Path, to_driver: bool) -> Finished:
-    """Rows read by one AvailableNow query that does nothing with them (on the executors or the
-    driver), and the query."""
+def into_noop(batch: Any) -> None:
+    """A raw batch read on the executors into Spark's ``noop`` sink: nothing reaches the driver."""
+    batch.write.format("noop").mode("overwrite").save()
 
-    def noop(batch: Any, _batch_id: int) -> None:
-        if to_driver:
-            batch.toArrow()
-        else:
-            batch.write.format("noop").mode("overwrite").save()
 
+def to_driver(batch: Any) -> None:
+    """A raw batch collected on the driver as Arrow."""
+    batch.toArrow()
+
+
+def through_idle_worker(batch: Any) -> None:
+    """A raw batch's columns the consumer decodes handed by the JVM to a Python worker per task
+    (``mapInArrow``, as the consumer's outline job hands them) that yields an empty outline, which
+    the driver takes: Spark's cost of moving the rows to where the consumer's per-event Python
+    runs, with none of it run."""
+
+    def idle(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_pylist([], schema=OUTLINE_SCHEMA)
+
+    batch.select(*DECODE_COLUMNS).mapInArrow(idle, from_arrow_schema(OUTLINE_SCHEMA)).toArrow()
+
+
+def raw_read(
+    spark: Any,
+    config: ConsumerConfig,
+    checkpoint: Path,
+    consume: Callable[[Any], None],
+    *,
+    consumer_batches: bool = False,
+) -> Finished:
+    """Rows read by one AvailableNow query that does only ``consume`` with each batch, and the
+    query: in one batch, or with ``consumer_batches`` in the consumer's (its
+    ``max_events_per_batch``)."""
     reader = (
         spark.readStream.format(SOURCE_NAME)
         .option("kafka.bootstrap.servers", config.kafka_bootstrap)
         .option("subscribePattern", config.topics.event_pattern)
         .option("startingOffsets", "earliest")
     )
+    if consumer_batches:
+        reader = reader.option("maxOffsetsPerTrigger", str(config.max_events_per_batch))
     query = (
         over_the_cores(reader, spark)  # planned as the consumer plans its batches
         .load()
-        .writeStream.foreachBatch(noop)
+        .writeStream.foreachBatch(lambda batch, _batch_id: consume(batch))
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start()
@@ -219,7 +258,7 @@ def wide_figures(
     (``consumed``: a directory name, the topics' prefix and the consumer's settings)."""
     raw = timed(
         f"raw read on the executors, {WIDE_NAME}",
-        lambda: raw_read(spark, wide, wide.output_dir.parent / "wide-raw", False).events,
+        lambda: raw_read(spark, wide, wide.output_dir.parent / "wide-raw", into_noop).events,
     )
     replicas = [
         timed(
@@ -288,18 +327,23 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
     def warm_up(name: str) -> None:
         """The JVM and the Python workers of the source and of the consumer's tasks started, and
         their imports done, before anything is timed (a real consumer pays that once per run)."""
-        raw_read(spark, base, work / f"{name}-raw", to_driver=False)
+        raw_read(spark, base, work / f"{name}-raw", into_noop)
         consumed(f"{name}-consumer", warm_prefix, sinks=("changelog", "replica"))
 
     spark = spark_session("local[2]", "spanner-cdc-bench", log_dir=logs)
     try:
         warm_up("warm-up")
         raw_executors, raw_in_batches = timed_with_batches(
-            "raw read on the executors (source → noop)", lambda: raw_read(spark, base, work / "raw-x", False)
+            "raw read on the executors (source → noop)",
+            lambda: raw_read(spark, base, work / "raw-x", into_noop),
         )
         raw_driver = timed(
             "raw read to the driver (source → Arrow)",
-            lambda: raw_read(spark, base, work / "raw-d", True).events,
+            lambda: raw_read(spark, base, work / "raw-d", to_driver).events,
+        )
+        idle_worker, idle_worker_in_batches = timed_with_batches(
+            "raw read handed to idle Python workers (source → mapInArrow, the consumer's batches)",
+            lambda: raw_read(spark, base, work / "raw-w", through_idle_worker, consumer_batches=True),
         )
         changelog, changelog_in_batches = timed_with_batches(
             CHANGELOG, lambda: consumed_query("changelog", sinks=("changelog",))
@@ -331,6 +375,8 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
         raw_executors,
         raw_in_batches,
         raw_driver,
+        idle_worker,
+        idle_worker_in_batches,
         changelog,
         changelog_in_batches,
         replicas,

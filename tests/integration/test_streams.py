@@ -274,6 +274,43 @@ def test_a_table_created_again_with_another_key_starts_over(spark: Any, configur
         streams.close()
 
 
+@pytest.mark.parametrize("dropped", [("T", "T$deleted"), ("T", "T$deleted", "T$history", "T$inserts")])
+def test_a_table_whose_replica_tables_were_dropped_by_hand_starts_over(
+    spark: Any, configure: ConfigFactory, dropped: tuple[str, ...]
+) -> None:
+    """The way docs/consumer.md gives to start a table over (its replica tables dropped, the
+    consumer stopped): the next batch creates them again with its rows only — the history and
+    inserts left of the tables before dropped too, when they were not —, a stream created before
+    is invalid (it would read the new rows against the old tables' history), one created after
+    works. Before, that stream stayed valid and read the new rows as inserts, with no delete of the
+    rows there at its offset (its state there came from tables that no longer held it)."""
+    config, table = configure(), ChangeFactory("T", COLUMNS)
+    streams = replica(config)
+    try:
+        apply(spark, config, table, *(table.record("INSERT", {"id": i}, {"a": i}) for i in (1, 2)))
+        apply(spark, config, table, table.record("UPDATE", {"id": 1}, {"a": 10}))
+        streams.create("before", on="T")
+        with streams.backend.transaction():
+            for name in dropped:
+                streams.backend.execute(f'DROP TABLE "{name}"')
+
+        apply(spark, config, table, table.record("INSERT", {"id": 3}, {"a": 3}))
+
+        with streams.backend.snapshot_transaction():
+            for name in ("T", "T$inserts"):
+                assert streams.backend.execute(f'SELECT "id", "a" FROM "{name}"') == [(3, 3)], name
+            assert streams.backend.execute('SELECT count(*) FROM "T$history"') == [(0,)]
+        (state,) = streams.show()
+        assert "started over in the replica" in state.invalid_reason
+        with pytest.raises(StreamError, match="drop the stream and create it again"):
+            streams.read("before")
+        streams.create("after", on="T")
+        apply(spark, config, table, table.record("UPDATE", {"id": 3}, {"a": 4}))
+        assert changes(streams.read("after")) == [(3, "DELETE", True), (4, "INSERT", True)]
+    finally:
+        streams.close()
+
+
 def test_a_consume_killed_midway_writes_nothing_and_the_next_writes_once(
     spark: Any, configure: ConfigFactory
 ) -> None:

@@ -235,10 +235,16 @@ class StreamReplica:
         recreated = recreated_since(self.backend, table, start)
         if recreated is None:
             return ""
+        when = datetime_from_micros(recreated.started_micros).isoformat()
+        if recreated.key == recreated.previous_key:  # only a replica table dropped by hand starts one so
+            return (
+                f"{what} is invalid: table {table!r} started over in the replica (its replica "
+                f"table was dropped) at {when}, after it starts"
+            )
         return (
             f"{what} is invalid: table {table!r} was dropped and created again "
             f"(primary key ({', '.join(recreated.key)}), was ({', '.join(recreated.previous_key or ())})) "
-            f"at {datetime_from_micros(recreated.started_micros).isoformat()}, after it starts"
+            f"at {when}, after it starts"
         )
 
     def _check_generation(self, what: str, table: str, start: int, remedy: str) -> None:

@@ -11,7 +11,10 @@ committed *before* the current generation began belong to a dropped one and are 
 
 A table created again with the same primary key cannot be told apart (no identity, and the
 emulator does not list DDL operations, where a ``DROP TABLE`` with its time could be found):
-its events merge into the existing replica table.
+its events merge into the existing replica table. A user starts such a table over by dropping
+its replica table: the replica then finds a table it has generations of but no table for, and
+starts a generation with the same key (the only way one gets its key again), so streams created
+on it before are invalid as after a re-creation.
 """
 
 from __future__ import annotations

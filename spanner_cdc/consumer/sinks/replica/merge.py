@@ -164,11 +164,23 @@ class ReplicaMerge:
     def _current_generation(self, changes: ReplicaTable) -> ReplicaTable | None:
         """``changes`` as far as they belong to the table's current generation (generations.py).
         Events with another primary key start the table over when committed after the current
-        generation began, and are skipped when committed before it; None when none is left."""
+        generation began, and are skipped when committed before it; None when none is left. A
+        table the replica knows whose replica table is gone (dropped by hand, to start it over)
+        starts over from these events too: its other tables (history, inserts) belong to the
+        generation before, and streams on it would otherwise read the new rows against them."""
         table, events = changes.changes.table, changes.changes.rows.num_rows
         current = self._generation(changes)
         if current is None:
             self._start_generation(Generation(table, changes.changes.first_commit, changes.key, None))
+            return changes
+        if not self._columns(changes.names.table):
+            self._start_over(changes, changes.changes.first_commit, current)
+            log.warning(
+                "table %s: its replica table %s is gone (dropped outside the consumer): the table "
+                "starts over from this batch, and streams created on it before are invalid",
+                table,
+                changes.names.table,
+            )
             return changes
         catalog_key = self.names.catalog_key
         if tuple(map(catalog_key, current.key)) == tuple(map(catalog_key, changes.key)):
@@ -185,10 +197,7 @@ class ReplicaMerge:
             )
         if not newer.rows.num_rows:
             return None
-        for name in astuple(changes.names):
-            self.backend.execute(f"DROP TABLE IF EXISTS {quote(name)}")
-        self._known_columns.clear()
-        self._start_generation(Generation(table, newer.first_commit, changes.key, current.key))
+        self._start_over(changes, newer.first_commit, current)
         log.warning(
             "table %s was dropped and created again in Spanner (primary key (%s), was (%s)): its "
             "replica tables start over, and streams created on it before are invalid",
@@ -215,6 +224,14 @@ class ReplicaMerge:
             known = Generation(table, 0, tuple(c for c in stored if not c.startswith(REPLICA_PREFIX)), None)
         self._generations[table] = known
         return known
+
+    def _start_over(self, changes: ReplicaTable, started_micros: int, current: Generation) -> None:
+        """A new generation of ``changes``' table from ``started_micros``: whatever is left of the
+        current one's replica tables dropped (``_ensure_tables`` creates them again)."""
+        for name in astuple(changes.names):
+            self.backend.execute(f"DROP TABLE IF EXISTS {quote(name)}")
+        self._known_columns.clear()
+        self._start_generation(Generation(changes.changes.table, started_micros, changes.key, current.key))
 
     def _start_generation(self, generation: Generation) -> None:
         record_generation(self.backend, generation)

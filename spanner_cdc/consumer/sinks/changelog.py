@@ -45,8 +45,8 @@ from spanner_cdc.consumer.sinks.parquet_files import (
 COORDINATES = ("kafka$topic", "kafka$partition", "kafka$offset")
 #: Columns whose values differ from event to event (or from transaction to transaction),
 #: written without a dictionary (``parquet_files.write_atomically``): the bench's 25,000 events
-#: of one task wrote 1.03 MB against 1.33, in 1.19-1.29 µs an event against 1.38-1.45
-#: (docs/consumer.md, run 30).
+#: of one task wrote 1.03 MB against 1.33, the changelog's whole write 5.03-5.28 µs an event
+#: against 5.40-5.72 (docs/consumer.md, run 30).
 DISTINCT_PER_EVENT = (
     "envelope$uuid",
     "envelope$source_timestamp",

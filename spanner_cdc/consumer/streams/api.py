@@ -235,17 +235,13 @@ class StreamReplica:
         recreated = recreated_since(self.backend, table, start)
         if recreated is None:
             return ""
-        when = datetime_from_micros(recreated.started_micros).isoformat()
         if recreated.key == recreated.previous_key:  # only a replica table dropped by hand starts one so
-            return (
-                f"{what} is invalid: table {table!r} started over in the replica (its replica "
-                f"table was dropped) at {when}, after it starts"
-            )
-        return (
-            f"{what} is invalid: table {table!r} was dropped and created again "
-            f"(primary key ({', '.join(recreated.key)}), was ({', '.join(recreated.previous_key or ())})) "
-            f"at {when}, after it starts"
-        )
+            how = "started over in the replica (its replica table was dropped)"
+        else:
+            old_key = ", ".join(recreated.previous_key or ())
+            how = f"was dropped and created again (primary key ({', '.join(recreated.key)}), was ({old_key}))"
+        when = datetime_from_micros(recreated.started_micros).isoformat()
+        return f"{what} is invalid: table {table!r} {how} at {when}, after it starts"
 
     def _check_generation(self, what: str, table: str, start: int, remedy: str) -> None:
         reason = self._invalid_reason(what, table, start)

@@ -9,8 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 from spanner_cdc.consumer.table_version import TableVersion
 from spanner_cdc.schemas.watermark import Watermark
+from spanner_cdc.schemas.wire import body_start, read_body
 
 
 @dataclass(slots=True)
@@ -27,10 +30,23 @@ class DecodedEvent:
     key: bytes | None
     value: bytes
     version: TableVersion
-    #: The decoded Avro record; its timestamps and dates are numbers (consumer.message_reader).
-    record: dict[str, Any]
+    #: The record's ``object``: its table's name.
+    table: str
     #: ``sort_keys`` as a comparable tuple: (commit micros, tx id, record sequence, mod index).
     sort_key: tuple[int, str, str, int]
+    #: The decoded Avro record, when the gate made one (consumer.message_reader); None where the
+    #: columnar gate read the event into columns only (consumer.columnar_gate): :attr:`record`.
+    known_record: dict[str, Any] | None
+
+    @property
+    def record(self) -> dict[str, Any]:
+        """The decoded Avro record; its timestamps and dates are numbers (consumer.message_reader).
+        Read from the bytes when first asked if the gate made none: the gate read them without
+        error, with the same schema."""
+        if self.known_record is None:
+            writer = self.version.writer
+            self.known_record = read_body(writer, self.value, body_start(self.value), calendar_numbers=True)
+        return self.known_record
 
     @property
     def commit_micros(self) -> int:
@@ -51,11 +67,17 @@ class WatermarkSeen:
 
 @dataclass(frozen=True)
 class DecodedBatch:
+    #: In their messages' order: those the columnar gate read (consumer.columnar_gate), then
+    #: those the record gate read.
     events: list[DecodedEvent]
     watermarks: list[WatermarkSeen]
     quarantined: list[Quarantined]
     #: Keyed messages without a value: a producer's --delete-tombstones, for compaction; skipped.
     tombstones: int = 0
+    #: Outline rows (consumer.outline_rows) of the first :attr:`outlined_events` of
+    #: :attr:`events`: the columnar gate made them from its columns (consumer.columnar_gate).
+    outlined: tuple[pa.RecordBatch, ...] = ()
+    outlined_events: int = 0
 
 
 @dataclass(frozen=True)

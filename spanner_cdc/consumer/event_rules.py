@@ -52,10 +52,10 @@ def check_event(
 ) -> SortKey:
     """The event's sort key, once every rule holds; DecodeError naming the first that does not."""
     table = record["object"]
-    own_topic = _own_topic(topics, table)
-    if own_topic != topic:
+    expected = own_topic(topics, table)
+    if expected != topic:
         raise DecodeError(
-            "wrong-topic", f"an event of table {table!r} on topic {topic!r} (its topic is {own_topic!r})"
+            "wrong-topic", f"an event of table {table!r} on topic {topic!r} (its topic is {expected!r})"
         )
     if not record["uuid"] or len(record["uuid"]) > 64:
         raise DecodeError("bad-envelope", f"uuid {record['uuid']!r:.80} is empty or too long")
@@ -67,7 +67,7 @@ def check_event(
             f"change_type {metadata['change_type']!r:.40} with is_deleted {metadata['is_deleted']!r}",
         )
     order = _sort_key(record["sort_keys"], metadata, now_micros)
-    parsed = _parsed_text_columns(version)
+    parsed = parsed_text_columns(version)
     if parsed:
         _check_values(parsed, record["payload"])
         if metadata["old_values"] is not None:
@@ -76,7 +76,7 @@ def check_event(
 
 
 @functools.lru_cache(maxsize=4_096)
-def _own_topic(topics: Topics, table: object) -> str:
+def own_topic(topics: Topics, table: object) -> str:
     """The topic a table's events belong on, once its name is checked: per table, not per
     event (a batch has few tables and many events; failures are not cached)."""
     for part in str(table).split("."):
@@ -88,7 +88,7 @@ def _own_topic(topics: Topics, table: object) -> str:
 
 
 @functools.lru_cache(maxsize=4_096)
-def _parsed_text_columns(version: TableVersion) -> tuple[tuple[PayloadColumn, str], ...]:
+def parsed_text_columns(version: TableVersion) -> tuple[tuple[PayloadColumn, str], ...]:
     """The columns of ``version`` whose text the replica parses, with their logical type (most
     versions have none: then an event's values are not looked at)."""
     found = []

@@ -33,6 +33,7 @@ from typing import Any
 import pyarrow as pa
 from fastavro.validation import validate
 
+from spanner_cdc.consumer.columnar_gate import ColumnarGate
 from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent, Quarantined, Unknown, WatermarkSeen
 from spanner_cdc.consumer.event_rules import MAX_NAME_CHARS, check_event, check_version
 from spanner_cdc.consumer.table_version import TableVersion
@@ -103,9 +104,25 @@ class MessageReader:
         self.context = context
         self._versions: dict[tuple[int, tuple[str, ...]], TableVersion] = {}
         self._json_writers: dict[tuple[str, str], WriterSchema] = {}
+        self._columnar = ColumnarGate(context.topics, context.now_micros, self._known_writer, self.version)
 
     def read(self, rows: pa.Table | pa.RecordBatch) -> DecodedBatch:
-        """``rows`` has the Kafka columns key, value, topic, partition and offset."""
+        """``rows`` has the Kafka columns key, value, topic, partition and offset. The columnar
+        gate takes what it can (consumer.columnar_gate); the rest is read record by record."""
+        accepted = self._columnar.read(rows)
+        if len(accepted.handed_back) == rows.num_rows:
+            return self.read_each(rows)
+        rest = self.read_each(rows.take(pa.array(accepted.handed_back, pa.int64())))
+        return replace(
+            rest,
+            events=[*accepted.events, *rest.events],
+            outlined=accepted.outlines,
+            outlined_events=len(accepted.events),
+        )
+
+    def read_each(self, rows: pa.Table | pa.RecordBatch) -> DecodedBatch:
+        """``rows`` read record by record: the gate every kind of message passes, and the one
+        that says why a message is refused."""
         batch = DecodedBatch([], [], [])
         tombstones = 0
         now = self.context.now_micros
@@ -120,7 +137,7 @@ class MessageReader:
                     watermark = Watermark.from_record(record)
                     batch.watermarks.append(WatermarkSeen(topic, partition, offset, watermark, value))
                     continue
-                version = self._version(writer, record)
+                version = self.version(writer, tuple(record["source_metadata"]["primary_keys"]))
                 order = check_event(self.context.topics, topic, record, version, now)
             except DecodeError as exc:
                 unknown = exc.unknown if isinstance(exc, UnknownNameError) else None
@@ -135,7 +152,9 @@ class MessageReader:
                     Quarantined(topic, partition, offset, key, value, "not-an-event", detail)
                 )
                 continue
-            batch.events.append(DecodedEvent(topic, partition, offset, key, value, version, record, order))
+            batch.events.append(
+                DecodedEvent(topic, partition, offset, key, value, version, record["object"], order, record)
+            )
         return replace(batch, tombstones=tombstones)
 
     def _read(self, value: bytes | None, key: bytes | None) -> tuple[dict[str, Any], WriterSchema]:
@@ -214,8 +233,16 @@ class MessageReader:
             raise DecodeError(*known)
         return known, REGISTRY_HEADER_LENGTH
 
-    def _version(self, writer: WriterSchema, record: dict[str, Any]) -> TableVersion:
-        primary_keys = tuple(record["source_metadata"]["primary_keys"])
+    def _known_writer(self, fingerprint: int) -> WriterSchema | None:
+        """The writer schema of ``fingerprint`` where the context has it and does not refuse it."""
+        text = self.context.schemas.get(fingerprint)
+        if text is None or fingerprint in self.context.unreadable:
+            return None
+        return parsed_schema(text)
+
+    def version(self, writer: WriterSchema, primary_keys: tuple[str, ...]) -> TableVersion:
+        """The table version of events of ``writer`` keyed by ``primary_keys``, once per reader;
+        DecodeError where they are not change events of a table the sinks can hold."""
         cache_key = (writer.fingerprint, primary_keys)
         version = self._versions.get(cache_key)
         if version is None:

@@ -71,7 +71,8 @@ def outline_batch(decoded: DecodedBatch) -> pa.RecordBatch:
     Events are outlined column by column (a dict per event, then Arrow's conversion of the
     dicts, cost 0.3 s per 50,000 events), the few other messages row by row (:func:`_rows_of_others`)."""
     others = pa.RecordBatch.from_pylist(_rows_of_others(decoded), schema=OUTLINE_SCHEMA)
-    return pa.concat_batches([_event_batch(decoded.events), others])
+    outlined = decoded.outlined_events  # the columnar gate outlined these (consumer.columnar_gate)
+    return pa.concat_batches([*decoded.outlined, _event_batch(decoded.events[outlined:]), others])
 
 
 def _event_batch(events: Sequence[DecodedEvent]) -> pa.RecordBatch:
@@ -83,7 +84,7 @@ def _event_batch(events: Sequence[DecodedEvent]) -> pa.RecordBatch:
         "kind": [EVENT] * len(events),
         "uuid": [event.record["uuid"] for event in events],
         "commit_micros": [event.commit_micros for event in events],
-        "object": [event.record["object"] for event in events],
+        "object": [event.table for event in events],
         **{name: [m[field] for m in metadata] for name, field in TRANSACTION_FIELDS.items()},
     }
     return pa.RecordBatch.from_arrays(

@@ -6,6 +6,9 @@ from typing import Any
 
 import pyarrow as pa
 
+#: The field of a union read as a struct that holds the branch each value took (``ColumnsReader``).
+UNION_BRANCH: str
+
 class Kind(enum.IntEnum):
     NULL_VALUE = 0
     BOOLEAN = 1

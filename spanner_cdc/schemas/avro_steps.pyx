@@ -28,9 +28,9 @@ A varint is a 64-bit number: one of ten bytes whose last holds more than the 64t
 which no Arrow column takes.
 
 The same steps also read records straight into Arrow's buffers (:class:`ColumnsReader`): the
-consumer's tasks read each event twice, once into a record for the gate's rules and once, when
-the gate has let it through, into its table's columns — which took a third of the time Arrow
-spent converting the records (docs/consumer.md, Performance, run 28).
+consumer's columnar gate reads what its rules need of each event that way, and the sinks read
+its table's columns — which took a third of the time Arrow spent converting the records
+(docs/consumer.md, Performance, run 28).
 """
 
 cimport cython
@@ -373,6 +373,7 @@ cdef enum Layout:
     LIST  # int32 offsets and one child column
     STRUCT  # one child column per field
     DECIMAL  # Avro's big-endian two's complement, as Arrow's 16 little-endian bytes
+    BRANCHES  # a union: the branch taken (int8) and one child column per branch (:func:`column_of`)
 
 
 @cython.final
@@ -458,7 +459,9 @@ cdef class Column:
             self.end_offset(self.values.size)
         elif self.layout == LIST:
             self.end_offset((<Column>self.children[0]).length)
-        else:
+        else:  # a struct's fields, a union's branches
+            if self.layout == BRANCHES:
+                self.values.extend(1, zeroed=True)
             for child in self.children:
                 child.append_null()
         self.length += 1
@@ -480,14 +483,28 @@ cdef class Column:
         cdef uint64_t bits
         cdef Py_ssize_t size
         cdef int kind = self.value_step.kind
+        cdef Py_ssize_t i
         if self.layout == STRUCT:
             for child in self.children:
                 child.append(cursor)
+        elif self.layout == BRANCHES:
+            number = read_long(cursor)
+            if number < 0 or number >= len(self.children):
+                raise ValueError(f"union branch {number} of {len(self.children)}")
+            self.values.extend(1)[0] = <char>number
+            for i in range(len(self.children)):
+                child = <Column>self.children[i]
+                if i == number:
+                    child.append(cursor)
+                else:
+                    child.append_null()
         elif self.layout == LIST:
             read_items(self, cursor)
             self.end_offset((<Column>self.children[0]).length)
         elif self.layout == VARIABLE:
             size = read_size(cursor)
+            if kind == STRING:
+                check_text(cursor.data + cursor.pos, size)
             memcpy(self.values.extend(size), cursor.data + cursor.pos, size)
             cursor.pos += size
             self.end_offset(self.values.size)
@@ -505,6 +522,8 @@ cdef class Column:
             memcpy(self.values.extend(self.width), &bits, self.width)
         else:  # longs, timestamps and dates: the number written
             number = read_long(cursor)
+            if (kind == UTC_MICROS or kind == UTC_MILLIS or kind == DAYS) and not in_calendar(kind, number):
+                raise out_of_calendar(number)
             if self.width == 4:
                 if number < -0x80000000 or number > 0x7FFFFFFF:
                     raise OverflowError(f"{number} does not fit a 32-bit column")
@@ -515,7 +534,7 @@ cdef class Column:
 
     cdef object arrow(self):
         validity = self.validity.arrow() if self.null_count else None
-        if self.layout == STRUCT:
+        if self.layout == STRUCT or self.layout == BRANCHES:
             return pa.Array.from_buffers(
                 self.arrow_type, self.length, [validity], self.null_count, children=self.struct_children()
             )
@@ -534,10 +553,16 @@ cdef class Column:
         return pa.Array.from_buffers(self.arrow_type, self.length, buffers, self.null_count)
 
     cdef list struct_children(self):
-        """The struct type's fields in its order; a field the Avro record lacks is all null."""
+        """The struct type's fields in its order; a field the Avro record lacks is all null (a
+        union's: ``branch``, then its branches by their position)."""
         built = {}
         cdef Column child
-        for name, child in zip(self.value_step.names, self.children):
+        if self.layout == BRANCHES:
+            built[UNION_BRANCH] = pa.Array.from_buffers(pa.int8(), self.length, [None, self.values.arrow()])
+            names = [str(i) for i in range(len(self.children))]
+        else:
+            names = self.value_step.names
+        for name, child in zip(names, self.children):
             if child.layout != SKIPPED:
                 built[name] = child.arrow()
         return [built[field.name] if field.name in built else pa.nulls(self.length, field.type) for field in self.arrow_type]
@@ -547,7 +572,7 @@ cdef int skip(Step step, Cursor cursor) except -1:
     """Past what ``step`` reads, making nothing of it (a field the columns do not hold)."""
     cdef int kind = step.kind
     cdef int64_t count
-    cdef Py_ssize_t i
+    cdef Py_ssize_t i, size
     if kind == RECORD:
         for i in range(len(step.steps)):
             skip(<Step>step.steps[i], cursor)
@@ -564,11 +589,14 @@ cdef int skip(Step step, Cursor cursor) except -1:
         while count:
             for i in range(block_items(cursor, count)):
                 if kind == MAP:
-                    cursor.pos += read_size(cursor)
+                    skip(_KEY, cursor)
                 skip(step.child, cursor)
             count = read_long(cursor)
     elif kind == STRING or kind == BYTES:
-        cursor.pos += read_size(cursor)
+        size = read_size(cursor)
+        if kind == STRING:
+            check_text(cursor.data + cursor.pos, size)
+        cursor.pos += size
     elif kind == DOUBLE:
         little_endian(cursor, 8)
     elif kind == FLOAT:
@@ -576,8 +604,27 @@ cdef int skip(Step step, Cursor cursor) except -1:
     elif kind == BOOLEAN:
         next_byte(cursor)
     elif kind != NULL_VALUE:  # longs, timestamps and dates
-        read_long(cursor)
+        count = read_long(cursor)
+        if (kind == UTC_MICROS or kind == UTC_MILLIS or kind == DAYS) and not in_calendar(kind, count):
+            raise out_of_calendar(count)
     return 0
+
+
+cdef int check_text(const unsigned char* utf8, Py_ssize_t size) except -1:
+    """``UnicodeDecodeError`` where the record reader's decoding of these bytes raises it: ASCII
+    is looked at byte by byte, anything else decoded (and dropped) by Python as that reader does."""
+    cdef Py_ssize_t i
+    for i in range(size):
+        if utf8[i] & 0x80:
+            PyUnicode_DecodeUTF8(<const char*>utf8, size, NULL)
+            return 0
+    return 0
+
+
+cdef object out_of_calendar(int64_t number):
+    """What a timestamp or date outside the years 1-9999 raises here (the record reader hands it
+    to fastavro's converter, which raises: ``OverflowError`` or ``ValueError``)."""
+    return ValueError(f"{number} is not a time or date in the years 1-9999")
 
 
 cdef int read_items(Column column, Cursor cursor) except -1:
@@ -635,8 +682,16 @@ cdef Column column_of(Step step, object arrow_type):
     column.values = Buffer()
     if arrow_type is None:
         column.layout = SKIPPED
+        check_skippable(step, set())
         return column
-    if kind == RECORD and pa.types.is_struct(arrow_type):
+    if kind == UNION and pa.types.is_struct(arrow_type) and arrow_type.get_field_index(UNION_BRANCH) == 0:
+        if len(value.steps) > 127:
+            raise TypeError(f"a union of {len(value.steps)} branches")
+        column.layout = BRANCHES
+        column.children = [
+            column_of(<Step>value.steps[i], _field_type(arrow_type, str(i))) for i in range(len(value.steps))
+        ]
+    elif kind == RECORD and pa.types.is_struct(arrow_type):
         column.layout = STRUCT
         column.children = [
             column_of(<Step>value.steps[i], _field_type(arrow_type, name)) for i, name in enumerate(value.names)
@@ -661,6 +716,26 @@ cdef Column column_of(Step step, object arrow_type):
         column.layout = FIXED
         column.width = _number_width(kind, arrow_type)
     return column
+
+
+#: The field of a union's struct (:func:`column_of`) that holds the branch each value took.
+UNION_BRANCH = "branch"
+
+
+cdef int check_skippable(Step step, set seen) except -1:
+    """``TypeError`` unless passing over what ``step`` reads (:func:`skip`) fails exactly where
+    the record reader fails: its logical types must be ones whose converters cannot fail on what
+    the bytes hold (timestamps and dates, checked here; the contract's decimal(38, 9))."""
+    cdef Step child
+    if id(step) in seen:
+        return 0
+    seen.add(id(step))
+    if step.convert is not None and step.kind not in (UTC_MICROS, UTC_MILLIS, DAYS):
+        if not (step.kind == BYTES and step.schema.get("precision") == 38 and step.schema.get("scale") == 9):
+            raise TypeError(f"a logical type passed over: {step.schema!r}")
+    for child in (step.child,) + step.steps if step.child is not None else step.steps:
+        check_skippable(child, seen)
+    return 0
 
 
 cdef object _field_type(object struct_type, str name):
@@ -691,11 +766,15 @@ cdef class ColumnsReader:
     the record each message holds from its start on, read by the steps of the compiled reader
     it is made from (a writer schema's, timestamps and dates as numbers: ``column_reader``)
     straight into Arrow's buffers, with no Python value made on the way (fields the type does
-    not name are passed over; fields the record lacks are null). Made for messages that reader
-    has read without error: the values equal the ones Arrow makes of its records, and what else
-    could fail is a value the type cannot hold (a long beyond a 32-bit column, a decimal of 38
-    digits or more), which raises ``OverflowError``. ``TypeError`` when the type is not one the
-    schema's values make."""
+    not name are passed over; fields the record lacks are null; a union is a struct of the
+    ``branch`` taken and one field per branch, named by its position). The values equal the ones
+    Arrow makes of that reader's records, and it fails wherever that reader fails, in the
+    fields it passes over too (invalid UTF-8, a time or date outside the years 1-9999, a union
+    branch that does not exist, bytes left over: the consumer's columnar gate reads with it
+    first); it also fails on a value the type cannot hold (a long beyond a 32-bit column, a
+    decimal of 38 digits or more: ``OverflowError``). ``TypeError`` when the type is not one the
+    schema's values make, or the schema has a logical type whose converter could fail where
+    it is passed over (anything but timestamps, dates and the contract's decimal(38, 9))."""
 
     cdef Step top
     cdef object arrow_type

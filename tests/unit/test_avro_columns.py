@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from spanner_cdc.consumer.change_rows import event_type
+from spanner_cdc.consumer.columnar_gate import GATE_TYPE
 from spanner_cdc.consumer.message_reader import parsed_schema
 from spanner_cdc.consumer.table_version import TableVersion
 from spanner_cdc.schemas.avro_steps import ColumnsReader
@@ -152,3 +153,43 @@ def test_a_text_column_reads_as_the_bytes_a_batch_merged_it_into() -> None:
     writer, message = one_column_event("string", "ünï 日本")
     read = columns_of(writer, pa.binary(), [message]).field("payload").field("c")
     assert read.equals(pa.array(["ünï 日本"], pa.binary()))
+
+
+@pytest.mark.parametrize("dialect", [GOOGLE_SQL, POSTGRESQL], ids=["googlesql", "postgresql"])
+def test_a_message_the_record_reader_refuses_is_refused_also_where_its_fields_are_passed_over(
+    dialect: tuple[str, ...],
+) -> None:
+    """Messages of every column type with bytes changed at random: the columns reader fails on
+    exactly those the record reader fails on, reading only the columnar gate's fields (the
+    payload passed over) as well as every field — invalid UTF-8, a time out of the years
+    1-9999, a union branch that does not exist, bytes left over (consumer.columnar_gate reads
+    with it first)."""
+    rng = random.Random(11)
+    refused = 0
+    for writer, messages in events_by_writer(dialect):
+        version = TableVersion.from_writer(
+            writer, writer.column_reader(messages[0], HEADER_LENGTH)[0]["source_metadata"]["primary_keys"]
+        )
+        full = version.columns_reader(
+            event_type(pa.struct([(c.field, c.type.arrow) for c in version.columns]))
+        )
+        gate = ColumnsReader(writer.column_reader, GATE_TYPE)
+        for message in messages[:150]:
+            spoilt = bytearray(message)
+            for _ in range(rng.randint(1, 3)):
+                spoilt[rng.randrange(HEADER_LENGTH, len(spoilt))] = rng.randrange(256)
+            try:
+                _, end = writer.column_reader(bytes(spoilt), HEADER_LENGTH)
+                fails = end != len(spoilt)
+            except (EOFError, ValueError, ArithmeticError):
+                fails = True
+            refused += fails
+            for reader, may_overflow in ((gate, False), (full, True)):
+                try:
+                    reader([bytes(spoilt)], [HEADER_LENGTH])
+                    assert not fails, "read what the record reader refuses"
+                except OverflowError:
+                    assert may_overflow or fails
+                except (EOFError, ValueError):
+                    assert fails, "refused what the record reader reads"
+    assert refused > 100

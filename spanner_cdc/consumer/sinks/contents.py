@@ -15,7 +15,7 @@ def by_table(events: Sequence[DecodedEvent]) -> list[TableChanges]:
     """``events`` per table, tables in name order."""
     grouped: dict[str, list[DecodedEvent]] = defaultdict(list)
     for event in events:
-        grouped[event.record["object"]].append(event)
+        grouped[event.table].append(event)
     return [TableChanges(table, grouped[table]) for table in sorted(grouped)]
 
 

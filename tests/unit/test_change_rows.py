@@ -119,6 +119,27 @@ def test_a_row_keyed_by_a_timestamp_or_a_date_keeps_the_row_id_it_had() -> None:
     ]
 
 
+def test_a_row_id_is_made_from_the_key_its_record_holds_whichever_way_the_key_is_read() -> None:
+    """Keys of bytes, booleans and integers are read from their Arrow columns (the columnar
+    gate's events have no record until asked); a key column Spanner changed from STRING to BYTES
+    within the batch is BYTES in the batch's columns, and its STRING events keep the id of their
+    text, read from their records, as before."""
+    typed = ChangeFactory(columns=[("Raw", "BYTES", True), ("Yes", "BOOL", True), ("N", "INT64", True)])
+    keys = [("AAE=", True, "-9"), ("/w==", False, "9223372036854775807"), ("AAE=", True, "-9")]
+    events = decoded([typed.record("INSERT", {"Raw": r, "Yes": y, "N": n}, {}) for r, y, n in keys])
+    expected = [row_id("Accounts", e.record["payload"]) for e in sorted(events, key=lambda e: e.sort_key)]
+    assert TableChanges("Accounts", events).row_ids.to_pylist() == expected
+    assert [type(v) for v in events[0].record["payload"].values()] == [bytes, bool, int]
+
+    text = ChangeFactory(columns=[("Id", "STRING", True), ("V", "STRING", False)])
+    raw = ChangeFactory(columns=[("Id", "BYTES", True), ("V", "STRING", False)])
+    events = decoded([text.record("INSERT", {"Id": "é"}, {}), raw.record("UPDATE", {"Id": "w6k="}, {})])
+    assert TableChanges("Accounts", events).row_ids.to_pylist() == [
+        row_id("Accounts", {"Id": "é"}),
+        row_id("Accounts", {"Id": "é".encode()}),
+    ]
+
+
 def test_the_envelope_columns_of_two_table_versions_in_their_events_order() -> None:
     """Events of a table before and after a column was added, interleaved in commit order: each
     changelog column and replica stage flag is the event's own, in sort order; ``old_values`` by

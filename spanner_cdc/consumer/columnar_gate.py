@@ -126,8 +126,8 @@ class ColumnarGate:
                 continue
             writer, reader = known
             positions = pc.indices_nonzero(pc.fill_null(pc.equal(codes, code), False))
-            for part, columns in _readable(reader, positions, values.take(positions).to_pylist()):
-                taken = self._check(writer, rows, part, columns)
+            for part, messages, columns in _readable(reader, positions, values.take(positions).to_pylist()):
+                taken = self._check(writer, rows, part, messages, columns)
                 if taken is not None:
                     taken_positions, share_events, outline = taken
                     accepted[taken_positions.to_numpy()] = True
@@ -160,9 +160,10 @@ class ColumnarGate:
         writer: WriterSchema,
         rows: pa.RecordBatch | pa.Table,
         positions: pa.Array,
+        messages: list[bytes],
         columns: pa.StructArray,
     ) -> tuple[pa.Array, list[DecodedEvent], pa.RecordBatch] | None:
-        """The rules over one schema's messages (at ``positions`` of ``rows``, read into
+        """The rules over one schema's ``messages`` (at ``positions`` of ``rows``, read into
         ``columns``): the positions it accepts, their events and outline; None for none."""
         metadata = columns.field("source_metadata")
         keys, versions = self._versions(writer, metadata.field("primary_keys"))
@@ -180,7 +181,8 @@ class ColumnarGate:
         if not pc.any(ok).as_py():
             return None
         # sort keys: four items now, of the contract's branches and equal to source_metadata
-        positions, columns, keys = positions.filter(ok), columns.filter(ok), keys.filter(ok)
+        chosen = pc.indices_nonzero(ok)  # of ``messages``
+        columns, keys = columns.filter(ok), keys.filter(ok)
         metadata, sort_keys = columns.field("source_metadata"), columns.field("sort_keys")
         micros = pc.cast(metadata.field("commit_timestamp"), pa.int64())
         stated = (
@@ -200,12 +202,14 @@ class ColumnarGate:
         ok = pc.fill_null(ok, False)
         if not pc.any(ok).as_py():
             return None
-        positions, columns, keys = positions.filter(ok), columns.filter(ok), keys.filter(ok)
+        chosen, columns, keys = chosen.filter(ok), columns.filter(ok), keys.filter(ok)
         stated = tuple(part.filter(ok) for part in stated)
+        positions = positions.take(chosen)
         taken = rows.take(positions)
+        values = [messages[i] for i in chosen.to_pylist()]
         return (
             positions,
-            self._events(taken, columns, keys, versions, stated),
+            _events(taken, values, columns, [versions[number] for number in keys.to_pylist()], stated),
             _outline(taken, columns, stated[0]),
         )
 
@@ -245,36 +249,36 @@ class ColumnarGate:
                 owns.append(None)
         return pc.equal(pa.array(owns, pa.string()).take(named.indices), topics)
 
-    def _events(
-        self,
-        taken: pa.RecordBatch | pa.Table,
-        columns: pa.StructArray,
-        keys: pa.Array,
-        versions: list[TableVersion],
-        stated: tuple[pa.Array, ...],
-    ) -> list[DecodedEvent]:
-        version_of = [versions[number] for number in keys.to_pylist()]
-        coordinates = (
-            taken.column(name).to_pylist() for name in ("topic", "partition", "offset", "key", "value")
+
+def _events(
+    taken: pa.RecordBatch | pa.Table,
+    values: list[bytes],
+    columns: pa.StructArray,
+    version_of: list[TableVersion],
+    stated: tuple[pa.Array, ...],
+) -> list[DecodedEvent]:
+    """The accepted events: Kafka coordinates and key from their rows (``taken``), their bytes
+    (``values``, the list the reader read: not copied again), table version, table and sort key
+    (``stated``: source_metadata's, which the sort keys equal)."""
+    coordinates = (taken.column(name).to_pylist() for name in ("topic", "partition", "offset", "key"))
+    sort_keys = zip(*(part.to_pylist() for part in stated), strict=True)
+    return [
+        DecodedEvent(topic, partition, offset, key, value, version, table, sort_key, None)
+        for topic, partition, offset, key, value, version, table, sort_key in zip(
+            *coordinates, values, version_of, columns.field("object").to_pylist(), sort_keys, strict=True
         )
-        sort_keys = zip(*(part.to_pylist() for part in stated), strict=True)
-        return [
-            DecodedEvent(topic, partition, offset, key, value, version, table, sort_key, None)
-            for topic, partition, offset, key, value, version, table, sort_key in zip(
-                *coordinates, version_of, columns.field("object").to_pylist(), sort_keys, strict=True
-            )
-        ]
+    ]
 
 
 def _readable(
     reader: ColumnsReader, positions: pa.Array, messages: list[bytes]
-) -> list[tuple[pa.Array, pa.StructArray]]:
+) -> list[tuple[pa.Array, list[bytes], pa.StructArray]]:
     """``messages`` (at ``positions``) read into columns, in parts: a message the reader cannot
     read fails the whole call, so a part that fails is read again as two halves, down to the
     messages themselves, which the record gate reads (and says why). A few such messages cost a
     few reads of their neighbours, not the whole share."""
     try:
-        return [(positions, reader(messages, [HEADER_LENGTH] * len(messages)))]
+        return [(positions, messages, reader(messages, [HEADER_LENGTH] * len(messages)))]
     except Exception:  # the record gate reads them and says why
         if len(messages) == 1:
             return []

@@ -25,6 +25,8 @@ from google.cloud.spanner_v1 import KeySet
 
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.errors import ConsumerError
+from spanner_cdc.consumer.graceful_stop import StopRequest
+from spanner_cdc.consumer.main import ConsumerJob, drain
 from spanner_cdc.consumer.readers import changelog_rows
 from spanner_cdc.consumer.sinks.replica.backends import Selected, open_backend
 from spanner_cdc.consumer.streams.api import StreamReplica
@@ -274,27 +276,46 @@ def test_a_table_created_again_with_another_key_starts_over(spark: Any, configur
         streams.close()
 
 
-@pytest.mark.parametrize("dropped", [("T", "T$deleted"), ("T", "T$deleted", "T$history", "T$inserts")])
+@pytest.mark.parametrize(
+    ("dropped", "running"),
+    [
+        (("T", "T$deleted"), False),
+        (("T", "T$deleted", "T$history", "T$inserts"), False),
+        (("T", "T$deleted"), True),
+    ],
+    ids=["table", "all-four", "table-while-running"],
+)
 def test_a_table_whose_replica_tables_were_dropped_by_hand_starts_over(
-    spark: Any, configure: ConfigFactory, dropped: tuple[str, ...]
+    spark: Any, configure: ConfigFactory, dropped: tuple[str, ...], running: bool
 ) -> None:
     """The way docs/consumer.md gives to start a table over (its replica tables dropped, the
     consumer stopped): the next batch creates them again with its rows only — the history and
     inserts left of the tables before dropped too, when they were not —, a stream created before
     is invalid (it would read the new rows against the old tables' history), one created after
     works. Before, that stream stayed valid and read the new rows as inserts, with no delete of the
-    rows there at its offset (its state there came from tables that no longer held it)."""
+    rows there at its offset (its state there came from tables that no longer held it).
+    ``running``: dropped between two batches of one consumer, which knew the tables (before, its
+    next batch failed on a table it thought it had, and only a restart started the table over)."""
     config, table = configure(), ChangeFactory("T", COLUMNS)
     streams = replica(config)
+    job = ConsumerJob.open(config) if running else None
+
+    def step(*records: dict[str, Any]) -> None:
+        if job is None:
+            apply(spark, config, table, *records)
+            return
+        publish(config.kafka_bootstrap, config.topic_prefix, table.events(*table.transaction(*records)))
+        drain(job, spark, StopRequest())
+
     try:
-        apply(spark, config, table, *(table.record("INSERT", {"id": i}, {"a": i}) for i in (1, 2)))
-        apply(spark, config, table, table.record("UPDATE", {"id": 1}, {"a": 10}))
+        step(*(table.record("INSERT", {"id": i}, {"a": i}) for i in (1, 2)))
+        step(table.record("UPDATE", {"id": 1}, {"a": 10}))
         streams.create("before", on="T")
         with streams.backend.transaction():
             for name in dropped:
                 streams.backend.execute(f'DROP TABLE "{name}"')
 
-        apply(spark, config, table, table.record("INSERT", {"id": 3}, {"a": 3}))
+        step(table.record("INSERT", {"id": 3}, {"a": 3}))
 
         with streams.backend.snapshot_transaction():
             for name in ("T", "T$inserts"):
@@ -305,9 +326,11 @@ def test_a_table_whose_replica_tables_were_dropped_by_hand_starts_over(
         with pytest.raises(StreamError, match="drop the stream and create it again"):
             streams.read("before")
         streams.create("after", on="T")
-        apply(spark, config, table, table.record("UPDATE", {"id": 3}, {"a": 4}))
+        step(table.record("UPDATE", {"id": 3}, {"a": 4}))
         assert changes(streams.read("after")) == [(3, "DELETE", True), (4, "INSERT", True)]
     finally:
+        if job is not None:
+            job.close()
         streams.close()
 
 

@@ -133,6 +133,7 @@ class ReplicaMerge:
         """
         try:
             with self.backend.transaction():
+                self._forget_dropped_tables()
                 last = self.last_batch(query_id)
                 new = last is None or last < batch_id
                 yield new
@@ -149,6 +150,20 @@ class ReplicaMerge:
             self._recorded_names.clear()
             self._generations.clear()
             raise
+
+    def _forget_dropped_tables(self) -> None:
+        """Forget the columns this process knows of tables that are gone — dropped outside the
+        consumer since its last batch (the way to start a table over: docs/consumer.md,
+        Guarantees) — so this batch finds them gone and starts the table over, as a restart
+        would, rather than failing on a table it thought it had. One catalog query a batch."""
+        if not self._known_columns:
+            return
+        catalog_key = self.names.catalog_key
+        present = self.backend.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+        )
+        if not self._known_columns.keys() <= {catalog_key(str(name)) for (name,) in present}:
+            self._known_columns.clear()
 
     def write(self, parts: Sequence[StagedPart], cut: int | None = None) -> None:
         """Merge each table's staged changes (staged.combined: one part per table and key, a

@@ -3,15 +3,15 @@ into Arrow columns and checked by Arrow, not record by record.
 
 The record gate (consumer.message_reader) makes a Python record of every message and checks
 its rules (consumer.event_rules) one event at a time, and the outline is then made from those
-records: 9.3 µs an event in one process, where reading only what the rules and the outline need
+records: 9.7 µs an event in one process, where reading only what the rules and the outline need
 into columns (``avro_steps.ColumnsReader``), checking them with Arrow and outlining from the
-same columns took 1.6 (docs/consumer.md, run 31).
+same columns takes 3.2, events made included (docs/consumer.md, run 32).
 
 This path only ever *accepts*: a message it accepts is one the record gate accepts, with the
 same table version and sort key; everything else — a message it cannot read, a rule it sees
 broken, a kind it does not take (JSON, the Schema Registry's framing, watermarks, tombstones,
-a schema or name the batch's context lacks, a table version with JSON or NUMERIC columns, whose
-text the rules parse) — is handed back, and the record gate reads it and gives the reason.
+a schema or name the batch's context lacks, a table version with JSON or PG_NUMERIC columns,
+whose text the rules parse) — is handed back, and the record gate reads it and gives the reason.
 What makes the two agree:
 
 - the columns reader fails wherever the record reader fails (invalid UTF-8, a time outside the

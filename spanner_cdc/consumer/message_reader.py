@@ -8,6 +8,11 @@ context does not know yet is quarantined with that name (:class:`UnknownNameErro
 ``Quarantined.unknown``); the driver then reads the schema topic or asks the registry once
 (consumer.decode) and the batch is read again.
 
+Most messages never reach the record-by-record path below: :meth:`MessageReader.read` lets the
+columnar gate (consumer.columnar_gate) take a share's events of a known writer schema in Arrow
+columns first, and reads here only what it hands back — every message it does not accept, so
+every reason a message is refused is given here.
+
 The line between the two kinds of failure is drawn here, once: everything about one message's
 bytes and content is that message's fault (quarantined, the batch goes on) — whatever exception
 the content provokes, not only the ones foreseen. Watermarks are decoded here and checked

@@ -411,6 +411,8 @@ def _hashed_key(version: TableVersion) -> Callable[[tuple[Any, ...]], dict[str, 
     (consumer.message_reader); a row keeps the id earlier versions gave it."""
     types = {column.name: column.type.avro for column in version.columns}
     converters = [calendar_converter(types[name]) for name in version.key]
+    if not any(converters):
+        return lambda values: dict(zip(version.key, values, strict=True))
 
     def hashed(values: tuple[Any, ...]) -> dict[str, Any]:
         return {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import random
@@ -9,13 +10,15 @@ import subprocess
 import sys
 import textwrap
 import uuid
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from spanner_cdc.schemas.errors import DecodeError
 from spanner_cdc.schemas.events import EventBuilder
-from spanner_cdc.schemas.identity import backfill_uuid, change_uuid
+from spanner_cdc.schemas.identity import EVENT_NAMESPACE, backfill_uuid, change_uuid, row_id
 from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.table import TableSchema
 from spanner_cdc.schemas.wire import HEADER_LENGTH, MAGIC, SchemaStore, WriterSchema, encode, read_fingerprint
@@ -196,3 +199,24 @@ PINNED_IDENTITIES = [
         "e4e9021db01702a85dffdb1300c316caf21f5eed9ad5c8fb63124c19bf51ce6f",
     ],
 ]
+
+
+def test_a_row_id_is_the_uuid5_of_the_key_s_canonical_json() -> None:
+    """The row id hashes the key as ``json.dumps`` spells it with sorted names, no spaces, ASCII
+    and ``str()`` for what JSON lacks — text of every kind (quotes, controls, non-ASCII, astral),
+    numbers (-0.0, NaN, infinities, big ints), booleans, null, bytes, times, decimals and lists —
+    so an id never changes with how the consumer builds that text."""
+    rng = random.Random(5)
+    texts = ["", "k001", 'q"uo\\te', "tab\tnew\nline\x00", "ünï 日本", "😀", "\ud800"]
+    values: list[Any] = [
+        *texts,
+        0, -1, 2**63 - 1, -(2**63), True, False, None, 0.0, -0.0, 1.5e300, float("nan"), float("inf"),
+        float("-inf"), b"\x00\xff", dt.datetime(2025, 6, 15, 15, 6, 40, 1, tzinfo=dt.UTC), dt.date(1, 1, 1),
+        Decimal("1.500000000"), [1, None, "a"],
+    ]  # fmt: skip
+    for _ in range(300):
+        names = rng.sample(["Id", "b", "A", "é", "Z z", "k\x1f"], rng.randint(0, 3))
+        key = {name: rng.choice(values) for name in names}
+        canonical = json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
+        expected = str(uuid.uuid5(uuid.UUID(str(EVENT_NAMESPACE)), f"row\x1fAccounts\x1f{canonical}"))
+        assert row_id("Accounts", key) == expected, key

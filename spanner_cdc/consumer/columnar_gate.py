@@ -38,7 +38,13 @@ import pyarrow.compute as pc
 
 from spanner_cdc.consumer.change_rows import event_type
 from spanner_cdc.consumer.decoded import DecodedEvent
-from spanner_cdc.consumer.event_rules import CHANGE_TYPES, MAX_FUTURE_MICROS, own_topic, parsed_text_columns
+from spanner_cdc.consumer.event_rules import (
+    CHANGE_TYPES,
+    MAX_FUTURE_MICROS,
+    MAX_UUID_CHARS,
+    own_topic,
+    parsed_text_columns,
+)
 from spanner_cdc.consumer.outline_rows import EVENT, OUTLINE_SCHEMA, TRANSACTION_FIELDS
 from spanner_cdc.consumer.table_version import TableVersion
 from spanner_cdc.schemas.avro_steps import UNION_BRANCH, ColumnsReader
@@ -76,8 +82,6 @@ GATE_TYPE = pa.struct(
         ),
     ]
 )
-#: Longest uuid the rules take (event_rules.check_event).
-MAX_UUID_CHARS = 64
 #: Joins a key's column names into one value to group events by (no checked name holds it).
 _NAME_JOINER = "\x00"
 

@@ -77,7 +77,11 @@ class DecodedBatch:
     #: Outline rows (consumer.outline_rows) of the first :attr:`outlined_events` of
     #: :attr:`events`: the columnar gate made them from its columns (consumer.columnar_gate).
     outlined: tuple[pa.RecordBatch, ...] = ()
-    outlined_events: int = 0
+
+    @property
+    def outlined_events(self) -> int:
+        """How many of :attr:`events`, from the first, :attr:`outlined` has a row of (one each)."""
+        return sum(rows.num_rows for rows in self.outlined)
 
 
 @dataclass(frozen=True)

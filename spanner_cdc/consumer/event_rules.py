@@ -24,6 +24,8 @@ from spanner_cdc.schemas.watermark import Watermark
 
 #: How far ahead of this machine's clock a commit timestamp or watermark may be (clock skew).
 MAX_FUTURE_MICROS = 3_600 * 1_000_000
+#: The longest uuid an event may carry (the producer's are 36 characters).
+MAX_UUID_CHARS = 64
 #: The longest name Spanner allows (table, column, named schema: 128 characters each).
 MAX_NAME_CHARS = 128
 #: ``$`` never occurs in a Spanner identifier; the sinks use it for their own names.
@@ -57,7 +59,7 @@ def check_event(
         raise DecodeError(
             "wrong-topic", f"an event of table {table!r} on topic {topic!r} (its topic is {expected!r})"
         )
-    if not record["uuid"] or len(record["uuid"]) > 64:
+    if not record["uuid"] or len(record["uuid"]) > MAX_UUID_CHARS:
         raise DecodeError("bad-envelope", f"uuid {record['uuid']!r:.80} is empty or too long")
     metadata = record["source_metadata"]
     deleted = CHANGE_TYPES.get(metadata["change_type"])

@@ -118,12 +118,7 @@ class MessageReader:
         if len(accepted.handed_back) == rows.num_rows:
             return self.read_each(rows)
         rest = self.read_each(rows.take(pa.array(accepted.handed_back, pa.int64())))
-        return replace(
-            rest,
-            events=[*accepted.events, *rest.events],
-            outlined=accepted.outlines,
-            outlined_events=len(accepted.events),
-        )
+        return replace(rest, events=[*accepted.events, *rest.events], outlined=accepted.outlines)
 
     def read_each(self, rows: pa.Table | pa.RecordBatch) -> DecodedBatch:
         """``rows`` read record by record: the gate every kind of message passes, and the one

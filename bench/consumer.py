@@ -34,11 +34,12 @@ Events are published in chunks of ``WATERMARK_EVERY`` with a watermark after eac
 producer writing that many events per watermark interval would.
 
 Each figure is wall time from query start to its end, so it includes Spark's per-query start
-(about 2 s on this machine: small runs understate every rate). Before the first figure, a
-warm-up reads the topic raw and runs the consumer over 200 changes of its own topics, each sent
-twice (so the path that removes duplicates from the staged changelog runs too), so no figure
-pays for starting Python workers and their imports, or Spark's first plan of each kind (the
-first job that removes duplicates took 2 s, the next 0.3 s).
+(about 1 s of a warm query on this machine, docs/consumer.md run 33: small runs understate every
+rate). Before the first figure, a warm-up reads the topic raw and runs the consumer over
+``WARM_UP_CHANGES`` changes of its own topics, each sent twice (so the path that removes
+duplicates from the staged changelog runs too), so no figure pays for starting Python workers
+and their imports, or Spark's first plan of each kind (the first job that removes duplicates
+took 2 s, the next 0.3 s).
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ from testkit.synthetic import ChangeFactory, publish, random_history, wide_table
 WATERMARK_EVERY = 5_000
 #: Changes the warm-up consumer reads (on topics of their own) before anything is timed: sent
 #: twice, 12,000 messages, which the source reads as 2 tasks on ``local[2]``
-#: (kafka_source.task_count), so both cores' task workers start. With 200, one task
+#: (kafka_ranges.task_count), so both cores' task workers start. With 200, one task
 #: ran, and the first timed query — the changelog's — started the second worker in its first
 #: batch (2.85 s against 1.34 s for its next batch of the same size; on local[1] nothing waits).
 WARM_UP_CHANGES = 6_000

@@ -9,20 +9,19 @@ format only.
 Offsets are ``{"topic": {"partition": next offset}}``; Spark keeps them in its checkpoint, and
 partitions are assigned (never subscribed through a consumer group), as docs/design.md §2 advises.
 Offsets are listed for every partition at once and the ends proven by a fetch
-(:mod:`spanner_cdc.common.kafka_offsets`: Tansu under-reports the latest offset).
+(:mod:`spanner_cdc.common.kafka_offsets`: Tansu under-reports the latest offset). What each task
+reads is planned by :mod:`kafka_ranges`, and read by :mod:`kafka_fetch`.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
 
 import pyarrow as pa
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -34,15 +33,10 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from spanner_cdc.common.kafka_offsets import listed_offsets, proven_ends
-from spanner_cdc.common.kafka_offsets import positions as kafka_positions
+from spanner_cdc.consumer.kafka_fetch import read_group
+from spanner_cdc.consumer.kafka_ranges import RangeGroup, input_partitions
 from spanner_cdc.consumer.kafka_resume import resume
-from spanner_cdc.consumer.kafka_rows import (
-    ARROW_SCHEMA,
-    ARROW_SCHEMA_WITH_HEADERS,
-    HEADERS_TYPE,
-    SPARK_DDL,
-    SPARK_DDL_WITH_HEADERS,
-)
+from spanner_cdc.consumer.kafka_rows import SPARK_DDL, SPARK_DDL_WITH_HEADERS
 from spanner_cdc.consumer.kafka_source_options import (
     KafkaSourceError,
     Offsets,
@@ -52,125 +46,9 @@ from spanner_cdc.consumer.kafka_source_options import (
     times_for,
 )
 from spanner_cdc.consumer.offsets_by_time import offsets_at
-from spanner_cdc.consumer.worker_collector import collector_paused
 
 SOURCE_NAME = "spanner_cdc_kafka"
 logger = logging.getLogger(__name__)
-ROWS_PER_ARROW_BATCH = 10_000
-#: How long one ``consume`` waits to fill its batch. Short, because a range rarely fills it:
-#: every partition a transactional producer writes ends with a transaction marker, and markers
-#: between transactions take offsets too, which ``consume`` never hands over — with 1 s here
-#: every such range waited 1 s at its end, a grouped task 1 s per range (the suite's Spark tests
-#: ran 5-9 s longer each once the producer wrote transactions; measured 2026-11-27).
-CONSUME_WAIT_SECONDS = 0.05
-#: How long a read waits for offsets the driver saw as available before giving up.
-READ_TIMEOUT_SECONDS = 120.0
-
-
-#: A task reads at least this many offsets (all of a smaller batch in one task). A task costs
-#: Spark about 50 ms however little it reads; a micro-batch at demo rates has ~70 records over
-#: 12 topic partitions, and one task per partition made its read take 0.8 s of a 1.15 s trigger
-#: — in one task, 0.3 s of 0.65 s (``make demo``'s query progress).
-MIN_TASK_OFFSETS = 5_000
-#: Without ``parallelism``: a task reads at most this many offsets.
-TASK_OFFSETS = 10_000
-#: With ``parallelism``: a task reads at most this many offsets, so a task's memory (its decoded
-#: events, until it writes them) stays bounded however large the batch; a larger batch gets
-#: more tasks, in multiples of the slots. A Python worker's peak RSS in 200,000-event batches
-#: (scratch script, changelog and replica): 360-390 MiB at 25,000 offsets a task, 460-520 at
-#: 50,000; 285-300 with the tasks of at most 10,000 before (docs/consumer.md, run 19).
-MAX_TASK_OFFSETS = 25_000
-
-
-@dataclass(frozen=True)
-class TopicPartitionRange:
-    topic: str
-    partition: int
-    start: int
-    end: int
-
-
-@dataclass(frozen=True)
-class RangeGroup(InputPartition):
-    """The offset ranges one task reads (together: :func:`read_ranges`)."""
-
-    ranges: tuple[TopicPartitionRange, ...]
-
-
-def task_count(offsets: int, parallelism: int | None) -> int:
-    """How many tasks read a batch of ``offsets``: as many as the ``parallelism`` slots (or a
-    multiple, when a task would read over :data:`MAX_TASK_OFFSETS`), fewer when a task would read
-    under :data:`MIN_TASK_OFFSETS`; without ``parallelism``, tasks of :data:`TASK_OFFSETS`.
-
-    One wave of equal tasks: every task costs Spark its launch and its Python worker's round
-    trips whatever it reads, and tasks of a fixed size leave cores idle when their count is not a
-    multiple of the cores (a 50,000-event batch from 3 topic partitions was 6 tasks of 8,300 on
-    2 cores — three waves; as 2 tasks the bench's changelog pinned to one CPU ran 6-11% faster,
-    docs/consumer.md run 19)."""
-    if parallelism is None:
-        return max(1, math.ceil(offsets / TASK_OFFSETS))
-    slots = parallelism * math.ceil(offsets / (parallelism * MAX_TASK_OFFSETS))
-    return max(1, min(slots, offsets // MIN_TASK_OFFSETS))
-
-
-def shares(ranges: list[TopicPartitionRange], count: int) -> list[RangeGroup]:
-    """``ranges`` (in order) read by ``count`` tasks of (nearly) equal offsets: a task may read
-    the end of one topic partition and the start of the next. One pass over the ranges (a
-    query may read thousands of topic partitions)."""
-    total = sum(r.end - r.start for r in ranges)
-    if not total:
-        return []
-    count = max(1, min(count, total))
-    ends = [total * i // count for i in range(1, count + 1)]  # each share's end, among all offsets
-    tasks: list[list[TopicPartitionRange]] = [[] for _ in range(count)]
-    task, before = 0, 0  # before: offsets in the ranges before this one
-    for offsets in ranges:
-        position = offsets.start
-        while position < offsets.end:
-            share_end = offsets.start + ends[task] - before
-            if share_end <= position:
-                task += 1
-                continue
-            end = min(offsets.end, share_end)
-            tasks[task].append(replace(offsets, start=position, end=end))
-            position = end
-        before += offsets.end - offsets.start
-    return [RangeGroup(tuple(parts)) for parts in tasks]
-
-
-def input_partitions(
-    start: Offsets,
-    end: Offsets,
-    min_partitions: int | None,
-    parallelism: int | None,
-    max_records: int | None = None,
-) -> list[RangeGroup]:
-    """The tasks that read ``[start, end)``: with ``minPartitions`` one per range of
-    :func:`offset_ranges`, as Spark's source plans them; else :func:`shares` of
-    :func:`task_count`. With ``maxRecordsPerPartition`` (``max_records``) no task reads more
-    offsets than that: a larger range is split in equal parts (Spark's rule), or the shares are
-    more."""
-    ranges = offset_ranges(start, end, min_partitions)
-    if min_partitions:
-        if max_records:
-            ranges = [
-                part
-                for whole in ranges
-                for part in _split(whole, math.ceil((whole.end - whole.start) / max_records))
-            ]
-        return [RangeGroup((single,)) for single in ranges]
-    total = sum(r.end - r.start for r in ranges)
-    count = task_count(total, parallelism)
-    if max_records:
-        count = max(count, math.ceil(total / max_records))
-    return shares(ranges, count)
-
-
-def read_group(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    if not isinstance(partition, RangeGroup):
-        raise KafkaSourceError(f"unexpected input partition {partition!r}")
-    with collector_paused():  # a task's messages hold no reference cycles (worker_collector)
-        yield from read_ranges(options, partition.ranges)
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -417,35 +295,6 @@ def _offsets(found: dict[tuple[str, int], int | None], ends: Offsets) -> Offsets
     return offsets
 
 
-def offset_ranges(start: Offsets, end: Offsets, min_partitions: int | None) -> list[TopicPartitionRange]:
-    """One range per topic partition with records; with ``minPartitions``, large ranges are split
-    in proportion to their size (as Spark's source does) until there are at least that many."""
-    ranges = []
-    for topic, partitions in sorted(end.items()):
-        for partition, until in sorted(partitions.items(), key=lambda item: int(item[0])):
-            begin = start.get(topic, {}).get(partition, 0)
-            if until > begin:
-                ranges.append(TopicPartitionRange(topic, int(partition), begin, until))
-    total = sum(r.end - r.start for r in ranges)
-    if not min_partitions or len(ranges) >= min_partitions or total == 0:
-        return ranges
-    return [
-        part
-        for whole in ranges
-        for part in _split(
-            whole,
-            max(1, min(whole.end - whole.start, round((whole.end - whole.start) * min_partitions / total))),
-        )
-    ]
-
-
-def _split(whole: TopicPartitionRange, parts: int) -> list[TopicPartitionRange]:
-    """``whole`` in ``parts`` ranges of (nearly) equal size."""
-    size = whole.end - whole.start
-    bounds = [whole.start + size * i // parts for i in range(parts + 1)]
-    return [TopicPartitionRange(whole.topic, whole.partition, a, b) for a, b in itertools.pairwise(bounds)]
-
-
 def _limited(begin: Offsets, ends: Offsets, max_rows: int | None) -> Offsets:
     """End offsets, cut to at most ``max_rows`` records in all, shared by availability."""
     available = _available(begin, ends)
@@ -466,118 +315,6 @@ def _limited(begin: Offsets, ends: Offsets, max_rows: int | None) -> Offsets:
 def _available(begin: Offsets, ends: Offsets) -> dict[tuple[str, str], int]:
     """Records from ``begin`` to ``ends`` per topic partition."""
     return {(t, p): max(0, ends[t][p] - begin[t][p]) for t in ends for p in ends[t]}
-
-
-def read_ranges(options: SourceOptions, ranges: Iterable[TopicPartitionRange]) -> Iterator[pa.RecordBatch]:
-    """Records [start, end) of each range's topic partition as Arrow batches, all the ranges read
-    together by one consumer, fetched in bulk.
-
-    Together, because a task may hold many small ranges (a batch over hundreds of topic
-    partitions, at demo rates, is one task): read one after another, each paid its own client
-    and, at its end, a ``consume`` that waits for nothing (a transaction marker) — 400 ranges of
-    six records took 22-25 s, together 0.6 s (docs/consumer.md, run 21). Offsets may have gaps
-    (transaction markers, compaction), so a range ends when the consumer's position reaches
-    ``end``, not after ``end - start`` records; a range that has ended is paused, so nothing more
-    is fetched for it. ``consume`` hands over up to a batch of messages per call; each range's
-    share of them becomes one Arrow batch, its columns built with one pass each (a per-message
-    ``poll`` and per-column appends cost more than the fetch itself).
-    """
-    reading = {(r.topic, r.partition): r for r in ranges if r.start < r.end}
-    if not reading:
-        return
-    positions = {place: part.start for place, part in reading.items()}
-    alone = next(iter(reading)) if len(reading) == 1 else None
-    consumer = options.consumer()
-    try:
-        consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in reading.values()])
-        deadline = time.monotonic() + READ_TIMEOUT_SECONDS
-        while reading:
-            left = sum(part.end - positions[place] for place, part in reading.items())
-            arrived = _by_range(
-                consumer.consume(min(ROWS_PER_ARROW_BATCH, left), CONSUME_WAIT_SECONDS), reading, alone
-            )
-            for place, taken in arrived.items():
-                positions[place] = (taken[-1].offset() or 0) + 1
-                yield _record_batch(reading[place], taken, options.include_headers)
-            if _past_markers(consumer, reading, positions) or arrived:
-                deadline = time.monotonic() + READ_TIMEOUT_SECONDS
-            elif time.monotonic() > deadline:
-                raise _stopped(reading, positions)
-            ended = [place for place, part in reading.items() if positions[place] >= part.end]
-            if ended:
-                consumer.pause([TopicPartition(*place) for place in ended])
-                for place in ended:
-                    del reading[place]
-    finally:
-        consumer.close()
-
-
-Place = tuple[str, int]
-
-
-def _by_range(
-    messages: list[Message], reading: dict[Place, TopicPartitionRange], alone: Place | None
-) -> dict[Place, list[Message]]:
-    """``messages`` of the ranges still read, each range's in offset order; none past its end.
-    A task that reads ``alone`` one range (the large batches' tasks) has only its messages, and
-    only the last can be past its end: telling each message's range apart made such a read 5-8%
-    slower (docs/consumer.md, run 21)."""
-    arrived: dict[Place, list[Message]] = {}
-    for message in messages:
-        error = message.error()
-        if error is not None:
-            raise KafkaSourceError(f"{message.topic()}[{message.partition()}]: {error.str()}")
-        if alone is None:
-            place = (message.topic() or "", message.partition() or 0)
-            part = reading.get(place)
-            if part is not None and (message.offset() or 0) < part.end:
-                arrived.setdefault(place, []).append(message)
-    if alone is None or alone not in reading or not messages:
-        return arrived
-    end = reading[alone].end
-    if (messages[-1].offset() or 0) >= end:
-        messages = [m for m in messages if (m.offset() or 0) < end]
-    return {alone: messages} if messages else {}
-
-
-def _past_markers(
-    consumer: Consumer, reading: dict[Place, TopicPartitionRange], positions: dict[Place, int]
-) -> bool:
-    """Move ``positions`` to the consumer's where it is further: past transaction markers the
-    position moves without a message. Did any move?"""
-    moved = False
-    for place, at in kafka_positions(consumer, reading).items():
-        if at > positions[place]:
-            positions[place], moved = at, True
-    return moved
-
-
-def _stopped(reading: dict[Place, TopicPartitionRange], positions: dict[Place, int]) -> KafkaSourceError:
-    stuck = [f"{t}[{p}] stopped at {positions[t, p]} of {part.end}" for (t, p), part in reading.items()]
-    more = f" and {len(stuck) - 5} more" if len(stuck) > 5 else ""
-    return KafkaSourceError(", ".join(stuck[:5]) + more)
-
-
-_TIMESTAMP = ARROW_SCHEMA.field("timestamp").type
-
-
-def _record_batch(part: TopicPartitionRange, messages: list[Message], headers: bool) -> pa.RecordBatch:
-    timestamps = [m.timestamp() for m in messages]
-    count = len(messages)
-    columns = [
-        pa.array([m.key() for m in messages], pa.binary()),
-        pa.array([m.value() for m in messages], pa.binary()),
-        pa.array([part.topic] * count, pa.string()),
-        pa.array([part.partition] * count, pa.int32()),
-        pa.array([m.offset() for m in messages], pa.int64()),
-        pa.array([ms * 1000 for _, ms in timestamps], pa.int64()).cast(_TIMESTAMP),
-        pa.array([kind for kind, _ in timestamps], pa.int32()),
-    ]
-    if not headers:
-        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
-    listed = [[{"key": h[0], "value": h[1]} for h in m.headers() or []] for m in messages]
-    columns.append(pa.array(listed, HEADERS_TYPE))
-    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA_WITH_HEADERS)
 
 
 class KafkaSource(DataSource):

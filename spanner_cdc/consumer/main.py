@@ -57,7 +57,7 @@ def source_format(spark: Any, wanted: str) -> str:
 def over_the_cores(reader: Any, spark: Any) -> Any:
     """``reader`` (a ``DataStreamReader`` of this project's source) told the session's task
     slots, so a batch is read as one wave of equal tasks over the cores there are when the query
-    starts (kafka_source.task_count)."""
+    starts (kafka_ranges.task_count)."""
     return reader.option(PARALLELISM, str(spark.sparkContext.defaultParallelism))
 
 

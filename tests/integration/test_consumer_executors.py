@@ -42,7 +42,7 @@ from testkit.synthetic import ChangeFactory, publish, random_history
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 #: 24,500 messages with the duplicates: one batch, read, decoded and written by one task per
-#: slot of ``local[2]`` (kafka_source.task_count; without the consumer's ``parallelism`` the
+#: slot of ``local[2]`` (kafka_ranges.task_count; without the consumer's ``parallelism`` the
 #: source would plan 3 tasks of at most 10,000 offsets).
 CHANGES = 24_000
 

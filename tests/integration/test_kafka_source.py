@@ -14,13 +14,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from spanner_cdc.consumer.kafka_source import (
-    SOURCE_NAME,
-    KafkaStreamReader,
-    RangeGroup,
-    TopicPartitionRange,
-    read_group,
-)
+from spanner_cdc.consumer.kafka_fetch import read_group
+from spanner_cdc.consumer.kafka_ranges import RangeGroup, TopicPartitionRange
+from spanner_cdc.consumer.kafka_source import SOURCE_NAME, KafkaStreamReader
 from spanner_cdc.consumer.kafka_source_options import SourceOptions
 from spanner_cdc.stack import EmbeddedStack
 from tests.support.waiting import eventually

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from spanner_cdc.consumer.kafka_source import (
+from spanner_cdc.consumer.kafka_ranges import (
     MAX_TASK_OFFSETS,
     TopicPartitionRange,
     input_partitions,

@@ -4,7 +4,7 @@ Per micro-batch, in one transaction:
 
 1. skip the batch if ``cdc$batches`` says this query already committed it (a replay);
 2. per table: create it, add new columns or follow a column from STRING to BYTES or back
-   (schema evolution), stage the batch's events;
+   (schema evolution: replica_tables.py), stage the batch's events;
 3. drop staged events whose sort key is not newer than the row's stored one, or than the key's
    tombstone (so duplicates and out-of-order events change nothing);
 4. fold each key's remaining events, in sort-key order, into one net change: the last event
@@ -24,11 +24,10 @@ U+0000 in text (postgres_text.py). A table without key columns
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import astuple, dataclass, field, replace
+from dataclasses import astuple, dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -40,7 +39,6 @@ from spanner_cdc.consumer.change_rows import (
     SET_PREFIX,
     SORT_COLUMNS,
 )
-from spanner_cdc.consumer.errors import ReplicaColumnTypeError, ReplicaQueryError
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend
 from spanner_cdc.consumer.sinks.replica.generations import (
     Generation,
@@ -49,34 +47,25 @@ from spanner_cdc.consumer.sinks.replica.generations import (
     table_generations,
 )
 from spanner_cdc.consumer.sinks.replica.history import (
-    HISTORY_COLUMNS,
-    INSERT_COLUMNS,
-    ROW_VERSION_COLUMNS,
     VALID_FROM,
     RowHistory,
 )
-from spanner_cdc.consumer.sinks.replica.names import (
-    NAMES_TABLE,
-    REPLICA_PREFIX,
-    ReplicaNames,
-    quote,
-)
+from spanner_cdc.consumer.sinks.replica.names import REPLICA_PREFIX, ReplicaNames, quote, quote_all
+from spanner_cdc.consumer.sinks.replica.replica_tables import ReplicaTables
 from spanner_cdc.consumer.sinks.replica.stage_table import (
     ORDER_COLUMNS,
     ReplicaTable,
-    order_types,
     stage_definitions,
     stage_layout,
 )
 from spanner_cdc.consumer.sinks.replica.staged import STAGED_IN, STAGED_ROW, StagedPart
 from spanner_cdc.consumer.sinks.replica.stored_columns import (
     TYPE_COLUMNS,
-    StoredColumn,
     catalog_type,
     needs_recoding,
     text_or_bytes,
 )
-from spanner_cdc.consumer.table_version import PayloadColumn, TextOrBytes
+from spanner_cdc.consumer.table_version import TextOrBytes
 
 log = logging.getLogger("spanner_cdc.consumer")
 BATCHES_TABLE = "cdc$batches"
@@ -92,14 +81,9 @@ class ReplicaMerge:
     backend: SqlBackend
     #: Row history for streams; None keeps none (the replica does not apply whole transactions).
     history: RowHistory | None = None
-    #: Table → its columns, by catalog key (ReplicaNames.catalog_key), as the catalog has them.
-    _known_columns: dict[str, dict[str, StoredColumn]] = field(default_factory=dict)
-    #: (Spanner table, Spanner column or '', replica name) rows this process knows are in cdc$names.
-    _recorded_names: set[tuple[str, str, str]] = field(default_factory=set)
     #: Spanner table → its current generation (generations.py), as far as this process read it.
     _generations: dict[str, Generation] = field(default_factory=dict)
-    #: SQL type → the catalog's name for it (SqlBackend.catalog_type).
-    _catalog_types: dict[str, str] = field(default_factory=dict)
+    _tables: ReplicaTables = field(init=False)
 
     @property
     def names(self) -> ReplicaNames:
@@ -110,11 +94,7 @@ class ReplicaMerge:
             f"CREATE TABLE IF NOT EXISTS {quote(BATCHES_TABLE)} "
             "(query_id VARCHAR PRIMARY KEY, batch_id BIGINT NOT NULL, committed_at TIMESTAMPTZ NOT NULL)"
         )
-        self.backend.execute(
-            f"CREATE TABLE IF NOT EXISTS {quote(NAMES_TABLE)} (source_table VARCHAR NOT NULL, "
-            "source_column VARCHAR NOT NULL, replica_name VARCHAR NOT NULL, "
-            "PRIMARY KEY (source_table, source_column))"
-        )
+        self._tables = ReplicaTables(self.backend)
         create_generations_table(self.backend)
 
     def last_batch(self, query_id: str) -> int | None:
@@ -133,7 +113,7 @@ class ReplicaMerge:
         """
         try:
             with self.backend.transaction():
-                self._forget_dropped_tables()
+                self._tables.forget_dropped()
                 last = self.last_batch(query_id)
                 new = last is None or last < batch_id
                 yield new
@@ -146,24 +126,9 @@ class ReplicaMerge:
                     )
         except BaseException:
             # DDL and names of the failed transaction were rolled back too
-            self._known_columns.clear()
-            self._recorded_names.clear()
+            self._tables.forget()
             self._generations.clear()
             raise
-
-    def _forget_dropped_tables(self) -> None:
-        """Forget the columns this process knows of tables that are gone — dropped outside the
-        consumer since its last batch (the way to start a table over: docs/consumer.md,
-        Guarantees) — so this batch finds them gone and starts the table over, as a restart
-        would, rather than failing on a table it thought it had. One catalog query a batch."""
-        if not self._known_columns:
-            return
-        catalog_key = self.names.catalog_key
-        present = self.backend.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
-        )
-        if not self._known_columns.keys() <= {catalog_key(str(name)) for (name,) in present}:
-            self._known_columns.clear()
 
     def write(self, parts: Sequence[StagedPart], cut: int | None = None) -> None:
         """Merge each table's staged changes (staged.combined: one part per table and key, a
@@ -188,7 +153,7 @@ class ReplicaMerge:
         if current is None:
             self._start_generation(Generation(table, changes.changes.first_commit, changes.key, None))
             return changes
-        if not self._columns(changes.names.table):
+        if not self._tables.columns(changes.names.table):
             self._start_over(changes, changes.changes.first_commit, current)
             log.warning(
                 "table %s: its replica table %s is gone (dropped outside the consumer): the table "
@@ -233,7 +198,7 @@ class ReplicaMerge:
         if found:
             known = found[-1]
         else:
-            stored = self._columns(changes.names.tombstones)
+            stored = self._tables.columns(changes.names.tombstones)
             if not stored:
                 return None
             known = Generation(table, 0, tuple(c for c in stored if not c.startswith(REPLICA_PREFIX)), None)
@@ -242,10 +207,8 @@ class ReplicaMerge:
 
     def _start_over(self, changes: ReplicaTable, started_micros: int, current: Generation) -> None:
         """A new generation of ``changes``' table from ``started_micros``: whatever is left of the
-        current one's replica tables dropped (``_ensure_tables`` creates them again)."""
-        for name in astuple(changes.names):
-            self.backend.execute(f"DROP TABLE IF EXISTS {quote(name)}")
-        self._known_columns.clear()
+        current one's replica tables dropped (``ReplicaTables.ensure`` creates them again)."""
+        self._tables.drop(astuple(changes.names))
         self._start_generation(Generation(changes.changes.table, started_micros, changes.key, current.key))
 
     def _start_generation(self, generation: Generation) -> None:
@@ -255,8 +218,8 @@ class ReplicaMerge:
     def _apply_table(self, changes: ReplicaTable, cut: int | None) -> None:
         history = self.history if cut is not None else None
         changes = self._late_texts(changes)
-        self._ensure_tables(changes, history is not None)
-        self._record_names(changes)
+        self._tables.ensure(changes, history is not None)
+        self._tables.record_names(changes)
         key = changes.key
         staged = self._stage(changes)
         same = self._key_comparison(changes, staged)
@@ -298,7 +261,7 @@ class ReplicaMerge:
             f"f.{quote(REPLICA_ROW_ID)}",
             "?",
         ]
-        inserted = _names(
+        inserted = quote_all(
             [*key, *(c.name for c in changes.value_columns), *ORDER_COLUMNS, REPLICA_ROW_ID, VALID_FROM]
         )
         stored = f"SELECT 1 FROM {target} AS t WHERE {matched}"
@@ -308,90 +271,13 @@ class ReplicaMerge:
             [cut],
         )
         self.backend.execute(f"DELETE FROM {tombstones} AS t USING {quote(FOLDED)} AS f WHERE {matched}")
-        tomb_columns = _names([*key, *ORDER_COLUMNS])
+        tomb_columns = quote_all([*key, *ORDER_COLUMNS])
         self.backend.execute(
             f"INSERT INTO {tombstones} ({tomb_columns}) SELECT {tomb_columns} FROM {quote(FOLDED)} "
             f"WHERE {quote(IS_DELETE)}"
         )
         self.backend.execute(f"DROP TABLE {quote(FOLDED)}")
         self.backend.execute(f"DROP TABLE {quote(STAGE)}")
-
-    def _ensure_tables(self, changes: ReplicaTable, with_history: bool) -> None:
-        """Create the table, its tombstones and (``with_history``) its history tables, or add the
-        columns a new table version — or this version of the replica — brought, and convert a
-        column Spanner changed between STRING and BYTES (:meth:`_retype`); any other change of
-        a column's type stops the batch (:meth:`_followed`).
-
-        Names are compared as the database compares them (:meth:`ReplicaNames.catalog_key`): in
-        DuckDB, ``accounts`` finds the table ``Accounts``.
-        """
-        dialect = self.backend.dialect
-        order = list(zip(ORDER_COLUMNS, order_types(dialect), strict=True))
-        key_columns = tuple(c for c in changes.columns if c.name in changes.key)
-        declared = self.backend.declares_primary_keys
-        # The table and its tombstones hold one row per key: their key, declared or NOT NULL.
-        layouts = [
-            (changes.names.table, changes.columns, [*order, *ROW_VERSION_COLUMNS], True),
-            (changes.names.tombstones, key_columns, order, True),
-        ]
-        if with_history:
-            layouts += [
-                (changes.names.history, changes.columns, list(HISTORY_COLUMNS), False),
-                (changes.names.inserts, changes.columns, [*INSERT_COLUMNS, *order], False),
-            ]
-        catalog_key = self.names.catalog_key
-        for table, columns, extra, keyed in layouts:
-            definitions = {c.name: f"{quote(c.name)} {c.type.sql(dialect)}" for c in columns}
-            definitions |= {name: f"{quote(name)} {sql_type}" for name, sql_type in extra}
-            existing = self._columns(table)
-            if not existing:
-                created = [
-                    f"{definition} NOT NULL" if keyed and not declared and name in changes.key else definition
-                    for name, definition in definitions.items()
-                ]
-                if keyed and declared and changes.key:
-                    created.append(f"PRIMARY KEY ({_names(changes.key)})")
-                self.backend.execute(f"CREATE TABLE {quote(table)} ({', '.join(created)})")
-                continue  # its columns are read from the catalog when next asked for, as made
-            added = [
-                definition for name, definition in definitions.items() if catalog_key(name) not in existing
-            ]
-            for definition in added:
-                self.backend.execute(f"ALTER TABLE {quote(table)} ADD COLUMN {definition}")
-            if added:
-                del self._known_columns[catalog_key(table)]
-                existing = self._columns(table)
-            retyped = [c for c in columns if self._followed(changes, table, existing[catalog_key(c.name)], c)]
-            for column in retyped:
-                self._retype(changes, table, column)
-            if retyped:  # read again: what the conversion left (DuckDB's copy takes NULL keys)
-                del self._known_columns[catalog_key(table)]
-
-    def _followed(
-        self, changes: ReplicaTable, table: str, stored: StoredColumn, column: PayloadColumn
-    ) -> bool:
-        """Whether ``column``, ``stored`` in ``table``, is to be converted to the type the batch's
-        events bring (STRING <-> BYTES, :meth:`_retype`); False when it has that type already.
-        Any other difference raises :class:`ReplicaColumnTypeError` (stored_columns.py)."""
-        if needs_recoding(stored.text_or_bytes, column.type.text_or_bytes):
-            return True
-        wanted = column.type.sql(self.backend.dialect)
-        if stored.type_name != self._catalog_type(wanted):
-            raise ReplicaColumnTypeError(
-                f"table {changes.changes.table}: column {column.name} is {json.dumps(column.type.avro)} "
-                f"in this batch's events ({wanted}), but the replica's {table} holds it as "
-                f"{stored.type_name}: not a change Spanner makes in place (only STRING <-> BYTES) but a "
-                "table dropped and created again under its name and key with other types, which its "
-                "replica tables cannot hold; drop them to start the table over (docs/consumer.md, Guarantees)"
-            )
-        return False
-
-    def _catalog_type(self, sql_type: str) -> str:
-        """``SqlBackend.catalog_type``, asked once per type and process."""
-        known = self._catalog_types.get(sql_type)
-        if known is None:
-            known = self._catalog_types[sql_type] = self.backend.catalog_type(sql_type)
-        return known
 
     def _late_texts(self, changes: ReplicaTable) -> ReplicaTable:
         """``changes``, with each value column the replica holds as BYTES and the batch has only
@@ -401,7 +287,7 @@ class ReplicaMerge:
         in commit order), not a change back. The column goes back to STRING with a newer change
         only — not back and forth with lagging partitions, and not failing on bytes a later
         change wrote that are not UTF-8."""
-        existing, catalog_key = self._columns(changes.names.table), self.names.catalog_key
+        existing, catalog_key = self._tables.columns(changes.names.table), self.names.catalog_key
         texts = []
         for source, column in zip(changes.changes.columns, changes.columns, strict=True):
             stored, wanted = existing.get(catalog_key(column.name)), column.type.text_or_bytes
@@ -429,66 +315,6 @@ class ReplicaMerge:
         )
         return ReplicaTable.of(changes.changes.as_bytes(texts), self.names)
 
-    def _retype(self, changes: ReplicaTable, table: str, column: PayloadColumn) -> None:
-        """Column ``column`` of ``table``, of STRING before and BYTES now or the other way round
-        (Spanner's ``ALTER COLUMN``, a key column too), converted with its rows: bytes are a
-        text's UTF-8 (SqlBackend.retype)."""
-        to = column.type.text_or_bytes
-        assert to is not None
-        spanner_type = "BYTES" if to.is_bytes else "STRING"
-        try:
-            self.backend.retype(table, column.name, column.type.sql(self.backend.dialect), to)
-        except ReplicaQueryError as exc:
-            raise ReplicaQueryError(
-                f"table {changes.changes.table}: column {column.name} is {spanner_type} in Spanner now, "
-                f"and converting it in {table} failed (bytes that are not UTF-8 cannot be a STRING): "
-                f"{exc}"
-            ) from None
-        log.info(
-            "table %s: column %s is %s now, as in Spanner; its values in %s converted",
-            changes.changes.table,
-            column.name,
-            spanner_type,
-            table,
-        )
-
-    def _record_names(self, changes: ReplicaTable) -> None:
-        """Keep the table's name and its renamed columns' names in ``cdc$names`` (once per
-        process: a replica written by an earlier version gets them at the table's next change)."""
-        source = changes.changes
-        names = [(source.table, "", changes.names.table)]
-        names += [
-            (source.table, column.name, renamed.name)
-            for column, renamed in zip(source.columns, changes.columns, strict=True)
-            if column.name != renamed.name
-        ]
-        for name in names:
-            if name not in self._recorded_names:
-                self.backend.execute(
-                    f"INSERT INTO {quote(NAMES_TABLE)} VALUES (?, ?, ?) ON CONFLICT DO NOTHING", list(name)
-                )
-                self._recorded_names.add(name)
-
-    def _columns(self, table: str) -> dict[str, StoredColumn]:
-        """The table's columns by catalog key; empty when there is no such table."""
-        catalog_key = self.names.catalog_key
-        known = self._known_columns.get(catalog_key(table))
-        if known is None:
-            rows = self.backend.execute(
-                f"SELECT table_name, column_name, is_nullable, {TYPE_COLUMNS} FROM "
-                "information_schema.columns WHERE table_schema = current_schema() "
-                "AND lower(table_name) = lower(?)",
-                [table],
-            )
-            known = {
-                catalog_key(str(column)): StoredColumn(nullable == "YES", catalog_type(data_type, udt))
-                for name, column, nullable, data_type, udt in rows
-                if catalog_key(str(name)) == catalog_key(table)
-            }
-            if known:
-                self._known_columns[catalog_key(table)] = known
-        return known
-
     def _key_comparison(self, changes: ReplicaTable, staged: pa.Table) -> Callable[[str, str], str]:
         """How the merge compares keys: ``=`` while the table's key columns cannot hold NULL
         (a primary key, as created); once a NULL key value arrives, the table and its tombstones
@@ -496,17 +322,13 @@ class ReplicaMerge:
         key = changes.key
         if not key:
             return _equal
-        existing = self._columns(changes.names.table)
+        existing = self._tables.columns(changes.names.table)
         if all(existing[self.names.catalog_key(k)].nullable for k in key):
             return self.backend.null_safe_equal
         if not any(staged.column(k).null_count for k in key):
             return _equal
         for table in (changes.names.table, changes.names.tombstones):
-            self.backend.allow_null_keys(table, key)
-            columns = self._columns(table)
-            for column in key:
-                stored = columns[self.names.catalog_key(column)]
-                columns[self.names.catalog_key(column)] = replace(stored, nullable=True)
+            self._tables.allow_null_keys(table, key)
         log.info("table %s: a NULL key value arrived; its key columns now take NULL", changes.changes.table)
         return self.backend.null_safe_equal
 
@@ -574,7 +396,7 @@ class ReplicaMerge:
                 values.append(quote(name))
         where, params = _numbered(numbers)
         self.backend.execute(
-            f"INSERT INTO {quote(STAGE)} ({_names(columns)}) SELECT {', '.join(values)} "
+            f"INSERT INTO {quote(STAGE)} ({quote_all(columns)}) SELECT {', '.join(values)} "
             f"FROM {quote(table)} WHERE {where}",
             params,
         )
@@ -591,12 +413,12 @@ class ReplicaMerge:
         such sorts spilled to disk at 45,000 rows (docs/consumer.md, Performance, run 17).
         """
         key = changes.key
-        by_key = f"PARTITION BY {_names(key)}" if key else ""
+        by_key = f"PARTITION BY {quote_all(key)}" if key else ""
         n = quote(_N)
         # the position of the key's first relevant row: its last delete, else its first row
         first = f"coalesce({quote(_LAST_DELETE)}, 1)"
         whole = f"({by_key} ORDER BY {n} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)"
-        carried = _names([*key, _N, _LAST, _LAST_DELETE, IS_DELETE, REPLICA_ROW_ID, *ORDER_COLUMNS])
+        carried = quote_all([*key, _N, _LAST, _LAST_DELETE, IS_DELETE, REPLICA_ROW_ID, *ORDER_COLUMNS])
         flags = [(quote(c.name), quote(SET_PREFIX + c.name)) for c in changes.value_columns]
         positions = "".join(
             f", {column}, max(CASE WHEN {flag} THEN {n} END) OVER ({by_key}) AS {flag}"
@@ -609,7 +431,7 @@ class ReplicaMerge:
         )
         self.backend.execute(
             f"CREATE TEMP TABLE {quote(FOLDED)} AS "
-            f"WITH ordered AS (SELECT *, row_number() OVER ({by_key} ORDER BY {_names(SORT_COLUMNS)}) "
+            f"WITH ordered AS (SELECT *, row_number() OVER ({by_key} ORDER BY {quote_all(SORT_COLUMNS)}) "
             f"AS {n} FROM {quote(STAGE)}), "
             f"marked AS (SELECT *, max(CASE WHEN {quote(IS_DELETE)} THEN {n} END) OVER ({by_key}) "
             f"AS {quote(_LAST_DELETE)}, max({n}) OVER ({by_key}) AS {quote(_LAST)} FROM ordered), "
@@ -635,10 +457,6 @@ def _numbered(numbers: pa.Array) -> tuple[str, list[Any]]:
     ends = [*(s - 1 for s in starts[1:]), len(numbers) - 1]
     ranges = [(numbers[s].as_py(), numbers[e].as_py()) for s, e in zip(starts, ends, strict=True)]
     return " OR ".join(f"{column} BETWEEN ? AND ?" for _ in ranges), [n for r in ranges for n in r]
-
-
-def _names(names: Sequence[str]) -> str:
-    return ", ".join(quote(n) for n in names)
 
 
 def _match(key: Sequence[str], same: Callable[[str, str], str], left: str = "s", right: str = "t") -> str:

@@ -22,6 +22,7 @@ names exactly: there they stay two tables.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spanner_cdc.consumer.change_rows import SET_PREFIX
@@ -47,6 +48,11 @@ _HASH_CHARS = 8
 def quote(identifier: str) -> str:
     """``identifier`` as an SQL quoted name (both databases' syntax)."""
     return '"' + identifier.replace('"', '""') + '"'
+
+
+def quote_all(identifiers: Sequence[str]) -> str:
+    """``identifiers`` quoted, comma-separated: a column list."""
+    return ", ".join(quote(i) for i in identifiers)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,225 @@
+"""The replica's tables as the database's catalog has them, made to hold what a batch brings:
+created, given the columns a new table version (or this version of the replica) adds, a column
+converted where Spanner changed it between STRING and BYTES, the replica's names of Spanner's
+in ``cdc$names``. Any other change of a column's type stops the batch
+(:class:`ReplicaColumnTypeError`; docs/consumer.md, Guarantees).
+
+What the catalog says is kept per process — a table's columns, the names recorded, the catalog's
+name of each SQL type — and read again after a batch's transaction rolls back (:meth:`forget`),
+after a table is dropped (:meth:`drop`), or once a table is found gone (:meth:`forget_dropped`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from spanner_cdc.consumer.errors import ReplicaColumnTypeError, ReplicaQueryError
+from spanner_cdc.consumer.sinks.replica.backends import SqlBackend
+from spanner_cdc.consumer.sinks.replica.history import HISTORY_COLUMNS, INSERT_COLUMNS, ROW_VERSION_COLUMNS
+from spanner_cdc.consumer.sinks.replica.names import NAMES_TABLE, ReplicaNames, quote, quote_all
+from spanner_cdc.consumer.sinks.replica.stage_table import ORDER_COLUMNS, ReplicaTable, order_types
+from spanner_cdc.consumer.sinks.replica.stored_columns import (
+    TYPE_COLUMNS,
+    StoredColumn,
+    catalog_type,
+    needs_recoding,
+)
+from spanner_cdc.consumer.table_version import PayloadColumn
+
+log = logging.getLogger("spanner_cdc.consumer")
+
+
+@dataclass
+class ReplicaTables:
+    backend: SqlBackend
+    #: Table → its columns, by catalog key (ReplicaNames.catalog_key), as the catalog has them.
+    _known_columns: dict[str, dict[str, StoredColumn]] = field(default_factory=dict)
+    #: (Spanner table, Spanner column or '', replica name) rows this process knows are in cdc$names.
+    _recorded_names: set[tuple[str, str, str]] = field(default_factory=set)
+    #: SQL type → the catalog's name for it (SqlBackend.catalog_type).
+    _catalog_types: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.backend.execute(
+            f"CREATE TABLE IF NOT EXISTS {quote(NAMES_TABLE)} (source_table VARCHAR NOT NULL, "
+            "source_column VARCHAR NOT NULL, replica_name VARCHAR NOT NULL, "
+            "PRIMARY KEY (source_table, source_column))"
+        )
+
+    @property
+    def names(self) -> ReplicaNames:
+        return ReplicaNames.for_dialect(self.backend.dialect)
+
+    def forget(self) -> None:
+        """Forget what this process knows of the catalog: a rolled-back transaction took its DDL
+        and names with it."""
+        self._known_columns.clear()
+        self._recorded_names.clear()
+
+    def drop(self, tables: Iterable[str]) -> None:
+        """Drop ``tables`` where they exist (a table starting over: generations.py)."""
+        for table in tables:
+            self.backend.execute(f"DROP TABLE IF EXISTS {quote(table)}")
+        self._known_columns.clear()
+
+    def allow_null_keys(self, table: str, key: Sequence[str]) -> None:
+        """Let ``table``'s ``key`` columns hold NULL (a NULL key value arrived: SqlBackend)."""
+        self.backend.allow_null_keys(table, key)
+        columns = self.columns(table)
+        for column in key:
+            stored = columns[self.names.catalog_key(column)]
+            columns[self.names.catalog_key(column)] = replace(stored, nullable=True)
+
+    def forget_dropped(self) -> None:
+        """Forget the columns this process knows of tables that are gone — dropped outside the
+        consumer since its last batch (the way to start a table over: docs/consumer.md,
+        Guarantees) — so this batch finds them gone and starts the table over, as a restart
+        would, rather than failing on a table it thought it had. One catalog query a batch."""
+        if not self._known_columns:
+            return
+        catalog_key = self.names.catalog_key
+        present = self.backend.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+        )
+        if not self._known_columns.keys() <= {catalog_key(str(name)) for (name,) in present}:
+            self._known_columns.clear()
+
+    def ensure(self, changes: ReplicaTable, with_history: bool) -> None:
+        """Create the table, its tombstones and (``with_history``) its history tables, or add the
+        columns a new table version — or this version of the replica — brought, and convert a
+        column Spanner changed between STRING and BYTES (:meth:`_retype`); any other change of
+        a column's type stops the batch (:meth:`_followed`).
+
+        Names are compared as the database compares them (:meth:`ReplicaNames.catalog_key`): in
+        DuckDB, ``accounts`` finds the table ``Accounts``.
+        """
+        dialect = self.backend.dialect
+        order = list(zip(ORDER_COLUMNS, order_types(dialect), strict=True))
+        key_columns = tuple(c for c in changes.columns if c.name in changes.key)
+        declared = self.backend.declares_primary_keys
+        # The table and its tombstones hold one row per key: their key, declared or NOT NULL.
+        layouts = [
+            (changes.names.table, changes.columns, [*order, *ROW_VERSION_COLUMNS], True),
+            (changes.names.tombstones, key_columns, order, True),
+        ]
+        if with_history:
+            layouts += [
+                (changes.names.history, changes.columns, list(HISTORY_COLUMNS), False),
+                (changes.names.inserts, changes.columns, [*INSERT_COLUMNS, *order], False),
+            ]
+        catalog_key = self.names.catalog_key
+        for table, columns, extra, keyed in layouts:
+            definitions = {c.name: f"{quote(c.name)} {c.type.sql(dialect)}" for c in columns}
+            definitions |= {name: f"{quote(name)} {sql_type}" for name, sql_type in extra}
+            existing = self.columns(table)
+            if not existing:
+                created = [
+                    f"{definition} NOT NULL" if keyed and not declared and name in changes.key else definition
+                    for name, definition in definitions.items()
+                ]
+                if keyed and declared and changes.key:
+                    created.append(f"PRIMARY KEY ({quote_all(changes.key)})")
+                self.backend.execute(f"CREATE TABLE {quote(table)} ({', '.join(created)})")
+                continue  # its columns are read from the catalog when next asked for, as made
+            added = [
+                definition for name, definition in definitions.items() if catalog_key(name) not in existing
+            ]
+            for definition in added:
+                self.backend.execute(f"ALTER TABLE {quote(table)} ADD COLUMN {definition}")
+            if added:
+                del self._known_columns[catalog_key(table)]
+                existing = self.columns(table)
+            retyped = [c for c in columns if self._followed(changes, table, existing[catalog_key(c.name)], c)]
+            for column in retyped:
+                self._retype(changes, table, column)
+            if retyped:  # read again: what the conversion left (DuckDB's copy takes NULL keys)
+                del self._known_columns[catalog_key(table)]
+
+    def _followed(
+        self, changes: ReplicaTable, table: str, stored: StoredColumn, column: PayloadColumn
+    ) -> bool:
+        """Whether ``column``, ``stored`` in ``table``, is to be converted to the type the batch's
+        events bring (STRING <-> BYTES, :meth:`_retype`); False when it has that type already.
+        Any other difference raises :class:`ReplicaColumnTypeError` (stored_columns.py)."""
+        if needs_recoding(stored.text_or_bytes, column.type.text_or_bytes):
+            return True
+        wanted = column.type.sql(self.backend.dialect)
+        if stored.type_name != self._catalog_type(wanted):
+            raise ReplicaColumnTypeError(
+                f"table {changes.changes.table}: column {column.name} is {json.dumps(column.type.avro)} "
+                f"in this batch's events ({wanted}), but the replica's {table} holds it as "
+                f"{stored.type_name}: not a change Spanner makes in place (only STRING <-> BYTES) but a "
+                "table dropped and created again under its name and key with other types, which its "
+                "replica tables cannot hold; drop them to start the table over (docs/consumer.md, Guarantees)"
+            )
+        return False
+
+    def _catalog_type(self, sql_type: str) -> str:
+        """``SqlBackend.catalog_type``, asked once per type and process."""
+        known = self._catalog_types.get(sql_type)
+        if known is None:
+            known = self._catalog_types[sql_type] = self.backend.catalog_type(sql_type)
+        return known
+
+    def _retype(self, changes: ReplicaTable, table: str, column: PayloadColumn) -> None:
+        """Column ``column`` of ``table``, of STRING before and BYTES now or the other way round
+        (Spanner's ``ALTER COLUMN``, a key column too), converted with its rows: bytes are a
+        text's UTF-8 (SqlBackend.retype)."""
+        to = column.type.text_or_bytes
+        assert to is not None
+        spanner_type = "BYTES" if to.is_bytes else "STRING"
+        try:
+            self.backend.retype(table, column.name, column.type.sql(self.backend.dialect), to)
+        except ReplicaQueryError as exc:
+            raise ReplicaQueryError(
+                f"table {changes.changes.table}: column {column.name} is {spanner_type} in Spanner now, "
+                f"and converting it in {table} failed (bytes that are not UTF-8 cannot be a STRING): "
+                f"{exc}"
+            ) from None
+        log.info(
+            "table %s: column %s is %s now, as in Spanner; its values in %s converted",
+            changes.changes.table,
+            column.name,
+            spanner_type,
+            table,
+        )
+
+    def record_names(self, changes: ReplicaTable) -> None:
+        """Keep the table's name and its renamed columns' names in ``cdc$names`` (once per
+        process: a replica written by an earlier version gets them at the table's next change)."""
+        source = changes.changes
+        names = [(source.table, "", changes.names.table)]
+        names += [
+            (source.table, column.name, renamed.name)
+            for column, renamed in zip(source.columns, changes.columns, strict=True)
+            if column.name != renamed.name
+        ]
+        for name in names:
+            if name not in self._recorded_names:
+                self.backend.execute(
+                    f"INSERT INTO {quote(NAMES_TABLE)} VALUES (?, ?, ?) ON CONFLICT DO NOTHING", list(name)
+                )
+                self._recorded_names.add(name)
+
+    def columns(self, table: str) -> dict[str, StoredColumn]:
+        """The table's columns by catalog key; empty when there is no such table."""
+        catalog_key = self.names.catalog_key
+        known = self._known_columns.get(catalog_key(table))
+        if known is None:
+            rows = self.backend.execute(
+                f"SELECT table_name, column_name, is_nullable, {TYPE_COLUMNS} FROM "
+                "information_schema.columns WHERE table_schema = current_schema() "
+                "AND lower(table_name) = lower(?)",
+                [table],
+            )
+            known = {
+                catalog_key(str(column)): StoredColumn(nullable == "YES", catalog_type(data_type, udt))
+                for name, column, nullable, data_type, udt in rows
+                if catalog_key(str(name)) == catalog_key(table)
+            }
+            if known:
+                self._known_columns[catalog_key(table)] = known
+        return known

@@ -20,7 +20,7 @@ from spanner_cdc.consumer.sinks.replica.backends import Selected, SqlBackend
 from spanner_cdc.consumer.sinks.replica.cut import recorded_cut
 from spanner_cdc.consumer.sinks.replica.generations import recreated_since
 from spanner_cdc.consumer.sinks.replica.history import HistoryState, read_state
-from spanner_cdc.consumer.sinks.replica.names import REPLICA_PREFIX, ReplicaNames, quote
+from spanner_cdc.consumer.sinks.replica.names import REPLICA_PREFIX, ReplicaNames, quote, quote_all
 from spanner_cdc.consumer.streams.catalog import Stream, StreamCatalog, StreamError
 from spanner_cdc.consumer.streams.delta import CHANGE_COLUMNS, delta_query
 from spanner_cdc.consumer.streams.modes import DEFAULT_MODE, MODES
@@ -179,7 +179,7 @@ class StreamReplica:
                 )
             if not chosen:
                 return 0  # the table has no columns yet: nothing arrived, the offset still moves
-            selected = ", ".join(quote(c) for c in chosen)
+            selected = quote_all(chosen)
             consumption.execute(
                 f"CREATE TABLE IF NOT EXISTS {quote(into)} AS "
                 f"SELECT {selected} FROM {consumption.table} WHERE FALSE"

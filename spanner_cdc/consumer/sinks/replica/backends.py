@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from spanner_cdc.common.secrets import redact
 from spanner_cdc.consumer.errors import ReplicaConflictError, ReplicaConnectionError, ReplicaQueryError
-from spanner_cdc.consumer.sinks.replica.names import ReplicaNames, quote
+from spanner_cdc.consumer.sinks.replica.names import ReplicaNames, quote, quote_all
 from spanner_cdc.consumer.sinks.replica.postgres_copy import copy_rows
 from spanner_cdc.consumer.sinks.replica.postgres_text import Cleaned, without_nul
 from spanner_cdc.consumer.table_version import PayloadColumn, TextOrBytes
@@ -237,7 +237,7 @@ class DuckDbBackend:
     def load(self, table: str, rows: pa.Table) -> None:
         self._db.register("arrow_rows", rows)
         try:
-            names = ", ".join(quote(n) for n in rows.column_names)
+            names = quote_all(rows.column_names)
             self._db.execute(f"INSERT INTO {quote(table)} ({names}) SELECT {names} FROM arrow_rows")
         finally:
             self._db.unregister("arrow_rows")
@@ -387,7 +387,7 @@ class PostgresBackend:
             self.execute(f"ALTER TABLE {quote(table)} ALTER COLUMN {quote(column)} DROP NOT NULL")
         version = int(self.execute("SHOW server_version_num")[0][0])
         nulls = " NULLS NOT DISTINCT" if version >= NULLS_NOT_DISTINCT_VERSION else ""
-        columns = ", ".join(quote(k) for k in key)
+        columns = quote_all(key)
         self.execute(f"CREATE UNIQUE INDEX ON {quote(table)} ({columns}){nulls}")
 
     def null_safe_equal(self, left: str, right: str) -> str:

@@ -44,7 +44,7 @@ from spanner_cdc.consumer.decoded import WatermarkSeen
 from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.outline_rows import COORDINATES, EVENT
 from spanner_cdc.consumer.sinks.replica.backends import REBUILT_TABLE, SqlBackend, find_table
-from spanner_cdc.consumer.sinks.replica.names import quote
+from spanner_cdc.consumer.sinks.replica.names import quote, quote_all
 from spanner_cdc.consumer.sinks.replica.staged import MESSAGES_SCHEMA, StagedEvents, rows_of_events
 from spanner_cdc.schemas.timestamps import datetime_from_micros
 
@@ -259,7 +259,7 @@ class ConsistentCut:
         """The held events committed after ``after`` and at or before ``upper``, no longer held,
         staged again."""
         between = "commit_micros > ? AND commit_micros <= ?"
-        names = ", ".join(quote(name) for name in MESSAGES_SCHEMA.names)
+        names = quote_all(MESSAGES_SCHEMA.names)
         table = self.backend.select_arrow(
             f"SELECT {names} FROM {quote(PENDING)} WHERE {between}", [after, upper], MESSAGES_SCHEMA
         )

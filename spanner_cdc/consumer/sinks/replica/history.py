@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from spanner_cdc.consumer.change_rows import IS_INSERT, REPLICA_ROW_ID, SET_PREFIX
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table
-from spanner_cdc.consumer.sinks.replica.names import quote
+from spanner_cdc.consumer.sinks.replica.names import quote, quote_all
 
 VALID_FROM = "cdc$valid_from"
 VALID_TO = "cdc$valid_to"
@@ -84,7 +84,7 @@ class RowHistory:
         row id a row written before history was kept does not have). A version written earlier
         in this batch (a slice before) began at ``cut``: it was never visible and is not kept.
         """
-        names = ", ".join(quote(c) for c in columns)
+        names = quote_all(columns)
         values = ", ".join(f"t.{quote(c)}" for c in columns)
         row_id, valid_from = quote(REPLICA_ROW_ID), quote(VALID_FROM)
         self.backend.execute(
@@ -108,7 +108,7 @@ class RowHistory:
         (the merge's sort key and commit time)."""
         set_values = [f"CASE WHEN {quote(SET_PREFIX + v)} THEN {quote(v)} END" for v in values]
         kept = [REPLICA_ROW_ID, *order]
-        names = ", ".join(quote(c) for c in [*key, *values, *kept, INSERT_CUT])
+        names = quote_all([*key, *values, *kept, INSERT_CUT])
         selected = ", ".join([*(quote(k) for k in key), *set_values, *(quote(c) for c in kept), "?"])
         self.backend.execute(
             f"INSERT INTO {quote(inserts)} ({names}) SELECT {selected} FROM {quote(stage)} "

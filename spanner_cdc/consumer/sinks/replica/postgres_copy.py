@@ -10,7 +10,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 
-from spanner_cdc.consumer.sinks.replica.names import quote
+from spanner_cdc.consumer.sinks.replica.names import quote, quote_all
 
 #: Rows only; every string quoted ("needed" quotes every value that can hold a quote).
 _CSV_OPTIONS = pa_csv.WriteOptions(include_header=False, quoting_style="needed")
@@ -30,7 +30,7 @@ def copy_rows(cursor: psycopg.Cursor[Any], table: str, rows: pa.Table) -> None:
     """COPY ``rows`` into ``table``: rendered as CSV by pyarrow (C++, no Python per row) when
     every column's type allows it (:func:`csv_loadable`), else row by row through psycopg.
     Measured for 50,000 stage rows of 13 columns: 0.19-0.44 s against 0.78-0.99 s."""
-    names = ", ".join(quote(n) for n in rows.column_names)
+    names = quote_all(rows.column_names)
     if csv_loadable(rows.schema):
         rendered = io.BytesIO()
         pa_csv.write_csv(rows, rendered, _CSV_OPTIONS)

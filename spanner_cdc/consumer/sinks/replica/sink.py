@@ -25,7 +25,7 @@ from spanner_cdc.consumer.sinks.parquet_files import batch_file_name
 from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut, Slice
 from spanner_cdc.consumer.sinks.replica.held_rows import HeldStageRows
 from spanner_cdc.consumer.sinks.replica.merge import ReplicaMerge
-from spanner_cdc.consumer.sinks.replica.names import quote
+from spanner_cdc.consumer.sinks.replica.names import quote_all
 from spanner_cdc.consumer.sinks.replica.staged import (
     ReplicaStaging,
     StagedEvents,
@@ -182,7 +182,7 @@ class ReplicaSink:
             [len(prefix), prefix],
         )
         if found:
-            backend.execute("DROP TABLE " + ", ".join(quote(str(name)) for (name,) in found))
+            backend.execute("DROP TABLE " + quote_all([str(name) for (name,) in found]))
 
 
 def _commits(events: pa.Table) -> list[int]:

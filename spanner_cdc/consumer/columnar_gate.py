@@ -134,10 +134,11 @@ class ColumnarGate:
                 taken = self._check(writer, rows, part, messages, columns)
                 if taken is not None:
                     taken_positions, share_events, outline = taken
-                    accepted[taken_positions.to_numpy()] = True
+                    at = taken_positions.to_numpy()
+                    accepted[at] = True
                     events.extend(share_events)
                     outlines.append(outline)
-                    event_positions.append(taken_positions.to_numpy())
+                    event_positions.append(at)
         if len(outlines) > 1:  # the events in their rows' order, not by schema
             order = np.argsort(np.concatenate(event_positions), kind="stable")
             events = [events[i] for i in order]

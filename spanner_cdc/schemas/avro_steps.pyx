@@ -231,7 +231,7 @@ cdef object read(Step step, Cursor cursor):
             value = (byte >> 1) ^ -(byte & 1)
         else:
             value = read_long(cursor)
-    elif kind == UTC_MICROS or kind == UTC_MILLIS or kind == DAYS:
+    elif is_calendar(kind):
         number = read_long(cursor)
         if in_calendar(kind, number):
             return number if step.as_number else calendar_value(kind, number)
@@ -275,6 +275,25 @@ cdef str read_text(Step step, const char* utf8, Py_ssize_t size):
     text = PyUnicode_DecodeUTF8(utf8, size, NULL)
     step.last_text = text
     return text
+
+
+cdef inline bint is_calendar(int kind):
+    """A timestamp or date (read as the number written: :func:`in_calendar`)."""
+    return kind == UTC_MICROS or kind == UTC_MILLIS or kind == DAYS
+
+
+cdef int check_calendar(int kind, int64_t number) except -1:
+    """``ValueError`` for a timestamp or date outside the years 1-9999, where the record reader
+    fails (it hands the number to fastavro's converter, which raises ``OverflowError`` or
+    ``ValueError``); nothing for a number of another kind."""
+    if is_calendar(kind) and not in_calendar(kind, number):
+        raise ValueError(f"{number} is not a time or date in the years 1-9999")
+    return 0
+
+
+cdef bint is_contract_decimal(Step step):
+    """The contract's decimal(38, 9) (NUMERIC), whose converter cannot fail on its bytes."""
+    return step.kind == BYTES and step.schema.get("precision") == 38 and step.schema.get("scale") == 9
 
 
 cdef bint in_calendar(int kind, int64_t number):
@@ -522,8 +541,7 @@ cdef class Column:
             memcpy(self.values.extend(self.width), &bits, self.width)
         else:  # longs, timestamps and dates: the number written
             number = read_long(cursor)
-            if (kind == UTC_MICROS or kind == UTC_MILLIS or kind == DAYS) and not in_calendar(kind, number):
-                raise out_of_calendar(number)
+            check_calendar(kind, number)
             if self.width == 4:
                 if number < -0x80000000 or number > 0x7FFFFFFF:
                     raise OverflowError(f"{number} does not fit a 32-bit column")
@@ -604,9 +622,7 @@ cdef int skip(Step step, Cursor cursor) except -1:
     elif kind == BOOLEAN:
         next_byte(cursor)
     elif kind != NULL_VALUE:  # longs, timestamps and dates
-        count = read_long(cursor)
-        if (kind == UTC_MICROS or kind == UTC_MILLIS or kind == DAYS) and not in_calendar(kind, count):
-            raise out_of_calendar(count)
+        check_calendar(kind, read_long(cursor))
     return 0
 
 
@@ -619,12 +635,6 @@ cdef int check_text(const unsigned char* utf8, Py_ssize_t size) except -1:
             PyUnicode_DecodeUTF8(<const char*>utf8, size, NULL)
             return 0
     return 0
-
-
-cdef object out_of_calendar(int64_t number):
-    """What a timestamp or date outside the years 1-9999 raises here (the record reader hands it
-    to fastavro's converter, which raises: ``OverflowError`` or ``ValueError``)."""
-    return ValueError(f"{number} is not a time or date in the years 1-9999")
 
 
 cdef int read_items(Column column, Cursor cursor) except -1:
@@ -701,11 +711,11 @@ cdef Column column_of(Step step, object arrow_type):
         column.start_offsets()
         column.children = [column_of(value.child, arrow_type.value_type)]
     elif value.convert is not None and kind == BYTES:
-        if arrow_type != pa.decimal128(38, 9) or value.schema.get("precision") != 38 or value.schema.get("scale") != 9:
+        if arrow_type != pa.decimal128(38, 9) or not is_contract_decimal(value):
             raise TypeError(f"decimal {value.schema!r} as {arrow_type}")
         column.layout = DECIMAL
         column.width = 16
-    elif value.convert is not None and kind not in (UTC_MICROS, UTC_MILLIS, DAYS):
+    elif value.convert is not None and not is_calendar(kind):
         raise TypeError(f"a logical type as {arrow_type}")
     elif (kind == STRING and arrow_type in (pa.string(), pa.binary())) or (kind == BYTES and arrow_type == pa.binary()):
         column.layout = VARIABLE
@@ -730,9 +740,8 @@ cdef int check_skippable(Step step, set seen) except -1:
     if id(step) in seen:
         return 0
     seen.add(id(step))
-    if step.convert is not None and step.kind not in (UTC_MICROS, UTC_MILLIS, DAYS):
-        if not (step.kind == BYTES and step.schema.get("precision") == 38 and step.schema.get("scale") == 9):
-            raise TypeError(f"a logical type passed over: {step.schema!r}")
+    if step.convert is not None and not is_calendar(step.kind) and not is_contract_decimal(step):
+        raise TypeError(f"a logical type passed over: {step.schema!r}")
     for child in (step.child,) + step.steps if step.child is not None else step.steps:
         check_skippable(child, seen)
     return 0

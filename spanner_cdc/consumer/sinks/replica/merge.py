@@ -87,7 +87,7 @@ class ReplicaMerge:
 
     @property
     def names(self) -> ReplicaNames:
-        return ReplicaNames.for_dialect(self.backend.dialect)
+        return self._tables.names
 
     def __post_init__(self) -> None:
         self.backend.execute(

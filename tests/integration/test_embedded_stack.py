@@ -1,6 +1,6 @@
 """The embedded stack end to end: Spanner write → change stream → Avro on Kafka → PostgreSQL.
 
-Real emulator, real broker, real PostgreSQL. The change-stream walk here is the simple one of
+Real emulator, real Apache Kafka, real PostgreSQL. The change-stream walk here is the simple one of
 tests/support; the producer issue brings the real reader.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from spanner_cdc.common.jars import jars
 from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.wire import SchemaStore, WriterSchema, encode
@@ -30,6 +32,7 @@ from spanner_cdc.stack.services import start_kafka
 from testkit.spanner_db import create_database, read_pg_change_stream
 
 pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_write_read_produce_consume_and_query(stack: EmbeddedStack) -> None:
@@ -250,3 +253,36 @@ def test_failed_start_stops_what_was_started(tmp_path: Path, monkeypatch: pytest
         EmbeddedStack.start(workdir, ("kafka", "postgres"))
     assert (workdir / "kafka.log").exists(), "the broker was started first"
     assert processes_running_in(workdir) == []
+
+
+def test_the_embedded_broker_is_apache_kafka_of_the_pinned_version(stack: EmbeddedStack) -> None:
+    """The broker the stack runs says it is Apache Kafka, of the version ``jvm/kafka/pom.xml``
+    pins, a KRaft node keeping its data on disk; and it answers a request only a broker of Kafka
+    4 serves (KIP-848's consumer group protocol)."""
+    pinned = re.search(r"<kafka.version>([^<]+)</kafka.version>", (ROOT / "jvm/kafka/pom.xml").read_text())
+    assert pinned is not None
+    assert f"kafka_2.13-{pinned[1]}.jar" in {jar.name for jar in jars("kafka")}
+    handle = stack.services["kafka"]
+    assert handle.source == "local"
+    log = (stack.workdir / "kafka" / "server.log").read_text()
+    assert f"Kafka version: {pinned[1]}" in log
+    assert "KafkaRaftServer nodeId=1] Kafka Server started" in log
+    assert (stack.workdir / "kafka" / "data" / "meta.properties").is_file()
+
+    topic = f"kip848-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": handle.endpoint})
+    producer.produce(topic, b"v")
+    assert producer.flush(30) == 0
+    consumer = Consumer(
+        {"bootstrap.servers": handle.endpoint, "group.id": topic, "group.protocol": "consumer",
+         "auto.offset.reset": "earliest"}
+    )  # fmt: skip
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        message = None
+        while message is None and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+        assert message is not None and message.error() is None and message.value() == b"v"
+    finally:
+        consumer.close()

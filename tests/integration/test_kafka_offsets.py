@@ -1,6 +1,6 @@
-"""Where partitions end, on the real broker (Tansu lists the wrong end: docs/facts.md): every
-partition's end, of one topic or several, at once, right on every call, and the consumer still
-usable afterwards; and the offsets of many partitions listed in one request, as the source does."""
+"""Where partitions end, on the embedded Apache Kafka: every partition's end, of one topic or
+several, right on every call, and the consumer still usable afterwards; a read_committed reader's
+end and records around open and aborted transactions."""
 
 from __future__ import annotations
 
@@ -11,14 +11,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from spanner_cdc.common.kafka_offsets import (
-    READER_SETTINGS,
-    end_offsets,
-    listed_offsets,
-    proven_ends,
-    read_to_end,
-)
+from spanner_cdc.common.kafka_offsets import READER_SETTINGS, end_offsets, read_to_end
 from spanner_cdc.stack import EmbeddedStack
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 12
@@ -54,7 +49,7 @@ def test_every_partition_end_is_found_together_and_again(stack: EmbeddedStack) -
         # Twice on one consumer: a partition paused by the first call must not stall the second.
         assert end_offsets(consumer, places) == wanted
         assert end_offsets(consumer, places) == wanted
-        # Two topics in one call (the source asks for every subscribed topic at once).
+        # Two topics in one call.
         other = f"ends-{uuid.uuid4().hex[:8]}"
         admin.create_topics([NewTopic(other, 2, 1)])[other].result(30)
         producer.produce(other, b"x", partition=1)
@@ -67,42 +62,45 @@ def test_every_partition_end_is_found_together_and_again(stack: EmbeddedStack) -
         consumer.close()
 
 
-def test_offsets_of_many_partitions_listed_at_once_and_ends_proven(stack: EmbeddedStack) -> None:
-    """The source's way (kafka_source._current): earliest and latest of every partition of every
-    topic in one listing each, the latest proven by a fetch. Three topics of 20 partitions, each
-    written in several record batches (Tansu lists such a partition's end short), but one
-    left empty and one written in a transaction (its end is past the commit marker, which no
-    fetch hands over)."""
+def test_a_reader_reads_committed_records_only_and_ends_where_a_transaction_is_open(
+    stack: EmbeddedStack,
+) -> None:
+    """Every reader of the project reads committed records: the records of an aborted
+    transaction are never handed over, and while a transaction is open a partition ends at its
+    first record (the last stable offset), after the commit past the commit's marker."""
     bootstrap = stack.endpoint("kafka")
-    topics = [f"listed-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    topic = f"committed-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, 20, 1) for topic in topics]).values():
-        future.result(30)
-    places = [(topic, partition) for topic in topics for partition in range(20)]
-    expected = dict.fromkeys(places, 0)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-    for _ in range(3):
-        for topic, partition in places[:-1]:
-            for _ in range(4):
-                producer.produce(topic, b"x", partition=partition)
-            expected[topic, partition] += 4
-        assert producer.flush(30) == 0
-    in_transaction = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"listed-{topics[0]}"})
-    in_transaction.init_transactions(30)
-    in_transaction.begin_transaction()
-    for _ in range(5):
-        in_transaction.produce(topics[0], b"t", partition=0)
-    in_transaction.commit_transaction(30)
-    expected[topics[0], 0] += 5 + 1  # and the marker
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    writer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"t-{topic}"})
+    writer.init_transactions(30)
 
-    assert listed_offsets(admin, places, "earliest") == dict.fromkeys(places, 0)
-    listed = listed_offsets(admin, places, "latest")
-    assert set(listed) == set(places)
-    assert all(listed[place] <= expected[place] for place in places)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "listed", **READER_SETTINGS})
+    def transaction(values: list[bytes], commit: bool) -> None:
+        writer.begin_transaction()
+        for value in values:
+            writer.produce(topic, value, partition=0)
+        assert writer.flush(30) == 0
+        if commit:
+            writer.commit_transaction(30)
+        else:
+            writer.abort_transaction(30)
+
+    transaction([b"a", b"b"], commit=True)  # offsets 0, 1, marker 2
+    transaction([b"x", b"y", b"z"], commit=False)  # 3-5, marker 6
+    transaction([b"c"], commit=True)  # 7, marker 8
+    writer.begin_transaction()
+    writer.produce(topic, b"open", partition=0)  # 9, not committed yet
+    assert writer.flush(30) == 0
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "committed", **READER_SETTINGS})
     try:
-        assert proven_ends(consumer, listed) == expected
-        assert end_offsets(consumer, places) == expected  # one partition at a time: the same
+        assert end_offsets(consumer, [(topic, 0)]) == {(topic, 0): 9}
+        with closing(read_to_end(consumer, topic, {})) as messages:
+            assert [value for _, _, _, value in messages] == [b"a", b"b", b"c"]
+        writer.commit_transaction(30)
+        # The commit's markers are written to the partition just after the commit returns.
+        assert eventually(lambda: end_offsets(consumer, [(topic, 0)]) == {(topic, 0): 11}, 10)
+        with closing(read_to_end(consumer, topic, {0: 9})) as messages:
+            assert [value for _, _, _, value in messages] == [b"open"]
     finally:
         consumer.close()
-    assert listed_offsets(admin, [], "latest") == {}

@@ -50,7 +50,6 @@ def consumer_config(
         "available_now": True,
         "replica": replica,
         "postgres_dsn": postgres_dsn,
-        "source": "spanner_cdc_kafka",
     }
     return ConsumerConfig(**{**options, **overrides})
 
@@ -87,8 +86,6 @@ def consume_command(config: ConsumerConfig, *extra: str, max_events_per_batch: i
         config.topic_prefix,
         "--output-dir",
         str(config.output_dir),
-        "--source",
-        "spanner_cdc_kafka",
         "--max-events-per-batch",
         str(max_events_per_batch),
         "--trigger-seconds",

@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from pyspark import cloudpickle
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from spanner_cdc.consumer.data_loss import DataLossCounter
 from spanner_cdc.consumer.decode import BatchDecoder
 from spanner_cdc.consumer.decoded import DecodedBatch, Quarantined, Unknown
 from spanner_cdc.consumer.dedupe import DeliveredChanges
@@ -186,6 +187,8 @@ class BatchProcessor:
     quarantine: QuarantineSink
     fail_on_bad_message: bool
     metrics: ConsumerMetrics
+    #: With --fail-on-data-loss false: counts what Kafka no longer had of each batch's range.
+    data_loss: DataLossCounter | None = None
     #: The first batch after a start is the only one that can be a replay (see ChangelogSink).
     _started: bool = False
     _context: ContextBroadcast = field(default_factory=ContextBroadcast)
@@ -214,6 +217,8 @@ class BatchProcessor:
             replica_tables=self.replica.staged_tables(batch_id) if self.replica is not None else None,
         )
         context, outlined = self._read(rows, self.decoder.start_batch(), batch_id, staging)
+        if self.data_loss is not None:
+            self.metrics.lost_offsets.inc(self.data_loss.count(batch_id, outlined.rows))
         decoded = outlined.decoded(context)
         watermarks, refuted = self.decoder.refuted(decoded.watermarks, context)
         quarantined = sorted([*decoded.quarantined, *refuted], key=lambda q: (q.topic, q.partition, q.offset))

@@ -22,7 +22,6 @@ from spanner_cdc.common.schema_registry import REGISTRY_OPTIONS
 from spanner_cdc.schemas.topics import Topics
 
 SINKS = ("changelog", "replica")
-SOURCES = ("auto", "kafka", "spanner_cdc_kafka")
 _TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)?\Z")
 
 
@@ -38,9 +37,11 @@ def _table(text: str) -> str:
 
 #: Writer schemas kept at most from the schema topic, by default (``--max-writer-schemas``):
 #: Spanner allows 5,000 tables a database and each version of a table publishes two (event and
-#: key). A schema costs the consumer its text (6 KB with 32 columns of every type), so a flood
-#: of valid-looking schemas is stopped at about 120 MB.
+#: key). A schema costs the consumer its text without docs (6 KB with 32 columns of every type);
+#: the text kept is also capped in all (consumer.schema_topic.MAX_KEPT_SCHEMA_BYTES).
 MAX_WRITER_SCHEMAS = 20_000
+#: How long the broker may hold a fetch of Spark's Kafka source open when it has nothing new.
+FETCH_WAIT_MS = 10
 
 CONSUME_OPTIONS = (
     Option("kafka-bootstrap", "Kafka bootstrap servers", required=True, aliases=("bootstrap-server",)),
@@ -130,11 +131,11 @@ CONSUME_OPTIONS = (
         boolean,
         default=True,
     ),
-    Option(
-        "source",
-        "auto (Spark's kafka connector if present), kafka or spanner_cdc_kafka",
-        choice(*SOURCES),
-        default="auto",
+    settings_option(
+        "source-option",
+        "Spark Kafka source",
+        " (e.g. startingTimestamp=…, minPartitions=4, kafka.security.protocol=SASL_SSL; these win "
+        "over what the other options set)",
     ),
     Option("spark-master", "Spark master URL", default="local[2]"),
     settings_option(
@@ -176,7 +177,7 @@ class ConsumerConfig:
     available_now: bool = False
     starting_offsets: str = "earliest"
     fail_on_data_loss: bool = True
-    source: str = "auto"
+    source_option: dict[str, str] = field(default_factory=dict)
     spark_master: str = "local[2]"
     spark_conf: dict[str, str] = field(default_factory=dict)
     connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS
@@ -195,6 +196,32 @@ class ConsumerConfig:
     def client_config(self) -> dict[str, str]:
         """librdkafka settings for everything that reads Kafka."""
         return {"bootstrap.servers": self.kafka_bootstrap, **self.kafka_config}
+
+    @property
+    def source_settings(self) -> dict[str, str]:
+        """The options of Spark's Kafka source: the topics, committed records only, the batch
+        size, where a new query starts, data loss, ``kafka.<setting>`` for every
+        ``--kafka-config`` setting (most names are the same for librdkafka and the Java client),
+        then ``--source-option`` over them."""
+        settings = {
+            "kafka.bootstrap.servers": self.kafka_bootstrap,
+            # The Java client's default is read_uncommitted: it would hand over the records of
+            # aborted producer transactions.
+            "kafka.isolation.level": "read_committed",
+            # A task whose offset range ends with a transaction's marker (never handed over)
+            # polls past the last record and waits for the broker's answer: 525 ms with the
+            # client's default 500 ms (seen in Spark's log, every such task of every batch).
+            "kafka.fetch.max.wait.ms": str(FETCH_WAIT_MS),
+            "startingOffsets": self.starting_offsets,
+            "maxOffsetsPerTrigger": str(self.max_events_per_batch),
+            "failOnDataLoss": str(self.fail_on_data_loss).lower(),
+            **{f"kafka.{key}": value for key, value in self.kafka_config.items()},
+        }
+        if self.tables:
+            settings["subscribe"] = ",".join(self.table_topics)
+        else:
+            settings["subscribePattern"] = self.topics.event_pattern
+        return {**settings, **self.source_option}
 
     @property
     def spark_checkpoint(self) -> Path:
@@ -247,5 +274,6 @@ class ConsumerConfig:
                 "tables": tuple(values["tables"]),
                 "sinks": tuple(dict.fromkeys(values["sinks"])),
                 "spark_conf": dict(values["spark_conf"]),
+                "source_option": dict(values["source_option"]),
             }
         )

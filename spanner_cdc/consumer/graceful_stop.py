@@ -34,6 +34,12 @@ POLL_SECONDS = 0.5
 #: (pyarrow's ``ArrowInvalid`` ends in neither Error nor Exception).
 PYTHON_TRACEBACK = re.compile(r"^Traceback \(most recent call last\):\n(?:[ \t].*\n)+(\S.*)$", re.MULTILINE)
 PYTHON_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): .*$", re.MULTILINE)
+#: A Java cause in a JVM stack trace: ``Caused by: <class>: <message>``.
+JAVA_CAUSE = re.compile(r"^Caused by: ([\w.$]+): (.+)$", re.MULTILINE)
+#: What a Python call into the JVM raises when the JVM failed: the cause is in the Java trace.
+PY4J_ERROR = "Py4JJavaError"
+#: Java causes that only wrap another (their message says nothing of what failed).
+JAVA_WRAPPERS = ("org.apache.spark.SparkException", "java.util.concurrent.ExecutionException")
 
 
 class StoppingBeforeBatchError(ConsumerError):
@@ -136,6 +142,13 @@ def stop_between_batches(query: Any, gate: BatchGate, request: StopRequest, idle
 
 def python_error(text: str) -> str:
     """The Python exception line inside Spark's report (its traceback is noise for a user): the
-    line the last Python traceback ends with, else the last line that names an error."""
+    line the last Python traceback ends with, else the last line that names an error. Where that
+    is a call into the JVM that failed (a batch's Spark job: data Kafka no longer has, say), the
+    first Java cause that is not a mere wrapper, by its message."""
     found = PYTHON_TRACEBACK.findall(text) or PYTHON_ERROR_LINE.findall(text)
-    return found[-1].strip() if found else text.strip().splitlines()[0]
+    line = found[-1].strip() if found else text.strip().splitlines()[0]
+    if PY4J_ERROR in line:
+        causes = [message for name, message in JAVA_CAUSE.findall(text) if name not in JAVA_WRAPPERS]
+        if causes:
+            return str(causes[0]).strip()
+    return line

@@ -1,4 +1,4 @@
-"""Wiring of ``spanner-cdc consume``: a Spark session, the Kafka source, and the batch processor."""
+"""Wiring of ``spanner-cdc consume``: a Spark session, Spark's Kafka source, and the batch processor."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaException
 from spanner_cdc.common.schema_registry import SchemaRegistry
 from spanner_cdc.consumer.batch import BatchProcessor
 from spanner_cdc.consumer.config import ConsumerConfig
+from spanner_cdc.consumer.data_loss import DataLossCounter
 from spanner_cdc.consumer.decode import BatchDecoder, BrokerPartitions, partition_counts
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import ConsumerError
@@ -25,8 +26,6 @@ from spanner_cdc.consumer.graceful_stop import (
     stop_between_batches,
     stop_requested,
 )
-from spanner_cdc.consumer.kafka_source import SOURCE_NAME
-from spanner_cdc.consumer.kafka_source_options import PARALLELISM
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.schema_topic import SchemaTopic
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
@@ -40,25 +39,13 @@ from spanner_cdc.consumer.spark_session import spark_session
 from spanner_cdc.schemas.timestamps import MICROS_PER_SECOND
 
 log = logging.getLogger("spanner_cdc.consumer")
-KAFKA_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 
 
-def source_format(spark: Any, wanted: str) -> str:
-    """``kafka`` when asked for or (``auto``) when Spark's connector is on the classpath."""
-    if wanted != "auto":
-        return wanted
-    try:
-        spark._jvm.java.lang.Class.forName(KAFKA_PROVIDER_CLASS)
-    except Exception:  # py4j raises its own error type for ClassNotFoundException
-        return SOURCE_NAME
-    return "kafka"
-
-
-def over_the_cores(reader: Any, spark: Any) -> Any:
-    """``reader`` (a ``DataStreamReader`` of this project's source) told the session's task
-    slots, so a batch is read as one wave of equal tasks over the cores there are when the query
-    starts (kafka_ranges.task_count)."""
-    return reader.option(PARALLELISM, str(spark.sparkContext.defaultParallelism))
+def source_options(config: ConsumerConfig, spark: Any) -> dict[str, str]:
+    """Spark's Kafka source options for ``config``; unless ``minPartitions`` is given, a batch is
+    read in at least as many tasks as the session has task slots (Spark splits a partition's
+    offsets between tasks), so a topic of few partitions is still decoded on every core."""
+    return {"minPartitions": str(spark.sparkContext.defaultParallelism), **config.source_settings}
 
 
 def check_kafka(config: ConsumerConfig) -> None:
@@ -149,7 +136,9 @@ class ConsumerJob:
         replica: ReplicaSink | None = None
         if backend is not None:
             cut = (
-                ConsistentCut(backend, config.subscribed, config.max_events_per_batch)
+                ConsistentCut(
+                    backend, config.subscribed, config.max_events_per_batch, decoder.partitions.counts
+                )
                 if config.whole_transactions
                 else None
             )
@@ -180,28 +169,16 @@ class ConsumerJob:
             quarantine=QuarantineSink(config.quarantine_dir),
             fail_on_bad_message=config.on_bad_message == "fail",
             metrics=metrics,
+            data_loss=None
+            if config.fail_on_data_loss
+            else DataLossCounter(config.spark_checkpoint, config.client_config),
         )
         return cls(config, processor, backend)
 
     def start(self, spark: Any) -> Any:
         """Start the streaming query (Spark keeps its offsets and id under ``<checkpoint-dir>/spark``)."""
         config = self.config
-        chosen = source_format(spark, config.source)
-        reader = (
-            spark.readStream.format(chosen)
-            .option("kafka.bootstrap.servers", config.kafka_bootstrap)
-            .option("startingOffsets", config.starting_offsets)
-            .option("maxOffsetsPerTrigger", str(config.max_events_per_batch))
-            .option("failOnDataLoss", str(config.fail_on_data_loss).lower())
-        )
-        if chosen == SOURCE_NAME:
-            reader = over_the_cores(reader, spark)
-        for key, value in config.kafka_config.items():
-            reader = reader.option(f"kafka.{key}", value)
-        if config.tables:
-            reader = reader.option("subscribe", ",".join(config.table_topics))
-        else:
-            reader = reader.option("subscribePattern", config.topics.event_pattern)
+        reader = spark.readStream.format("kafka").options(**source_options(config, spark))
         writer = (
             reader.load()
             .writeStream.foreachBatch(self._run_batch)
@@ -226,6 +203,8 @@ class ConsumerJob:
     def close(self) -> None:
         self.processor.delivered.close()
         self.processor.metrics.close()
+        if self.processor.data_loss is not None:
+            self.processor.data_loss.close()
         if self.backend is not None:
             self.backend.close()
 

@@ -45,6 +45,11 @@ class ConsumerMetrics(ServedMetrics):
             ["reason"],
             registry=self.registry,
         )
+        self.lost_offsets = Counter(
+            "spanner_cdc_consumer_lost_offsets",
+            "Offsets gone from Kafka before a batch read them, skipped (--fail-on-data-loss false)",
+            registry=self.registry,
+        )
         self.tombstones = Counter(
             "spanner_cdc_consumer_tombstones",
             "Keyed messages without a value (the producer's --delete-tombstones), skipped",

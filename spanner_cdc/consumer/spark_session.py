@@ -22,24 +22,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from spanner_cdc.consumer.kafka_source import KafkaSource
+from spanner_cdc.common.jars import jars, log4j2_to_file
 
-LOG4J2_PROPERTIES = """\
-status = error
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log_file}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = %d{{ISO8601}} %p %c: %m%n%ex
-rootLogger.level = info
-rootLogger.appenderRef.file.ref = file
-"""
 _SETTINGS = {
     "spark.sql.shuffle.partitions": "2",
     "spark.ui.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
 }
 _DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+JARS_SETTING = "spark.jars"
 #: Kept open for the JVM's lifetime (it writes to it); one per process, like the JVM itself.
 _jvm_output: IO[bytes] | None = None
 
@@ -47,8 +38,8 @@ _jvm_output: IO[bytes] | None = None
 def spark_session(
     master: str, app_name: str, extra_conf: Mapping[str, str] | None = None, log_dir: Path | None = None
 ) -> Any:
-    """A session for the consumer (and its tests): the project's source registered, UTC, few
-    shuffle partitions; Python workers run this interpreter (it has the project installed).
+    """A session for the consumer (and its tests): Spark's Kafka connector on its classpath, UTC,
+    few shuffle partitions; Python workers run this interpreter (it has the project installed).
     With ``log_dir``, Spark's and the JVM's output go to files there (see the module's doc)."""
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
@@ -56,11 +47,17 @@ def spark_session(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(_SETTINGS.items()))
     conf.setAll(list((extra_conf or {}).items()))
+    conf.set(JARS_SETTING, with_connector_jars(conf.get(JARS_SETTING, "")))
     if log_dir is not None and SparkContext._gateway is None:  # this session launches the JVM
         _start_jvm_logging_to(log_dir, conf)
-    session = SparkSession.builder.config(conf=conf).getOrCreate()
-    session.dataSource.register(KafkaSource)
-    return session
+    return SparkSession.builder.config(conf=conf).getOrCreate()
+
+
+def with_connector_jars(given: str) -> str:
+    """``spark.jars`` with Spark's Kafka connector and its dependencies (the project's ``spark``
+    jars, resolved at setup) after the caller's own. Spark ships them to every executor."""
+    ours = [str(jar) for jar in jars("spark")]
+    return ",".join([entry for entry in given.split(",") if entry.strip()] + ours)
 
 
 def _start_jvm_logging_to(log_dir: Path, conf: Any) -> None:
@@ -70,10 +67,9 @@ def _start_jvm_logging_to(log_dir: Path, conf: Any) -> None:
     from pyspark.java_gateway import launch_gateway
 
     log_dir.mkdir(parents=True, exist_ok=True)
-    properties = log_dir / "log4j2.properties"
-    properties.write_text(LOG4J2_PROPERTIES.format(log_file=log_dir / "spark.log"))
+    log4j = log4j2_to_file(log_dir / "log4j2.properties", log_dir / "spark.log")
     callers = conf.get(_DRIVER_JAVA_OPTIONS, "")
-    conf.set(_DRIVER_JAVA_OPTIONS, f"-Dlog4j2.configurationFile=file:{properties} {callers}".rstrip())
+    conf.set(_DRIVER_JAVA_OPTIONS, f"{log4j} {callers}".rstrip())
     conf.set("spark.ui.showConsoleProgress", "false")
     _jvm_output = (log_dir / "spark-jvm.out").open("ab")
     # py4j logs every exception a Python callback raises, with the Java stack trace inside (a stop

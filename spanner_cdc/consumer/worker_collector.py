@@ -1,6 +1,6 @@
 """Python's cyclic garbage collector in Spark's Python workers, while a task of this project runs.
 
-Two costs, both measured in the workers of a warm changelog query (docs/consumer.md, run 29):
+Two costs, both measured in the workers of a warm changelog query:
 
 - *During a task.* The collector walks every young object each few hundred allocations, and
   the oldest generation whenever it has grown by a quarter — here the decoded events a task

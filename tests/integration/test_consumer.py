@@ -170,9 +170,9 @@ def test_a_table_topic_created_again_stops_the_consumer_until_told_to_go_on(
     spark: Any, stack: EmbeddedStack, configure: ConfigFactory
 ) -> None:
     """The table's topic is deleted and created again between two runs, with fewer records
-    than were read: the consumer stops in one line naming the loss and writes nothing; with
-    ``--fail-on-data-loss false`` it reads the new topic from its start. (Before, the new topic's
-    records under the old position were skipped in silence.)"""
+    than were read: the consumer stops in one line naming the loss and writes nothing. With
+    ``--fail-on-data-loss false`` it goes on as Spark's source does — from the new topic's end,
+    so what the new topic held below the old position is skipped — and what comes after lands."""
     config = configure()
     factory = ChangeFactory()
     first = [factory.record("INSERT", {"Id": f"k{i}"}, {"Balance": str(i), "Note": "old"}) for i in range(30)]
@@ -181,18 +181,22 @@ def test_a_table_topic_created_again_stops_the_consumer_until_told_to_go_on(
     topic = config.topics.event("Accounts")
     admin = AdminClient({"bootstrap.servers": config.kafka_bootstrap})
     admin.delete_topics([topic])[topic].result(30)
-    late = factory.events(factory.record("INSERT", {"Id": "new"}, {"Balance": "99", "Note": "new"}))
-    publish(config.kafka_bootstrap, config.topic_prefix, late)
+    skipped = factory.events(factory.record("INSERT", {"Id": "new"}, {"Balance": "99", "Note": "new"}))
+    publish(config.kafka_bootstrap, config.topic_prefix, skipped)
 
-    with pytest.raises(ConsumerError, match=rf"data loss: {topic}\[\d\]: offsets went back from \d+ to \d+"):
+    with pytest.raises(ConsumerError, match="Some data may have been lost"):
         run_consumer(spark, config)
-    assert ("new", 99) not in replica_rows(config, "Accounts", '"Id", "Balance"')
+    old = [(f"k{i}", i) for i in range(30)]
+    assert sorted(replica_rows(config, "Accounts", '"Id", "Balance"')) == sorted(old)
 
     run_consumer(spark, replace(config, fail_on_data_loss=False))
+    later = factory.events(factory.record("INSERT", {"Id": "later"}, {"Balance": "7", "Note": "new"}))
+    publish(config.kafka_bootstrap, config.topic_prefix, later)
+    run_consumer(spark, replace(config, fail_on_data_loss=False))
     rows = replica_rows(config, "Accounts", '"Id", "Balance"')
-    assert sorted(rows) == sorted([*((f"k{i}", i) for i in range(30)), ("new", 99)])
+    assert sorted(rows) == sorted([*old, ("later", 7)])
     uuids = [row[0] for row in changelog_rows(config, "Accounts", '"envelope$uuid"')]
-    assert uuids[-1] == late[0].value["uuid"] and len(uuids) == 31
+    assert uuids[-1] == later[0].value["uuid"] and len(uuids) == 31
 
 
 def test_a_consumer_started_at_latest_reads_what_is_written_after_it_started(
@@ -286,8 +290,10 @@ def test_a_column_that_changes_to_a_type_it_cannot_become_stops_the_query_in_one
     spark: Any, stack: EmbeddedStack, configure: ConfigFactory
 ) -> None:
     """INT64 to STRING in one batch (no change Spanner makes in place: a table dropped and created
-    again under its key): the query stops naming table, column and both types, nothing of the
-    batch is written, and it is read again at the next start."""
+    again under its key): the query stops naming table, column and both types, the batch is not
+    committed, and it is read again at the next start. (The changelog's files of the batch may be
+    published: the tasks of different Kafka partitions write each type apart, and the changelog
+    is published before the replica's transaction, as in the test below.)"""
     config = configure()
     before = ChangeFactory()
     after = ChangeFactory(columns=[(n, "STRING" if n == "Balance" else t, k) for n, t, k in before.columns])
@@ -303,7 +309,6 @@ def test_a_column_that_changes_to_a_type_it_cannot_become_stops_the_query_in_one
     ):
         run_consumer(spark, config)
     assert committed_batches(config) == 0
-    assert not config.changelog_dir.exists() or not changelog_rows(config, "Accounts", '"Id"')
 
 
 @pytest.mark.parametrize("configure", ["duckdb"], indirect=True)

@@ -42,12 +42,14 @@ from testkit.synthetic import ChangeFactory, publish, random_history
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 #: 24,500 messages with the duplicates: one batch, read, decoded and written by one task per
-#: slot of ``local[2]`` (kafka_ranges.task_count; without the consumer's ``parallelism`` the
-#: source would plan 3 tasks of at most 10,000 offsets).
+#: Kafka partition (Spark's source; ``minPartitions``, the session's slots, splits them further
+#: only where there are more slots than partitions).
 CHANGES = 24_000
+#: The event topics' partitions (testkit.synthetic.publish).
+TOPIC_PARTITIONS = 3
 
 
-def test_decoding_and_the_changelog_run_in_one_task_per_share_of_the_batch(
+def test_decoding_and_the_changelog_run_in_one_task_per_kafka_partition_of_the_batch(
     spark: Any, stack: EmbeddedStack, tmp_path: Path
 ) -> None:
     config = consumer_config(
@@ -62,8 +64,8 @@ def test_decoding_and_the_changelog_run_in_one_task_per_share_of_the_batch(
     parts = {re.fullmatch(r"batch-(\d+)-part-(\d+)\.parquet", f.name) for f in files}
     assert None not in parts, [f.name for f in files]
     batch_parts = {(m.group(1), m.group(2)) for m in parts if m}
-    slots = spark.sparkContext.defaultParallelism
-    assert len({part for _, part in batch_parts}) == slots, f"written by the tasks {sorted(batch_parts)}"
+    tasks = max(TOPIC_PARTITIONS, spark.sparkContext.defaultParallelism)
+    assert len({part for _, part in batch_parts}) == tasks, f"written by the tasks {sorted(batch_parts)}"
     uuids = [row[0] for row in changelog_rows(config, "Accounts", '"envelope$uuid"')]
     assert uuids == [e.value["uuid"] for e in events]
     assert metrics.registry.get_sample_value("spanner_cdc_consumer_duplicates_total") == 500
@@ -273,7 +275,8 @@ def test_tasks_that_cannot_reach_the_postgresql_replica_fail_the_batch_in_one_li
     config = consumer_config(
         stack.endpoint("kafka"), unique_prefix("C"), tmp_path / "out", "postgres", limited, sinks=["replica"]
     )
-    events = random_history(ChangeFactory(), 10_000, keys=500)  # each task's part over TASKS_LOAD_FROM_ROWS
+    # Each task's part (one of the topic's three partitions) over TASKS_LOAD_FROM_ROWS.
+    events = random_history(ChangeFactory(), 15_000, keys=500)
     publish(config.kafka_bootstrap, config.topic_prefix, events)
 
     with pytest.raises(ConsumerError) as failed:
@@ -302,7 +305,8 @@ def test_tables_the_tasks_loaded_for_a_failed_batch_go_at_the_next_start(
     config = consumer_config(
         stack.endpoint("kafka"), unique_prefix("F"), tmp_path / "out", "postgres", dsn, sinks=["replica"]
     )
-    events = random_history(ChangeFactory(), 10_000, keys=500)  # each task's part over TASKS_LOAD_FROM_ROWS
+    # Each task's part (one of the topic's three partitions) over TASKS_LOAD_FROM_ROWS.
+    events = random_history(ChangeFactory(), 15_000, keys=500)
     publish(config.kafka_bootstrap, config.topic_prefix, events)
 
     with pytest.raises(ConsumerError):

@@ -1,0 +1,126 @@
+"""With ``--fail-on-data-loss false`` Spark's Kafka source goes on from the earliest records
+Kafka still has, and only logs what it skipped. This counts it, once per batch on the driver.
+
+A batch's planned range of each partition is in Spark's offsets log: it starts where the
+previous batch ended (``offsets/<batch - 1>``) and ends at ``offsets/<batch>``. Offsets below
+both Kafka's earliest offset now and the first the batch read were gone when it read them —
+removed by retention (or by a delete-records request). What is counted are offsets, not
+records: a transaction marker among them counts too. Not counted: a topic deleted, or deleted
+and created again (its old offsets mean nothing in the new one; Spark reads it from its new
+end), a batch whose previous offsets Spark no longer keeps, and anything with the default
+``--fail-on-data-loss true`` (Spark stops the query instead).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer
+
+from spanner_cdc.common.kafka_offsets import READER_SETTINGS, offset_ranges
+
+log = logging.getLogger("spanner_cdc.consumer")
+Place = tuple[str, int]
+
+
+def planned_offsets(spark_checkpoint: Path, batch_id: int) -> dict[Place, int] | None:
+    """(topic, partition) → the offset Spark planned batch ``batch_id`` to read up to; None
+    when its offsets log has no such batch. The log's third line is the source's offsets."""
+    path = spark_checkpoint / "offsets" / str(batch_id)
+    if batch_id < 0 or not path.is_file():
+        return None
+    lines = path.read_text().splitlines()
+    if len(lines) < 3:
+        return None
+    offsets: Any = json.loads(lines[2])
+    return {(topic, int(p)): int(o) for topic, parts in offsets.items() for p, o in parts.items()}
+
+
+def lost_offsets(
+    start: Mapping[Place, int],
+    end: Mapping[Place, int],
+    earliest: Mapping[Place, int],
+    first_read: Mapping[Place, int],
+) -> dict[Place, int]:
+    """Per partition, the planned offsets no longer in Kafka that the batch did not read."""
+    lost = {}
+    for place, begin in start.items():
+        if place not in end or place not in earliest:
+            continue
+        gone_below = min(earliest[place], first_read.get(place, end[place]))
+        if gone_below > begin:
+            lost[place] = gone_below - begin
+    return lost
+
+
+def first_offsets(outline: pa.Table) -> dict[Place, int]:
+    """(topic, partition) → the first offset a batch read (its outline's rows)."""
+    if not outline.num_rows:
+        return {}
+    grouped = outline.group_by(["topic", "partition"]).aggregate([("offset", "min")])
+    return {
+        (str(t), int(p)): int(o)
+        for t, p, o in zip(
+            grouped.column("topic").to_pylist(),
+            grouped.column("partition").to_pylist(),
+            grouped.column("offset_min").to_pylist(),
+            strict=True,
+        )
+    }
+
+
+class DataLossCounter:
+    """Counts, logs (one line per batch that lost any) and reports what a batch could not read.
+    Its Kafka client is made at the first batch that has a previous one, and kept until
+    :meth:`close`."""
+
+    def __init__(self, spark_checkpoint: Path, client_config: Mapping[str, str]) -> None:
+        self.spark_checkpoint = spark_checkpoint
+        self.client_config = dict(client_config)
+        self._consumer: Consumer | None = None
+
+    def count(self, batch_id: int, outline: pa.Table) -> int:
+        start = planned_offsets(self.spark_checkpoint, batch_id - 1)
+        end = planned_offsets(self.spark_checkpoint, batch_id)
+        if not start or not end:
+            return 0
+        earliest = self._earliest(list(start))
+        lost = lost_offsets(
+            start, end, earliest, first_offsets(outline.select(["topic", "partition", "offset"]))
+        )
+        total = sum(lost.values())
+        if total:
+            places = ", ".join(f"{t}[{p}] {n}" for (t, p), n in sorted(lost.items()))
+            log.warning(
+                "batch %d: %d offsets were gone from Kafka before they were read (%s); "
+                "going on (--fail-on-data-loss false)",
+                batch_id,
+                total,
+                places,
+            )
+        return total
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def _earliest(self, places: list[Place]) -> dict[Place, int]:
+        """Kafka's earliest offset of each partition whose topic still exists."""
+        if self._consumer is None:
+            self._consumer = Consumer(
+                {
+                    **READER_SETTINGS,
+                    **self.client_config,
+                    "group.id": "spanner-cdc-data-loss",
+                    "enable.auto.commit": False,
+                }
+            )
+        existing = self._consumer.list_topics(timeout=10).topics
+        known = [place for place in places if place[0] in existing]
+        return {place: low for place, (low, _) in offset_ranges(self._consumer, known).items()}

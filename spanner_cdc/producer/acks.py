@@ -3,6 +3,11 @@
 Within a partition records arrive in commit-timestamp order, so pending commit timestamps are
 kept in insertion order and the oldest pending one bounds the checkpoint: every event with a
 commit timestamp strictly before it is acknowledged.
+
+An event goes through two steps: *staged* — the broker acknowledged it inside the open
+transaction — and *acknowledged* — that transaction committed. The checkpoint a transaction may
+carry with its own events (:meth:`AckTracker.checkpoint_if_committed`) counts staged events as
+done: it becomes true exactly when they do.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ class AckTracker:
 
     def __init__(self) -> None:
         self._pending: dict[int, int] = {}
+        #: The pending events the broker has not yet taken into the open transaction.
+        self._unstaged: dict[int, int] = {}
         self._drained = asyncio.Event()
         self._drained.set()
         self.failed: str | None = None
@@ -28,9 +35,16 @@ class AckTracker:
 
     def sent(self, commit_micros: int) -> None:
         self._pending[commit_micros] = self._pending.get(commit_micros, 0) + 1
+        self._unstaged[commit_micros] = self._unstaged.get(commit_micros, 0) + 1
         self._drained.clear()
 
+    def staged(self, commit_micros: int) -> None:
+        """The broker took the event into the open transaction (it is delivered when that commits)."""
+        _take_one(self._unstaged, commit_micros)
+
     def acknowledged(self, commit_micros: int) -> None:
+        if commit_micros in self._unstaged and self._unstaged[commit_micros] >= self._pending[commit_micros]:
+            _take_one(self._unstaged, commit_micros)  # acknowledged without being staged first
         remaining = self._pending[commit_micros] - 1
         if remaining:
             self._pending[commit_micros] = remaining
@@ -59,6 +73,21 @@ class AckTracker:
             return watermark_micros
         return min(next(iter(self._pending)) - 1, watermark_micros)
 
+    def checkpoint_if_committed(self, watermark_micros: int) -> int:
+        """:meth:`checkpoint` as it will be once the open transaction commits: staged events
+        counted as acknowledged."""
+        if not self._unstaged:
+            return watermark_micros
+        return min(next(iter(self._unstaged)) - 1, watermark_micros)
+
     async def drained(self) -> None:
         """Wait until nothing is pending (or a delivery failed: check :attr:`failed` after)."""
         await self._drained.wait()
+
+
+def _take_one(counts: dict[int, int], commit_micros: int) -> None:
+    remaining = counts[commit_micros] - 1
+    if remaining:
+        counts[commit_micros] = remaining
+    else:
+        del counts[commit_micros]

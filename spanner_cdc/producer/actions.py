@@ -92,7 +92,12 @@ class HeartbeatAction:
 
 class ChildPartitionsAction:
     """Register the children and persist them before anything else: a parent may finish only
-    once its children are durably known, or a restart could lose them."""
+    once its children are durably known, or a restart could lose them.
+
+    The parent's own record goes in the same write, so in the same transaction: a restart that
+    finds the children finds their parent too. Without it a process killed after the children's
+    commit and before the parent's first record (the root's is written only when its query
+    ends) restored children whose parent it had never heard of, and waited for it forever."""
 
     def __init__(self, scheduler: PartitionScheduler, checkpoints: CheckpointStore) -> None:
         self.scheduler = scheduler
@@ -104,7 +109,9 @@ class ChildPartitionsAction:
         partition.watermark_micros = max(partition.watermark_micros, record.start_timestamp_micros - 1)
         added = self.scheduler.register_children(record, partition.token)
         if added:  # by the parent's writer: a process that lost the parent can register nothing
-            await self.checkpoints.write(added, shard_of(partition.token, self.scheduler.shards))
+            await self.checkpoints.write(
+                [partition, *added], shard_of(partition.token, self.scheduler.shards)
+            )
 
 
 class RecordActions:

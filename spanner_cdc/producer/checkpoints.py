@@ -3,10 +3,8 @@
 
 A record is the partition's lineage and state (``Partition.to_json``): written when a partition
 is discovered (before its parent may finish), as its acknowledged position advances, and when it
-finishes. A new run restores the newest record of every token. The end of the topic is found
-through ``common.kafka_offsets`` (``read_to_end``): the embedded broker under-reports ListOffsets (the
-base offset of the last batch + 1), and a reader that trusted it restored older states for the
-tokens of the last batch, re-reading finished partitions.
+finishes. A new run restores the newest committed record of every token (``read_to_end``, as
+a ``read_committed`` reader: a record of an aborted transaction is never restored).
 
 With ``--group`` the topic has one partition per shard (a token's records are in shard
 ``shard_of(token)``), and every process follows all of them for as long as it runs
@@ -59,6 +57,17 @@ class CheckpointStore:
         except KafkaException as exc:  # a lost client raised KafkaClientLostError (kafka.refusal)
             raise DeliveryFailedError(f"checkpoints not acknowledged: {exc.args[0].str()}") from None
 
+    def record(self, partition: Partition, checkpoint_micros: int) -> tuple[str, bytes, bytes, int]:
+        """(topic, key, value, topic partition) of ``partition``'s record with the given
+        checkpoint, in its shard: for a transaction to carry (producer.transaction_checkpoints)."""
+        state = {**partition.to_json(), "checkpoint_micros": checkpoint_micros}
+        return (
+            self.topic,
+            partition.token.encode(),
+            json.dumps(state).encode(),
+            shard_of(partition.token, self.kafka.shards),
+        )
+
     def read(self, timeout: float = 30.0) -> list[Partition]:
         """The newest state of every partition token (blocking: call before the loop runs work)."""
         metadata = self.kafka.admin.list_topics(timeout=timeout)
@@ -75,10 +84,7 @@ class CheckpointStore:
     async def follow(self, on_records: Callable[[list[Partition]], None], stop: asyncio.Event) -> None:
         """Hand every record of every shard, from the first on and in the order of each shard,
         to ``on_records`` on the event loop, until ``stop``. A consumer on a worker thread,
-        assigned every shard, read uncommitted (common.kafka_offsets: the embedded broker's
-        read_committed readers see nothing while a transaction is open; a checkpoint record is
-        written only after the events it covers were committed, so seeing it early says nothing
-        false)."""
+        assigned every shard, reading committed records only."""
         loop = asyncio.get_running_loop()
         consumer = self.kafka.consumer(f"{self.kafka.topics.prefix}.follower")
         consumer.assign(

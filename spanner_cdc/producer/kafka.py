@@ -10,9 +10,10 @@ one per owned shard of the checkpoint topic for a process of a ``--group`` (prod
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import closing
 from typing import Any
 
@@ -25,7 +26,9 @@ from spanner_cdc.producer.errors import KafkaClientLostError, KafkaSetupError, S
 from spanner_cdc.producer.transactions import (
     PARTITION_BY_KEY,
     TRANSACTION_SECONDS,
+    ClosingRecord,
     DeliveryCallback,
+    StagedCallback,
     TransactionalWriter,
     client_lost,
     lost_for_good,
@@ -88,6 +91,7 @@ class KafkaClient:
         self.replication_factor = replication_factor
         self._created: set[str] = set()
         self._schemas: dict[int, asyncio.Future[None]] = {}
+        self._closing: Callable[[int], list[ClosingRecord]] | None = None
 
     # --- topics and schemas ---------------------------------------------------------------
 
@@ -168,8 +172,9 @@ class KafkaClient:
         await asyncio.shield(pending)
 
     def consumer(self, group_id: str, **settings: Any) -> Consumer:
-        """A consumer of this broker that reads the project's topics (common.kafka_offsets'
-        READER_SETTINGS), commits no offsets, in group ``group_id``; ``settings`` add to it."""
+        """A consumer of this broker that reads the project's topics' committed records
+        (common.kafka_offsets' READER_SETTINGS), commits no offsets, in group ``group_id``;
+        ``settings`` add to it."""
         return Consumer(
             {
                 **READER_SETTINGS,
@@ -229,10 +234,12 @@ class KafkaClient:
         *,
         shard: int | None = None,
         partition: int = PARTITION_BY_KEY,
+        on_staged: StagedCallback | None = None,
     ) -> None:
         """Queue one message through ``shard``'s writer (None: any this process holds);
-        ``on_delivery`` runs once its transaction committed (or failed)."""
-        self.writer(shard).produce(topic, key, value, on_delivery, partition)
+        ``on_staged`` runs when the broker took it into the open transaction, ``on_delivery``
+        once that committed (or failed)."""
+        self.writer(shard).produce(topic, key, value, on_delivery, partition, on_staged=on_staged)
 
     def writer(self, shard: int | None) -> TransactionalWriter:
         """The writer of ``shard``, which this process must own (None: any it holds)."""
@@ -246,7 +253,15 @@ class KafkaClient:
             raise ShardNotOwnedError(f"shard {shard} of {self.topics.checkpoints} is not this process's")
         return writer
 
+    def close_transactions_with(self, closing: Callable[[int], list[ClosingRecord]]) -> None:
+        """Every shard's transactions carry, as they commit, the records ``closing(shard)``
+        makes then (the producer's checkpoints of what the transaction delivers)."""
+        self._closing = closing
+        for shard, writer in self.writers.items():
+            writer.closing = functools.partial(closing, shard)
+
     def _new_writer(self, shard: int) -> TransactionalWriter:
+        records = None if self._closing is None else functools.partial(self._closing, shard)
         return TransactionalWriter(
             Producer(
                 {
@@ -255,7 +270,8 @@ class KafkaClient:
                     **GUARANTEED_SETTINGS,
                     "transactional.id": self.topics.writer_transactional_id(shard, self.shards),
                 }
-            )
+            ),
+            records,
         )
 
     async def take_over(self, shard: int = 0) -> None:

@@ -34,10 +34,14 @@ def safe_watermark(
     return safe
 
 
-def advanced_checkpoint(partition: Partition, tracker: AckTracker, oldest_held_commit: int | None) -> int:
+def advanced_checkpoint(
+    partition: Partition, tracker: AckTracker, oldest_held_commit: int | None, *, if_committed: bool = False
+) -> int:
     """The partition's checkpoint after its current run: what it read, less what is still held or
-    unacknowledged; never behind the checkpoint it already had."""
-    safe = tracker.checkpoint(partition.watermark_micros)
+    unacknowledged (with ``if_committed``: as it will be once the open transaction commits);
+    never behind the checkpoint it already had."""
+    watermark = partition.watermark_micros
+    safe = tracker.checkpoint_if_committed(watermark) if if_committed else tracker.checkpoint(watermark)
     if oldest_held_commit is not None:
         safe = min(safe, oldest_held_commit - 1)
     return max(partition.checkpoint_micros, safe)

@@ -72,8 +72,10 @@ class Partition:
 
     @property
     def resume_micros(self) -> int:
-        """Where a (re)started query begins: inclusive, so events at the checkpoint may repeat."""
-        return max(self.start_micros, self.checkpoint_micros)
+        """Where a (re)started query begins: just after the checkpoint, since every change
+        committed at or before it was read and delivered (a data record moves the watermark to
+        the microsecond before its commit, a heartbeat to its own time)."""
+        return max(self.start_micros, self.checkpoint_micros + 1)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -15,6 +15,7 @@ The one path from a record to Kafka: the producer's partitions and the benchmark
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -133,7 +134,8 @@ class EventSender:
         for event in events:
             table = event.table
             route = self._routes.get((table.table, table.schema_key)) or await self._route(table, shard)
-            tracker.sent(event.value["source_metadata"]["commit_timestamp"])
+            commit = event.value["source_metadata"]["commit_timestamp"]
+            tracker.sent(commit)
             if self.json_events:
                 value, key = event_document(event), key_document(event)
             else:
@@ -142,17 +144,26 @@ class EventSender:
             outgoing = Outgoing.of(event, route.topic, key, len(value))
             try:
                 self.kafka.produce(
-                    route.topic, outgoing.key, value, self._on_delivery(tracker, outgoing, shard), shard=shard
+                    route.topic,
+                    outgoing.key,
+                    value,
+                    self._on_delivery(tracker, outgoing, shard),
+                    shard=shard,
+                    on_staged=functools.partial(tracker.staged, commit),
                 )
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
                     raise
                 self._too_large(tracker, outgoing, exc.args[0].str(), shard)
             if self.delete_tombstones and event.value["source_metadata"]["change_type"] == "DELETE":
-                commit = event.value["source_metadata"]["commit_timestamp"]
                 tracker.sent(commit)
                 self.kafka.produce(
-                    route.topic, outgoing.key, None, _acknowledging(tracker, commit), shard=shard
+                    route.topic,
+                    outgoing.key,
+                    None,
+                    _acknowledging(tracker, commit),
+                    shard=shard,
+                    on_staged=functools.partial(tracker.staged, commit),
                 )
         self.kafka.poll()
         if time.monotonic() >= self._next_turn:
@@ -190,6 +201,7 @@ class EventSender:
             json.dumps(letter).encode(),
             _acknowledging(tracker, outgoing.commit),
             shard=shard,
+            on_staged=functools.partial(tracker.staged, outgoing.commit),
         )
 
     async def _route(self, table: TableSchema, shard: int | None) -> Route:

@@ -44,6 +44,7 @@ from spanner_cdc.producer.partitions import ROOT, Partition, PartitionScheduler,
 from spanner_cdc.producer.publisher import EventPublisher
 from spanner_cdc.producer.query import ChangeStreamQuery
 from spanner_cdc.producer.release import CommitOrderRelease
+from spanner_cdc.producer.transaction_checkpoints import TransactionCheckpoints
 from spanner_cdc.producer.watermarks import WatermarkEmitter, publish_periodically
 from spanner_cdc.schemas.timestamps import seconds_behind
 
@@ -95,6 +96,9 @@ class ProducerService:
             max_queries=config.max_queries,
             query_start_rate=config.query_start_rate,
             stall_seconds=config.stall_seconds,
+        )
+        publisher.kafka.close_transactions_with(
+            TransactionCheckpoints(scheduler, self.runner, self.release, checkpoints)
         )
         #: None with --no-watermark-records: nothing is written to the event topics but events.
         self.watermarks = (

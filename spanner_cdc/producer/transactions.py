@@ -1,5 +1,5 @@
 """Every message of the producer inside a Kafka transaction, so that a second process writing to
-the same topic prefix fences the first (issue 16; docs/scale-out.md).
+the same topic prefix fences the first (docs/scale-out.md).
 
 The prefix has one transactional id, ``_spanner-cdc.{prefix}.writer``. A process takes it over
 when it starts (``init_transactions``): the broker aborts the previous holder's open transaction
@@ -9,12 +9,13 @@ new one begun every :data:`TRANSACTION_SECONDS`.
 
 A message counts as delivered — its ``on_delivery`` runs, so acknowledgement trackers, hence
 checkpoints and watermarks, move — only once its transaction committed: the broker's
-acknowledgement of a message inside a transaction promises nothing if the transaction is then
-aborted. So a checkpoint is written in a later transaction than the events it covers, and a
-checkpoint anyone can read is never ahead of committed events — also on the embedded broker,
-which shows aborted records to read_committed readers (docs/scale-out.md). When a commit fails,
-the transaction is aborted and each of its messages reports the commit's error (a partition then
-restarts from its checkpoint, as after any failed delivery).
+acknowledgement of a message inside a transaction (``on_staged``) promises nothing if the
+transaction is then aborted. Once every message of the open transaction is staged, the writer
+asks its ``closing`` function for records the transaction carries too — the checkpoints of what
+it delivers (producer.transaction_checkpoints) — so events and the checkpoint covering them
+commit together. When a commit fails, the transaction is aborted and each of its messages
+reports the commit's error (a partition then restarts from its checkpoint, as after any failed
+delivery).
 
 Before a commit the event loop serves the transaction's delivery reports itself (librdkafka
 would otherwise serve them on the commit's thread, one GIL hand-over each); the commit then
@@ -30,6 +31,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -38,12 +40,30 @@ from spanner_cdc.producer.errors import KafkaClientLostError
 #: A delivery report: the error (None: delivered) and the message — librdkafka's for a failure
 #: it reported, None for what is reported at a commit (delivered, or failed with the commit).
 DeliveryCallback = Callable[[KafkaError | None, Message | None], None]
+#: Called when the broker took a message into the open transaction (before it commits).
+StagedCallback = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class ClosingRecord:
+    """A record a transaction carries with it, made just before it commits: a checkpoint that
+    is true exactly when the transaction's events are delivered."""
+
+    topic: str
+    key: bytes
+    value: bytes
+    partition: int
+    on_delivery: DeliveryCallback
+
+
+#: A message kept while a commit runs: topic, key, value, reports, partition.
+_Deferred = tuple[str, bytes, bytes | None, DeliveryCallback, int, StagedCallback | None]
+#: The records to add to the open transaction right before it commits (see TransactionalWriter).
+ClosingRecords = Callable[[], list[ClosingRecord]]
 #: How often the open transaction is committed: the delay a transaction adds before consumers
 #: reading committed data see an event, and before a checkpoint can move.
 TRANSACTION_SECONDS = 0.1
-#: How long ``init_transactions`` and one commit or abort may take. After a delivery timed out,
-#: an abort asks the broker for a new producer epoch; the embedded broker never grants it
-#: (docs/facts.md), so this is also how long a producer there waits before it stops.
+#: How long ``init_transactions`` and one commit or abort may take.
 TRANSACTION_TIMEOUT_SECONDS = 30.0
 #: How long the loop sleeps between serving delivery reports while a commit waits for them.
 DRAIN_PAUSE_SECONDS = 0.002
@@ -59,14 +79,8 @@ FENCED = (KafkaError.PRODUCER_FENCED, KafkaError._FENCED)
 
 def lost_for_good(error: KafkaError) -> bool:
     """Whether the producer's client will deliver nothing more: a fatal error, or fenced —
-    another process took the topic prefix's transactional id over.
-
-    Measured on the embedded broker: when a delivery timed out (the broker stopped answering for
-    longer than ``message.timeout.ms``) an idempotent client asks for a new producer epoch, as
-    it must after a timeout, the broker answers PRODUCER_FENCED, and from then on every message
-    fails the same way at once — not flagged fatal, so a retry through the client would loop
-    (docs/facts.md).
-    """
+    another process took the topic prefix's transactional id over. Fencing is not flagged
+    fatal by librdkafka, so a retry through the same client would fail the same way forever."""
     return error.fatal() or error.code() in (*FENCED, KafkaError._FATAL)
 
 
@@ -90,8 +104,11 @@ class TransactionalWriter:
     client, :attr:`lost` and :attr:`_commit_done`.
     """
 
-    def __init__(self, producer: Producer) -> None:
+    def __init__(self, producer: Producer, closing: ClosingRecords | None = None) -> None:
         self.producer = producer
+        #: Asked, once every message of the open transaction is staged, for records the
+        #: transaction carries too (the checkpoints of what it delivers).
+        self.closing = closing
         self._began = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
@@ -100,10 +117,12 @@ class TransactionalWriter:
         #: Cleared while the commit itself runs on its worker thread.
         self._commit_done = threading.Event()
         self._commit_done.set()
-        self._deferred: list[tuple[str, bytes, bytes | None, DeliveryCallback, int]] = []
+        self._deferred: list[_Deferred] = []
         #: The reports of the open transaction's delivered messages, run once it commits.
         self._held: list[DeliveryCallback] = []
         self._sent_in_transaction = 0
+        #: A message of the open transaction failed: it can only abort, and carries no checkpoint.
+        self._failed_in_transaction = False
         self._commit_lock = asyncio.Lock()
         #: The error that ended the client, once one did: the reason later failures name.
         self.lost: KafkaError | None = None
@@ -128,8 +147,11 @@ class TransactionalWriter:
         value: bytes | None,
         on_delivery: DeliveryCallback,
         partition: int = PARTITION_BY_KEY,
+        *,
+        on_staged: StagedCallback | None = None,
     ) -> None:
-        """Queue one message into the open transaction (or the next, while a commit runs)."""
+        """Queue one message into the open transaction (or the next, while a commit runs);
+        ``on_staged`` runs when the broker took it in, ``on_delivery`` once it committed."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
             self._loop_thread = threading.get_ident()
@@ -138,11 +160,11 @@ class TransactionalWriter:
         if not self._open:
             if len(self._deferred) >= MAX_DEFERRED:
                 self._wait_for_commit()
-            self._deferred.append((topic, key, value, on_delivery, partition))
+            self._deferred.append((topic, key, value, on_delivery, partition, on_staged))
             return
         if self._deferred:
             self._send_deferred()
-        self._send(topic, key, value, on_delivery, partition)
+        self._send(topic, key, value, on_delivery, partition, on_staged=on_staged)
 
     def _wait_for_commit(self) -> None:
         """Too many messages kept: the event loop waits, as when librdkafka's own queue is full —
@@ -156,16 +178,23 @@ class TransactionalWriter:
 
     def _send_deferred(self) -> None:
         deferred, self._deferred = self._deferred, []
-        for message in deferred:
-            self._send(*message)
+        for topic, key, value, on_delivery, partition, on_staged in deferred:
+            self._send(topic, key, value, on_delivery, partition, on_staged=on_staged)
 
     def _send(
-        self, topic: str, key: bytes, value: bytes | None, on_delivery: DeliveryCallback, partition: int
+        self,
+        topic: str,
+        key: bytes,
+        value: bytes | None,
+        on_delivery: DeliveryCallback,
+        partition: int,
+        *,
+        on_staged: StagedCallback | None = None,
     ) -> None:
         """Into librdkafka; when its queue is full, serve delivery reports until it is not."""
         if self.lost is not None:
             raise KafkaClientLostError(client_lost(self.lost))
-        report = self._held_until_commit(on_delivery)
+        report = self._held_until_commit(on_delivery, on_staged)
         while True:
             try:
                 self.producer.produce(topic, value=value, key=key, partition=partition, on_delivery=report)
@@ -188,7 +217,9 @@ class TransactionalWriter:
             return 0
         return served
 
-    def _held_until_commit(self, on_delivery: DeliveryCallback) -> DeliveryCallback:
+    def _held_until_commit(
+        self, on_delivery: DeliveryCallback, on_staged: StagedCallback | None
+    ) -> DeliveryCallback:
         """A failure is reported at once (its partition restarts from its checkpoint); a
         delivery is held until the transaction commits — the caller's callback alone, not the
         message: what waits for a commit is kept small, the garbage collector walks it. A report
@@ -198,8 +229,11 @@ class TransactionalWriter:
             if threading.get_ident() != self._loop_thread and self._loop is not None:
                 self._loop.call_soon_threadsafe(delivered, error, message)
             elif error is None:
+                if on_staged is not None:
+                    on_staged()
                 self._held.append(on_delivery)
             else:
+                self._failed_in_transaction = True
                 on_delivery(error, message)
 
         return delivered
@@ -214,22 +248,39 @@ class TransactionalWriter:
                 return 0
             self._open = False
             await self._delivered_on_the_loop(deadline)
+            if self.closing is not None and self.lost is None and not self._failed_in_transaction:
+                self._close_with(self.closing())
+                await self._delivered_on_the_loop(deadline)
             self._commit_done.clear()
             error = await asyncio.to_thread(self._finish)
             # Reports the worker thread handed over ran before this line (one queue, in order).
             held, self._held = self._held, []
             self._sent_in_transaction = 0
+            self._failed_in_transaction = False
             self._open = True
             if self.lost is None:
                 if self._deferred:
                     self._send_deferred()
             else:  # nothing can be sent any more: the kept messages fail with the reason
                 error = self.lost
-                held += [report for _, _, _, report, _ in self._deferred]
+                held += [report for _, _, _, report, _, _ in self._deferred]
                 self._deferred = []
             for on_delivery in held:
                 on_delivery(error, None)
             return len(held) if error is not None else 0
+
+    def _close_with(self, records: list[ClosingRecord]) -> None:
+        """Add the closing records to the open transaction. librdkafka refuses them ("Erroneous
+        state") once the transaction failed — a message timed out, its delivery report still
+        on the way: the commit then aborts it, with no checkpoint in it."""
+        for record in records:
+            try:
+                self._send(record.topic, record.key, record.value, record.on_delivery, record.partition)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError._STATE:
+                    raise
+                self._failed_in_transaction = True
+                return
 
     async def _delivered_on_the_loop(self, deadline: float | None) -> None:
         """Serve the transaction's delivery reports here before the commit, which would otherwise

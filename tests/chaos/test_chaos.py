@@ -3,18 +3,21 @@
 While accounts change continuously and the emulator's partitions split and merge every few
 seconds, the producer is killed with SIGKILL at random moments and restarted, the consumer too
 (its whole process group, Spark included), the broker is frozen (SIGSTOP) and so is the
-emulator. At the end a last producer run reads to an end timestamp and a last consumer run
+emulator; in the long form the broker is also SIGKILLed and started again on its log
+directories. At the end a last producer run reads to an end timestamp and a last consumer run
 drains Kafka. Then:
 
 - ``lost``: committed changes missing from Kafka (must be 0);
+- ``twice_on_kafka``: changes a ``read_committed`` reader sees more than once (must be 0: each
+  producer transaction carries the checkpoints of its own events);
 - ``new_uuid``: changes Kafka holds more than once under different uuids (must be 0);
 - ``dup_after_sinks``: changes the changelog holds more than once (must be 0);
 - ``missing_after_sinks``: committed changes the changelog does not hold (must be 0);
 - ``order_violations``: keys whose replica row is not their last committed value (must be 0).
 
 ``make chaos`` runs the long form (CHAOS_SCALE=full: ≥ 2 minutes of writes, ≥ 10 producer
-kills, ≥ 5 consumer kills, a 30 s broker stall) and prints the summary line; ``make test`` runs
-the short form.
+kills, ≥ 5 consumer kills, a 30 s broker stall, the broker killed for 10 s) and prints the
+summary line; ``make test`` runs the short form.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from spanner_cdc.stack import EmbeddedStack, stop_on_signals
 from testkit.consumer_run import consume_command, consumer_config, unique_prefix
 from testkit.producer_run import checkpointed_partitions
 from testkit.spanner_db import create_database
+from tests.support.broker import OwnBroker
 from tests.support.churn import (
     ACCOUNTS_DDL,
     RERUN_ON_EMULATOR_SKIP,
@@ -60,23 +64,34 @@ class Scale:
     consumer_kills: int
     broker_stall: float
     spanner_stall: float
+    broker_down: float = 0.0  # seconds between the broker's SIGKILL and its start; 0: no kill
 
 
 SCALES = {
     "short": Scale(write_seconds=45, producer_life=(4, 9), consumer_kills=2, broker_stall=8, spanner_stall=5),
     "full": Scale(
-        write_seconds=150, producer_life=(4, 11), consumer_kills=6, broker_stall=30, spanner_stall=15
+        write_seconds=150,
+        producer_life=(4, 11),
+        consumer_kills=6,
+        broker_stall=30,
+        spanner_stall=15,
+        broker_down=10,
     ),
 }
 
 
 @pytest.fixture
-def chaos_stack() -> Iterator[EmbeddedStack]:
-    """An emulator with fast partition churn and a broker of this test's own (they get frozen)."""
+def chaos_stack(tmp_path: Path) -> Iterator[tuple[EmbeddedStack, OwnBroker]]:
+    """An emulator with fast partition churn and a broker of this test's own (they get frozen,
+    the broker killed and started again)."""
     with stop_on_signals():
-        stack = EmbeddedStack.start(names=("spanner", "kafka"), churn_seconds=2)
+        stack = EmbeddedStack.start(names=("spanner",), churn_seconds=2)
         try:
-            yield stack
+            broker = OwnBroker(tmp_path / "kafka")
+            try:
+                yield stack, broker
+            finally:
+                broker.stop()
         finally:
             stack.stop()
 
@@ -135,11 +150,12 @@ def freeze(pgid: int, seconds: float) -> None:
 
 @RERUN_ON_EMULATOR_SKIP
 def test_the_pipeline_loses_and_duplicates_nothing_under_kills_and_stalls(
-    chaos_stack: EmbeddedStack, tmp_path: Path
+    chaos_stack: tuple[EmbeddedStack, OwnBroker], tmp_path: Path
 ) -> None:
     scale = SCALES[os.environ.get("CHAOS_SCALE", "short")]
     rng = random.Random(int(os.environ.get("CHAOS_SEED", "17")))
-    spanner, kafka = chaos_stack.endpoint("spanner"), chaos_stack.endpoint("kafka")
+    stack, broker = chaos_stack
+    spanner, kafka = stack.endpoint("spanner"), broker.bootstrap
     database = create_database(spanner, ACCOUNTS_DDL)
     prefix = unique_prefix("chaos")
     start = now_micros()
@@ -162,9 +178,14 @@ def test_the_pipeline_loses_and_duplicates_nothing_under_kills_and_stalls(
         thread.start()
     try:
         time.sleep(scale.write_seconds * 0.25)
-        freeze(_pgid(chaos_stack, "kafka"), scale.broker_stall)
+        freeze(broker.pgid, scale.broker_stall)
         time.sleep(scale.write_seconds * 0.15)
-        freeze(_pgid(chaos_stack, "spanner"), scale.spanner_stall)
+        freeze(_pgid(stack, "spanner"), scale.spanner_stall)
+        if scale.broker_down:
+            time.sleep(scale.write_seconds * 0.15)
+            broker.kill()
+            time.sleep(scale.broker_down)
+            broker.start_again()
         writing.join()
     finally:
         writer.stop()
@@ -200,7 +221,8 @@ def test_the_pipeline_loses_and_duplicates_nothing_under_kills_and_stalls(
     merges = sum(1 for state in partition_states(kafka, prefix) if len(state["parents"]) > 1)
     summary = (
         f"producer_kills={producers.kills} consumer_kills={consumers.kills} "
-        f"(mid-batch {consumers.mid_batch_kills}) stalls=2 merges={merges} committed={len(writer.committed)} "
+        f"(mid-batch {consumers.mid_batch_kills}) stalls=2 broker_kills={int(bool(scale.broker_down))} "
+        f"merges={merges} committed={len(writer.committed)} "
         + " ".join(f"{name}={value}" for name, value in figures.items())
     )
     print(f"\nchaos: {summary}")
@@ -217,6 +239,7 @@ def partition_states(kafka: str, prefix: str) -> list[dict[str, Any]]:
 
 def outcome(events: list[Received], consumer: Any, writer: AccountWriter, database: Any) -> dict[str, int]:
     committed = collections.Counter((c.key, c.balance) for c in writer.committed)
+    on_kafka = collections.Counter(event.value["uuid"] for event in events)
     uuids: dict[tuple[str, int], set[str]] = collections.defaultdict(set)
     for event in events:
         uuids[(event.value["payload"]["Id"], event.value["payload"]["Balance"])].add(event.value["uuid"])
@@ -233,6 +256,7 @@ def outcome(events: list[Received], consumer: Any, writer: AccountWriter, databa
     assert source == last, "the writer's record of its commits disagrees with Spanner"
     return {
         "lost": sum(1 for change in committed if change not in uuids),
+        "twice_on_kafka": sum(count - 1 for count in on_kafka.values() if count > 1),
         "new_uuid": sum(1 for found in uuids.values() if len(found) > 1),
         "dup_after_sinks": sum(count - 1 for count in changelog.values() if count > 1),
         "missing_after_sinks": sum(1 for change in committed if change not in changelog),

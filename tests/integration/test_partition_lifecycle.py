@@ -65,11 +65,12 @@ def service_for(
     *,
     end: int | None = None,
     load_catalog: Callable[[], CatalogContents] = lambda: ({}, {}),
+    checkpoint_interval: float = 1.0,
 ) -> ProducerService:
     config = ProducerConfig(
         project="p", instance="i", database="d", change_stream="S", kafka_bootstrap=stack.endpoint("kafka"),
         start_timestamp_micros=start, end_timestamp_micros=end, topic_prefix=unique_prefix("life"),
-        progress=False,
+        progress=False, checkpoint_interval=checkpoint_interval,
     )  # fmt: skip
     kafka = KafkaClient(config.kafka_bootstrap, config.topic_prefix, {}, 1, -1)
     metrics = ProducerMetrics()
@@ -175,9 +176,49 @@ def test_a_change_being_published_holds_back_its_checkpoint_and_finish(stack: Em
     assert [event.value["sort_keys"][0] for event in events] == [start + 100]
 
 
+class HeldRootSource(ScriptedSource):
+    """The root's query names its children, then stays open until ``release`` is set."""
+
+    def __init__(self, script: dict[str | None, list[Rows]]) -> None:
+        super().__init__(script)
+        self.release = threading.Event()
+
+    def read(
+        self, query: ChangeStreamQuery, token: str | None, start_micros: int
+    ) -> Iterator[list[ChangeStreamRecord]]:
+        yield from super().read(query, token, start_micros)
+        if token is None:
+            self.release.wait(60)
+
+
+def test_children_are_never_restored_without_their_parent(stack: EmbeddedStack) -> None:
+    """A process killed after its children's record was committed and before the root's first
+    one restored children of a parent it had never heard of, and waited for it forever. The
+    periodic checkpoints are off here: only the children's write can carry the parent."""
+    start = now_micros() - 1_000_000
+    source = HeldRootSource({None: [[children(start, "A", ROOT)]], "A": [[[HeartbeatRecord(start + 10)]]]})
+    service = service_for(stack, source, start, checkpoint_interval=3600)
+    seen: list[set[str]] = []
+
+    async def scenario() -> None:
+        async with running(service):
+            try:
+                while not seen or "A" not in seen[-1]:
+                    records = await asyncio.to_thread(
+                        checkpointed_partitions, stack.endpoint("kafka"), service.config.topic_prefix
+                    )
+                    seen.append({p.token for p in records})
+                    await asyncio.sleep(0.1)
+            finally:
+                source.release.set()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert ROOT in seen[-1], f"the children's record was durable without the root's: {seen[-1]}"
+
+
 def test_checkpoints_produced_in_one_batch_are_all_restored(stack: EmbeddedStack) -> None:
-    """The embedded broker answers ListOffsets with the base offset of the last batch + 1; a
-    reader that trusted it restored only the first record of a batch."""
+    """Every record of one batch is restored, not only its first (ListOffsets' end is after
+    the batch's last record)."""
     prefix = unique_prefix("ckpt")
     partitions = [
         Partition(f"token-{n:02d}", (ROOT,), 1_000, PartitionState.RUNNING, checkpoint_micros=2_000 + n)

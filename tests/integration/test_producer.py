@@ -45,6 +45,7 @@ from tests.support.churn import (
 from tests.support.event_checks import (
     assert_a_change_sent_again_keeps_its_uuid,
     assert_exactly_the_committed_changes,
+    assert_no_change_twice,
     assert_per_key_commit_order,
     assert_watermarks_cover_what_precedes_them,
 )
@@ -157,6 +158,7 @@ def test_sigkill_mid_churn_then_restart_loses_nothing(
     source_log.check_heard(events)
     with source_log.diagnosing():
         assert_exactly_the_committed_changes(events, writer.committed)
+    assert_no_change_twice(events)
     assert_a_change_sent_again_keeps_its_uuid(events)
     assert_per_key_commit_order(events, replays=True)
     assert_watermarks_cover_what_precedes_them(kafka, prefix, 6, end)

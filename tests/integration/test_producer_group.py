@@ -37,6 +37,7 @@ from tests.support.churn import (
 from tests.support.event_checks import (
     assert_a_change_sent_again_keeps_its_uuid,
     assert_exactly_the_committed_changes,
+    assert_no_change_twice,
     assert_per_key_commit_order,
     assert_watermarks_cover_what_precedes_them,
 )
@@ -222,6 +223,7 @@ def test_a_process_killed_mid_churn_and_one_joining_later_lose_nothing(
     victim = next(m for m in group.members if m.killed_at is not None)
     with group.diagnosing():
         assert_exactly_the_committed_changes(events, group.writer.committed)
+    assert_no_change_twice(events)
     assert_a_change_sent_again_keeps_its_uuid(events)
     assert_per_key_commit_order(events, replays=True)
     readers = assert_no_token_read_twice_at_once(group)

@@ -80,7 +80,7 @@ def test_partition_state_round_trips_through_json() -> None:
         "t", ("p1", "p2"), 5, PartitionState.RUNNING, checkpoint_micros=9, watermark_micros=9
     )
     assert Partition.from_json(partition.to_json()) == partition
-    assert partition.resume_micros == 9
+    assert partition.resume_micros == 10  # just after the checkpoint: changes at 9 were delivered
 
 
 def test_a_restored_partition_has_read_nothing_past_its_checkpoint() -> None:
@@ -113,7 +113,7 @@ def test_a_finished_checkpoint_without_a_recorded_child_runs_again() -> None:
         "f": PartitionState.RUNNING,
         "e": PartitionState.FINISHED,
     }
-    assert {p.token: p.resume_micros for p in restored.resumable()} == {"c": 30, "f": 12}
+    assert {p.token: p.resume_micros for p in restored.resumable()} == {"c": 31, "f": 13}
     without_end = PartitionScheduler.restored([Partition.from_json(at_end.to_json())], end_micros=None)
     assert without_end.partitions["e"].state == PartitionState.RUNNING, "no end timestamp: it reads on"
 
@@ -218,7 +218,7 @@ def test_a_shard_taken_over_resumes_from_its_newest_records() -> None:
     token = tokens_of(1, 2, 1)[0]
     scheduler = PartitionScheduler.restored([record(token, PartitionState.RUNNING, 10)], None, 2, {0})
     scheduler.adopt(1, [record(token, PartitionState.RUNNING, 40)])
-    assert [(p.token, p.resume_micros) for p in scheduler.resumable()] == [(token, 40)]
+    assert [(p.token, p.resume_micros) for p in scheduler.resumable()] == [(token, 41)]
     scheduler.hand_back(1)
     assert scheduler.resumable() == []
 
@@ -230,3 +230,26 @@ def test_a_finished_record_names_its_children() -> None:
     assert Partition.from_json(root.to_json()).children == ("a", "b")
     with pytest.raises(ValueError, match="'children'"):
         Partition.from_json({**root.to_json(), "children": None})
+
+
+def test_a_transaction_s_checkpoint_counts_its_staged_events_as_delivered() -> None:
+    """``checkpoint_if_committed``: what a transaction may carry — staged events (the broker has
+    them in the open transaction) count as delivered, unstaged ones still bound it; the plain
+    checkpoint moves only once they are acknowledged (the transaction committed)."""
+
+    async def scenario() -> None:
+        tracker = AckTracker()
+        for commit in (10, 10, 20, 30):
+            tracker.sent(commit)
+        tracker.staged(10)
+        tracker.staged(10)
+        tracker.staged(20)
+        assert tracker.checkpoint(100) == 9
+        assert tracker.checkpoint_if_committed(100) == 29
+        for commit in (10, 10, 20):
+            tracker.acknowledged(commit)
+        assert tracker.checkpoint(100) == tracker.checkpoint_if_committed(100) == 29
+        tracker.acknowledged(30)  # acknowledged without being staged (not through a transaction)
+        assert tracker.checkpoint(100) == tracker.checkpoint_if_committed(100) == 100
+
+    asyncio.run(scenario())

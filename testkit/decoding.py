@@ -32,18 +32,23 @@ def decoded_from_events(
 ) -> list[DecodedEvent]:
     """``events`` encoded, then decoded as one partition's messages from ``first_offset`` on. The
     decoder's schema store is filled directly, so it needs no schema topic."""
-    values = []
+    keys, values = [], []
     writers: dict[str, WriterSchema] = {}  # a writer schema's fingerprint and reader, once each
-    for event in events:
-        schema = json.dumps(event.table.event_schema, sort_keys=True)
-        writer = writers.get(schema)
-        if writer is None:
-            writer = writers[schema] = WriterSchema.from_schema(event.table.event_schema)
+
+    def published(schema: dict[str, Any]) -> WriterSchema:
+        text = json.dumps(schema, sort_keys=True)
+        writer = writers.get(text)
+        if writer is None:  # as the producer publishes a table version's schemas: event and key
+            writer = writers[text] = WriterSchema.from_schema(schema)
             decoder.schemas.accept(writer.fingerprint_hex.encode(), writer.schema_json.encode())
-        values.append(encode(writer, event.value))
+        return writer
+
+    for event in events:
+        values.append(encode(published(event.table.event_schema), event.value))
+        keys.append(encode(published(event.table.key_schema), event.key))
     rows = pa.table(
         {
-            "key": pa.array([b"k"] * len(values), pa.binary()),
+            "key": pa.array(keys, pa.binary()),
             "value": pa.array(values, pa.binary()),
             "topic": [topic] * len(values),
             "partition": pa.array([partition] * len(values), pa.int32()),

@@ -33,6 +33,20 @@ if TYPE_CHECKING:
 #: The registry's answer to an id it does not have (Confluent's error code 40403, its client's
 #: in-memory registry 40400: the HTTP status is what both agree on).
 NOT_FOUND = 404
+#: Answers that mean "not now" (a timeout, too many requests): asked again later, never taken as
+#: a refusal — the client already retried them with backoff (``max.retries``).
+BUSY = frozenset({408, 429})
+#: The client's settings it wants as numbers; a setting from the command line or TOML is text.
+NUMERIC_SETTINGS = frozenset(
+    {
+        "max.retries",
+        "retries.wait.ms",
+        "retries.max.wait.ms",
+        "timeout",
+        "cache.capacity",
+        "cache.latest.ttl.sec",
+    }
+)
 WATERMARK_RECORD_NAME = f"{WATERMARK_SCHEMA['namespace']}.{WATERMARK_SCHEMA['name']}"
 
 
@@ -41,7 +55,7 @@ class RegistryError(SpannerCdcError):
 
 
 class SchemaRegistryUnreachableError(RegistryError, RetryableError):
-    """The registry did not answer (network, timeout, a 5xx): asking again later may work."""
+    """The registry did not answer (network, timeout, a 5xx, 408 or 429): asking again later may work."""
 
 
 class SchemaRegistryRefusedError(RegistryError):
@@ -102,7 +116,15 @@ class SchemaRegistry:
         """A client for ``url`` with extra client ``settings`` (e.g. ``basic.auth.user.info``)."""
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
-        return cls(SchemaRegistryClient({**settings, "url": url}), url)
+        typed: dict[str, Any] = dict(settings)
+        for key in NUMERIC_SETTINGS & typed.keys():
+            try:
+                typed[key] = int(typed[key])
+            except ValueError:
+                raise RegistryError(
+                    f"schema registry setting {key}={typed[key]!r} is not a whole number"
+                ) from None
+        return cls(SchemaRegistryClient({**typed, "url": url}), url)
 
     def check_reachable(self) -> None:
         """One request at start-up, so a wrong URL or credentials fail in one line at once."""
@@ -140,7 +162,7 @@ class SchemaRegistry:
             message = redact(
                 f"schema registry at {self.url}: cannot {what}: {exc.error_message} (HTTP {status})"
             )
-            if status >= 500:
+            if status >= 500 or status in BUSY:
                 raise SchemaRegistryUnreachableError(message) from None
             raise SchemaRegistryRefusedError(message, status) from None
         except Exception as exc:  # the client's HTTP library (httpx or httpx2, by version) and OSError

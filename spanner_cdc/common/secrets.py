@@ -10,15 +10,23 @@ from __future__ import annotations
 import re
 
 HIDDEN = "<hidden>"
-_URI_PASSWORD = re.compile(r"(?P<head>[A-Za-z][\w+.-]*://[^/@:\s]*:)[^@\s]*(?=@)")
+#: ``scheme://user:password@host``: the password runs to the authority's last ``@``, so one that
+#: holds an ``@`` itself is hidden whole.
+_URI_PASSWORD = re.compile(r"(?P<head>[A-Za-z][\w+.-]*://[^/@:\s]*:)[^\s/]*(?=@[^@/\s]*)")
 _SECRET_KEYWORD = re.compile(
-    r"(?P<head>\b[\w.-]*(?:password|passwd|secret|token|credentials?|jaas\.config)\s*[=:]\s*)"
+    r"(?P<head>\b[\w.-]*(?:password|passwd|secret|token|credentials?|jaas\.config|user\.info"
+    r"|(?:api|access|private|secret|client)[_.-]?key)\s*[=:]\s*)"
     r"(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\S+)",
     re.IGNORECASE,
+)
+#: An HTTP ``Authorization`` header or setting: its scheme word and its credentials.
+_AUTHORIZATION = re.compile(
+    r"(?P<head>\bauthorization\s*[=:]\s*)(?:(?:basic|bearer|digest|negotiate)\s+)?\S+", re.IGNORECASE
 )
 
 
 def redact(text: str) -> str:
     """``text`` with URI passwords and the values of secret-looking keywords replaced."""
     text = _URI_PASSWORD.sub(lambda m: m.group("head") + HIDDEN, text)
+    text = _AUTHORIZATION.sub(lambda m: m.group("head") + HIDDEN, text)
     return _SECRET_KEYWORD.sub(lambda m: m.group("head") + HIDDEN, text)

@@ -14,7 +14,9 @@ fetches the document every two seconds and draws it; without script it names the
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import socket
 import threading
 from collections.abc import Callable, Iterable
 from importlib import resources
@@ -38,11 +40,46 @@ class _QuietHandler(WSGIRequestHandler):
         return
 
 
+#: The names of this machine a request may use beside IP addresses.
+LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain"})
+WILDCARDS = frozenset({"", "0.0.0.0", "::"})
+
+
+def allowed_hosts(host: str) -> frozenset[str]:
+    """The ``Host`` names a request may carry to a server listening on ``host``: the local ones,
+    that address, and the machine's own names when it listens on every interface. Any other
+    name is refused, so a web page whose name an attacker points at this machine (DNS
+    rebinding) cannot read the status or the metrics from a browser."""
+    names = {*LOCAL_NAMES, host.lower()}
+    if host in WILDCARDS:
+        names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+    return frozenset(names)
+
+
+def host_allowed(header: str | None, allowed: frozenset[str]) -> bool:
+    """Whether a request's ``Host`` header names this server: an IP address (a page served from
+    an address is that address's own), or one of ``allowed``. No header (HTTP/1.0): allowed."""
+    if not header:
+        return True
+    if header.startswith("["):  # [IPv6]:port
+        name = header[1:].partition("]")[0]
+    else:
+        name = header.partition(":")[0] if header.count(":") == 1 else header
+    name = name.rstrip(".").lower()
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        return name in allowed
+
+
 class StatusServer:
-    """``/metrics`` from ``registry``, ``/`` and ``/status.json`` from :meth:`publish`."""
+    """``/metrics`` from ``registry``, ``/`` and ``/status.json`` from :meth:`publish`; requests
+    whose ``Host`` names another machine are refused (403)."""
 
     def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
         self._metrics = make_wsgi_app(registry)
+        self._allowed = allowed_hosts(host)
         self._document: bytes = json.dumps(
             {"service": "", "updated": "not yet", "summary": [], "tables": []}
         ).encode()
@@ -67,6 +104,9 @@ class StatusServer:
         self._thread.join()
 
     def _app(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        if not host_allowed(environ.get("HTTP_HOST"), self._allowed):
+            start_response("403 Forbidden", [("Content-Type", "text/plain"), ("Content-Length", "13")])
+            return [b"unknown Host\n"]
         path = environ.get("PATH_INFO", "/")
         if path in ("/", "/status"):
             return _respond(start_response, "text/html; charset=utf-8", PAGE)

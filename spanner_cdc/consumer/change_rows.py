@@ -131,7 +131,7 @@ class TableChanges:
         (a column it lacks is null; :func:`_as_arrow`), then put back in their order. A Python
         loop per column took 0.34 µs a value, 10 µs an event at 30 columns (docs/consumer.md, run
         17); a conversion per envelope part cost the changelog's columns 9.4-9.6 µs an event,
-        one conversion of the records 7.0-7.9 (run 23)."""
+        one conversion of the records 7.0-7.9."""
         parts = self._version_parts
         return {name: self._in_event_order([part[name] for part in parts]) for name in parts[0]}
 
@@ -230,7 +230,7 @@ class TableChanges:
         """The four parts of each event's sort key as columns, once for both sinks: taken from
         ``source_metadata``'s columns, which every event's sort keys equal (the gate quarantines
         one whose do not: event_rules), a missing transaction id or record sequence as "". From
-        each event's sort key tuple they cost 0.5 µs an event (docs/consumer.md, run 30)."""
+        each event's sort key tuple they cost 0.5 µs an event."""
         return (
             pc.cast(self._described("commit_timestamp"), pa.int64()),
             pc.fill_null(self._described("tx_id"), ""),
@@ -245,7 +245,7 @@ class TableChanges:
         columns: a table created again with another key has events of both in one batch, so keys
         are told apart within each table version (which fixes the key's names and types), by
         Arrow over the key columns its records were converted to (:func:`_key_codes`); a Python
-        signature per event cost more than the ids themselves (docs/consumer.md, run 25). Each
+        signature per event cost more than the ids themselves. Each
         key's id is made from the values its first event's record holds, as it always was
         (:meth:`_first_keys`)."""
         parts = []
@@ -285,7 +285,7 @@ class TableChanges:
         field) in ``changed_columns``. Deletes set nothing: their changed_columns name the old
         values they carry. Compared in Arrow over every event's names at once, as
         :attr:`record_arrays` holds them; a Python test per column and event took 5.9 µs an event
-        at 30 columns (docs/consumer.md, run 17)."""
+        at 30 columns."""
         named = self._described("changed_columns")
         names, owner = named.flatten(), pc.list_parent_indices(named)
         counted = pc.invert(deleted.take(owner))
@@ -332,7 +332,7 @@ def _as_arrow(version: TableVersion, events: list[DecodedEvent], event_type: pa.
     """The events' records as one struct array of ``event_type``, read again from their bytes
     straight into Arrow's buffers (``TableVersion.columns_reader``): the gate read each already,
     with the same schema, so what the bytes hold is known to read. Arrow converting the gate's
-    records took 3.23 µs an event where this reads 1.37 (docs/consumer.md, run 28). The records
+    records took 3.23 µs an event where this reads 1.37. The records
     are converted where the bytes are not Avro (JSON events) or the type is not one the reader
     makes or holds (a decimal of another scale than the contract's, a value too large for its
     column): there Arrow decides, as it always did."""

@@ -5,14 +5,14 @@ The record gate (consumer.message_reader) makes a Python record of every message
 its rules (consumer.event_rules) one event at a time, and the outline is then made from those
 records: 9.7 µs an event in one process, where reading only what the rules and the outline need
 into columns (``avro_steps.ColumnsReader``), checking them with Arrow and outlining from the
-same columns takes 3.2, events made included (docs/consumer.md, run 32).
+same columns takes 3.2, events made included.
 
 This path only ever *accepts*: a message it accepts is one the record gate accepts, with the
 same table version and sort key; everything else — a message it cannot read, a rule it sees
 broken, a kind it does not take (JSON, the Schema Registry's framing, watermarks, tombstones,
-a schema or name the batch's context lacks, a table version with JSON or PG_NUMERIC columns,
-whose text the rules parse) — is handed back, and the record gate reads it and gives the reason.
-What makes the two agree:
+a schema or name the batch's context lacks, a table version with JSON, PG_NUMERIC, NUMERIC or
+UUID columns, whose values the rules check) — is handed back, and the record gate reads it and
+gives the reason. What makes the two agree:
 
 - the columns reader fails wherever the record reader fails (invalid UTF-8, a time outside the
   years 1-9999, an impossible union branch, bytes left over, also in the fields it passes over:
@@ -43,12 +43,13 @@ from spanner_cdc.consumer.event_rules import (
     MAX_FUTURE_MICROS,
     MAX_UUID_CHARS,
     own_topic,
-    parsed_text_columns,
+    value_checked_columns,
 )
 from spanner_cdc.consumer.outline_rows import EVENT, OUTLINE_SCHEMA, TRANSACTION_FIELDS
 from spanner_cdc.consumer.table_version import TableVersion
 from spanner_cdc.schemas.avro_steps import UNION_BRANCH, ColumnsReader
 from spanner_cdc.schemas.errors import DecodeError
+from spanner_cdc.schemas.table import table_namespace
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import is_watermark
 from spanner_cdc.schemas.wire import HEADER_LENGTH, MAGIC, WriterSchema, read_fingerprint
@@ -82,6 +83,9 @@ GATE_TYPE = pa.struct(
         ),
     ]
 )
+#: Messages read by one call of the columns reader: a call that fails on one message is made
+#: again for the messages before it, so the part bounds what one bad message costs.
+READ_PART = 1_024
 #: Joins a key's column names into one value to group events by (no checked name holds it).
 _NAME_JOINER = "\x00"
 
@@ -130,15 +134,15 @@ class ColumnarGate:
                 continue
             writer, reader = known
             positions = pc.indices_nonzero(pc.fill_null(pc.equal(codes, code), False))
-            for part, messages, columns in _readable(reader, positions, values.take(positions).to_pylist()):
-                taken = self._check(writer, rows, part, messages, columns)
-                if taken is not None:
-                    taken_positions, share_events, outline = taken
-                    at = taken_positions.to_numpy()
-                    accepted[at] = True
-                    events.extend(share_events)
-                    outlines.append(outline)
-                    event_positions.append(at)
+            readable = _readable(reader, positions, values.take(positions).to_pylist())
+            taken = self._check(writer, rows, *_joined(readable)) if readable else None
+            if taken is not None:
+                taken_positions, share_events, outline = taken
+                at = taken_positions.to_numpy()
+                accepted[at] = True
+                events.extend(share_events)
+                outlines.append(outline)
+                event_positions.append(at)
         if len(outlines) > 1:  # the events in their rows' order, not by schema
             order = np.argsort(np.concatenate(event_positions), kind="stable")
             events = [events[i] for i in order]
@@ -174,9 +178,8 @@ class ColumnarGate:
         keys, versions = self._versions(writer, metadata.field("primary_keys"))
         sort_keys = columns.field("sort_keys")
         ok = pc.and_(pc.is_valid(keys), pc.equal(pc.list_value_length(sort_keys), len(SORT_KEY_BRANCHES)))
-        ok = pc.and_(
-            ok, self._own_topics(columns.field("object"), _array(rows.column("topic")).take(positions))
-        )
+        topics = _array(rows.column("topic")).take(positions)
+        ok = pc.and_(ok, self._own_topics(columns.field("object"), topics, versions))
         uuid_chars = pc.utf8_length(columns.field("uuid"))
         ok = pc.and_(ok, pc.and_(pc.greater(uuid_chars, 0), pc.less_equal(uuid_chars, MAX_UUID_CHARS)))
         change_type = metadata.field("change_type")
@@ -239,19 +242,22 @@ class ColumnarGate:
             except Exception:  # the record gate reads them and says why
                 numbers.append(None)
                 continue
-            numbers.append(None if parsed_text_columns(version) else len(versions))
+            numbers.append(None if value_checked_columns(version) else len(versions))
             versions.append(version)
         return pa.array(numbers, pa.int32()).take(groups.indices), versions
 
-    def _own_topics(self, tables: pa.Array, topics: pa.Array) -> pa.Array:
-        """Is each event on its table's topic (null where its table's name is not one)?"""
+    def _own_topics(self, tables: pa.Array, topics: pa.Array, versions: list[TableVersion]) -> pa.Array:
+        """Is each event on its table's topic, and its table the one its writer schema describes
+        (null where its table's name is not one)? ``versions`` share one writer schema."""
         named = pc.dictionary_encode(tables)
+        namespaces = {version.namespace for version in versions}
         owns: list[str | None] = []
         for table in named.dictionary.to_pylist():
             try:
-                owns.append(own_topic(self.topics, table))
+                topic = own_topic(self.topics, table)
             except DecodeError:
-                owns.append(None)
+                topic = None
+            owns.append(topic if table_namespace(str(table)) in namespaces else None)
         return pc.equal(pa.array(owns, pa.string()).take(named.indices), topics)
 
 
@@ -278,20 +284,44 @@ def _events(
 def _readable(
     reader: ColumnsReader, positions: pa.Array, messages: list[bytes]
 ) -> list[tuple[pa.Array, list[bytes], pa.StructArray]]:
-    """``messages`` (at ``positions``) read into columns, in parts: a message the reader cannot
-    read fails the whole call, so a part that fails is read again as two halves, down to the
-    messages themselves, which the record gate reads (and says why). A few such messages cost a
-    few reads of their neighbours, not the whole share."""
-    try:
-        return [(positions, messages, reader(messages, [HEADER_LENGTH] * len(messages)))]
-    except Exception:  # the record gate reads them and says why
-        if len(messages) == 1:
-            return []
-    half = len(messages) // 2
-    return [
-        *_readable(reader, positions[:half], messages[:half]),
-        *_readable(reader, positions[half:], messages[half:]),
-    ]
+    """``messages`` (at ``positions``) read into columns, in parts of at most
+    :data:`READ_PART` messages. A message the reader cannot read fails its part's call and
+    names itself (``message_index``): the messages before it are read again, it is left to the
+    record gate (which says why), and reading goes on after it. A few such messages cost a
+    second read of the messages before each in their part, not the columnar path; a failure
+    that names no message leaves its part to the record gate."""
+    parts = []
+    start = 0
+    while start < len(messages):
+        ahead = messages[start : start + READ_PART]
+        try:
+            columns = reader(ahead, [HEADER_LENGTH] * len(ahead))
+        except Exception as exc:  # the record gate reads them and says why
+            failed = getattr(exc, "message_index", None)
+            if not isinstance(failed, int) or not 0 <= failed < len(ahead):
+                failed = len(ahead) - 1  # the whole part: nothing names the message
+            elif failed > 0:
+                parts.extend(_readable(reader, positions[start : start + failed], ahead[:failed]))
+            start += failed + 1
+        else:
+            parts.append((positions[start : start + len(ahead)], ahead, columns))
+            start += len(ahead)
+    return parts
+
+
+def _joined(
+    parts: list[tuple[pa.Array, list[bytes], pa.StructArray]],
+) -> tuple[pa.Array, list[bytes], pa.StructArray]:
+    """The parts :func:`_readable` read, as one: the rules' Arrow calls cost about the same for a
+    part of ten messages as for one of thousands, so checking the parts one by one made a few
+    unreadable messages among many cost hundreds of times the clean read."""
+    if len(parts) == 1:
+        return parts[0]
+    return (
+        pa.concat_arrays([positions for positions, _, _ in parts]),
+        [message for _, messages, _ in parts for message in messages],
+        pa.concat_arrays([columns for _, _, columns in parts]),
+    )
 
 
 def _outline(taken: pa.RecordBatch | pa.Table, columns: pa.StructArray, micros: pa.Array) -> pa.RecordBatch:

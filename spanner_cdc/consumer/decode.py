@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
+from cachetools import LRUCache
 from confluent_kafka import Consumer
 
 from spanner_cdc.common.schema_registry import (
@@ -32,11 +33,14 @@ from spanner_cdc.consumer.event_rules import check_watermark
 from spanner_cdc.consumer.message_reader import DecodeContext, MessageReader
 from spanner_cdc.consumer.schema_topic import MAX_REFUSED_SCHEMAS, SchemaTopic
 from spanner_cdc.schemas.errors import DecodeError
-from spanner_cdc.schemas.schema_check import SchemaRejectedError, check_writer_schema
+from spanner_cdc.schemas.schema_check import check_writer_schema
 from spanner_cdc.schemas.timestamps import now_micros
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import Watermark
 from spanner_cdc.schemas.wire import WriterSchema
+
+#: Registry ids refused past those the batches' context carries, remembered at most.
+MAX_REMEMBERED_REFUSALS = 20_000
 
 
 def partition_counts(client_config: dict[str, str]) -> dict[str, int]:
@@ -72,13 +76,14 @@ class BrokerPartitions:
     def check(self, watermark: Watermark, topic: str, partition: int, now: int) -> None:
         """DecodeError when the watermark disagrees with the broker (event_rules.check_watermark)."""
         try:
-            check_watermark(watermark, topic, partition, self._kept(), now)
+            check_watermark(watermark, topic, partition, self.counts(), now)
         except DecodeError:
             if self._read_this_batch:
                 raise
             check_watermark(watermark, topic, partition, self._reread(), now)
 
-    def _kept(self) -> Mapping[str, int]:
+    def counts(self) -> Mapping[str, int]:
+        """Topic → partition count, as kept (read again once ``max_age_seconds`` old)."""
         if self._counts is None or time.monotonic() - self._read_at > self.max_age_seconds:
             return self._reread()
         return self._counts
@@ -104,6 +109,12 @@ class BatchDecoder:
     registry: SchemaRegistry | None = None
     #: Registry id → its schema's fingerprint, or why its messages cannot be read.
     _registry_ids: dict[int, int | tuple[str, str]] = field(default_factory=dict)
+    #: Refusals past the first MAX_REFUSED_SCHEMAS (which every batch's context carries), the
+    #: most recently asked kept: a flood of made-up ids costs one request per id, not one per
+    #: id and batch, and bounded memory.
+    _refused_ids: LRUCache[int, tuple[str, str]] = field(
+        default_factory=lambda: LRUCache(MAX_REMEMBERED_REFUSALS)
+    )
 
     def start_batch(self) -> DecodeContext:
         """What a batch starting now is read with."""
@@ -197,9 +208,13 @@ class BatchDecoder:
         infrastructure: that error propagates and the batch is tried again."""
         known = self._registry_ids.get(schema_id)
         if known is None:
+            known = self._refused_ids.get(schema_id)
+        if known is None:
             known = self._ask_registry(schema_id)
             if isinstance(known, int) or len(self._registry_ids) < MAX_REFUSED_SCHEMAS:
                 self._registry_ids[schema_id] = known
+            else:
+                self._refused_ids[schema_id] = known
         return known
 
     def _ask_registry(self, schema_id: int) -> int | tuple[str, str]:
@@ -217,5 +232,5 @@ class BatchDecoder:
             return ("unknown-schema-id", f"the schema registry has no schema id {schema_id}")
         try:
             return WriterSchema.from_schema(check_writer_schema(text)).fingerprint
-        except (SchemaRejectedError, ValueError, TypeError, KeyError) as exc:
+        except Exception as exc:  # a hostile schema: whatever fails reading it costs its messages only
             return ("rejected-schema", f"registry schema id {schema_id} is not the contract's: {exc}")

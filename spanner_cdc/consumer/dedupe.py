@@ -1,12 +1,15 @@
 """Bounded, replay-safe memory of the changes already delivered, for dropping duplicates by uuid.
 
-Duplicates come from the producer's at-least-once delivery: after a restart it re-reads each
-partition from its checkpoint and re-sends changes with their original uuid *and* their
-original commit timestamp. So the memory is keyed by (commit timestamp, uuid) and only needs to
-reach back a fixed horizon of commit time behind the newest change seen; older entries are
-pruned. A change older than the horizon is still delivered (never dropped) and counted as
-``beyond_horizon``: the replica ignores it if it is a duplicate (its sort key is not newer),
-the changelog may then hold it twice.
+Duplicates come from what the producer may still send twice (a partition read again after its
+last checkpoint could not be written, ``--release-order partition`` after a kill, backfill and
+poll rows, other writers of the topic), always with their original uuid *and* their original
+commit timestamp. So the memory is keyed by (commit timestamp, uuid) and only needs to reach
+back a fixed horizon of commit time behind the newest change seen — never counted later than
+the consumer's clock, so one event stamped in the future (the event rules admit up to an hour
+ahead) cannot shrink the window for everything else; older entries are pruned. A change older
+than the horizon is still delivered (never dropped) and counted as ``beyond_horizon``: the
+replica ignores it if it is a duplicate (its sort key is not newer), the changelog may then
+hold it twice.
 
 The memory is a DuckDB file in the consumer's checkpoint directory, written in one transaction
 per micro-batch and tagged with the batch id. Spark replays a batch with the same offsets after
@@ -27,6 +30,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from spanner_cdc.schemas.timestamps import now_micros
 
 STATE_FILE = "dedupe.duckdb"
 #: Batch records kept: enough to answer ``committed`` for a replay, and the newest commit time.
@@ -88,6 +93,8 @@ class DeliveredChanges:
         """Record the batch's delivered changes (columns ``uuid``, ``commit_micros``) and prune
         what fell behind the horizon, atomically."""
         newest = pc.max(delivered.column("commit_micros")).as_py()
+        if newest is not None:
+            newest = min(newest, now_micros())
         self._db.register("batch_delivered", delivered)
         try:
             self._sql("BEGIN")

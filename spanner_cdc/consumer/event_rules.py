@@ -1,10 +1,12 @@
 """What a decoded message must satisfy before any sink sees it.
 
-A message that decodes under a valid schema can still lie: name another table than its topic,
-use the replica's reserved names, carry sort keys that are malformed or far in the future (a
-row frozen forever, the dedupe horizon pushed past everything), or be a watermark that declares
-partitions that do not exist (the consistent cut frozen, or moved to 9999-12-31). Every rule
-here raises :class:`DecodeError` with a reason tag; the decoder turns that into a quarantine
+A message that decodes under a valid schema can still lie: name another table than its topic
+or its writer schema, use the replica's reserved names, carry sort keys that are malformed or
+far in the future (a row frozen forever, the dedupe horizon pushed past everything), hold values
+a sink cannot store (a NUMERIC of 39 digits, a UUID column holding other text, JSON with ``NaN``
+or a lone surrogate, a PG_NUMERIC ``sNaN``), or be a watermark that declares partitions that do
+not exist (the consistent cut frozen, or moved to 9999-12-31). Every rule here raises
+:class:`DecodeError` with a reason tag; the decoder turns that into a quarantine
 row, so a bad message never reaches a sink and never stops the query.
 """
 
@@ -19,6 +21,7 @@ from typing import Any
 
 from spanner_cdc.consumer.table_version import PayloadColumn, TableVersion
 from spanner_cdc.schemas.errors import DecodeError
+from spanner_cdc.schemas.table import table_namespace
 from spanner_cdc.schemas.topics import TopicNameError, Topics
 from spanner_cdc.schemas.watermark import Watermark
 
@@ -33,8 +36,15 @@ _RESERVED = re.compile(r"[$\x00/\\]")
 #: (commit micros, transaction id, record sequence, mod index), compared element-wise.
 SortKey = tuple[int, str, str, int]
 CHANGE_TYPES = {"INSERT": False, "UPDATE": False, "DELETE": True}
-#: Logical types whose text the replica parses (PostgreSQL refuses malformed JSON or NUMERIC).
-_PARSED_TEXT = ("json", "number")
+#: Logical types whose values a sink parses or bounds: an event of a table version with such a
+#: column (or an array of them) has those values checked one by one, for DuckDB and PostgreSQL
+#: alike (the columnar gate hands such versions to the record gate).
+_CHECKED_TYPES = ("json", "number", "uuid", "decimal")
+#: NUMERIC is decimal(38, 9): below 10^29 in magnitude.
+_NUMERIC_LIMIT = decimal.Decimal("1e29")
+#: PostgreSQL's NUMERIC (and Spanner's PG_NUMERIC): digits before and after the point.
+_PG_NUMERIC_DIGITS = (131_072, 16_383)
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 
 def check_name(what: str, name: object) -> None:
@@ -59,6 +69,10 @@ def check_event(
         raise DecodeError(
             "wrong-topic", f"an event of table {table!r} on topic {topic!r} (its topic is {expected!r})"
         )
+    if table_namespace(str(table)) != version.namespace:
+        raise DecodeError(
+            "wrong-table", f"an event of table {table!r} in a writer schema of {version.namespace!r}"
+        )
     if not record["uuid"] or len(record["uuid"]) > MAX_UUID_CHARS:
         raise DecodeError("bad-envelope", f"uuid {record['uuid']!r:.80} is empty or too long")
     metadata = record["source_metadata"]
@@ -69,11 +83,11 @@ def check_event(
             f"change_type {metadata['change_type']!r:.40} with is_deleted {metadata['is_deleted']!r}",
         )
     order = _sort_key(record["sort_keys"], metadata, now_micros)
-    parsed = parsed_text_columns(version)
-    if parsed:
-        _check_values(parsed, record["payload"])
+    checked = value_checked_columns(version)
+    if checked:
+        _check_values(checked, record["payload"])
         if metadata["old_values"] is not None:
-            _check_values(parsed, metadata["old_values"])
+            _check_values(checked, metadata["old_values"])
     return order
 
 
@@ -90,15 +104,24 @@ def own_topic(topics: Topics, table: object) -> str:
 
 
 @functools.lru_cache(maxsize=4_096)
-def parsed_text_columns(version: TableVersion) -> tuple[tuple[PayloadColumn, str], ...]:
-    """The columns of ``version`` whose text the replica parses, with their logical type (most
+def value_checked_columns(version: TableVersion) -> tuple[tuple[PayloadColumn, str], ...]:
+    """The columns of ``version`` whose values are checked, with their logical type (many
     versions have none: then an event's values are not looked at)."""
     found = []
     for column in version.columns:
-        kind = column.type.avro.get("logicalType") if isinstance(column.type.avro, dict) else None
-        if kind in _PARSED_TEXT:
+        kind = _logical_type(column.type.avro)
+        if kind in _CHECKED_TYPES:
             found.append((column, kind))
     return tuple(found)
+
+
+def _logical_type(avro: Any) -> Any:
+    """A column's logical type, or its array elements' (a nullable union of one type)."""
+    if isinstance(avro, dict) and avro.get("type") == "array":
+        items = avro.get("items")
+        branches = [b for b in items if b != "null"] if isinstance(items, list) else [items]
+        return _logical_type(branches[0]) if len(branches) == 1 else None
+    return avro.get("logicalType") if isinstance(avro, dict) else None
 
 
 def _sort_key(
@@ -127,15 +150,41 @@ def _sort_key(
     return micros, tx_id, sequence, mod_index
 
 
-def _check_values(parsed: Sequence[tuple[PayloadColumn, str]], values: Mapping[str, Any]) -> None:
-    for column, kind in parsed:
+def _check_values(checked: Sequence[tuple[PayloadColumn, str]], values: Mapping[str, Any]) -> None:
+    for column, kind in checked:
         value = values.get(column.field)
-        if value is None:
-            continue
-        try:
-            json.loads(value) if kind == "json" else decimal.Decimal(value)
-        except (ValueError, decimal.InvalidOperation):
-            raise DecodeError("bad-value", f"column {column.name!r}: {value!r:.80} is not {kind}") from None
+        for item in value if isinstance(value, list) else [value]:
+            if item is not None and not _storable(kind, item):
+                raise DecodeError(
+                    "bad-value", f"column {column.name!r}: {item!r:.80} is not a {kind} a sink can hold"
+                )
+
+
+def _storable(kind: str, value: Any) -> bool:
+    """Whether both replicas (and the changelog) can hold ``value`` of logical type ``kind``."""
+    try:
+        if kind == "json":
+            parsed = json.loads(value, parse_constant=_no_constant)
+            json.dumps(parsed, ensure_ascii=False).encode()  # a lone surrogate does not encode
+            return True
+        if kind == "uuid":
+            return isinstance(value, str) and _UUID.fullmatch(value) is not None
+        number = decimal.Decimal(value)
+        if kind == "decimal":
+            return number.is_finite() and number.copy_abs() < _NUMERIC_LIMIT  # abs() rounds to 28 digits
+        if number.is_snan():
+            return False
+        if not number.is_finite():
+            return True  # NaN and ±Infinity: PostgreSQL's NUMERIC holds them
+        before, after = max(number.adjusted() + 1, 0), max(-int(number.as_tuple().exponent), 0)
+        return before <= _PG_NUMERIC_DIGITS[0] and after <= _PG_NUMERIC_DIGITS[1]
+    except (ValueError, TypeError, UnicodeError, RecursionError, decimal.InvalidOperation):
+        return False
+
+
+def _no_constant(name: str) -> None:
+    """JSON's ``NaN`` and ``Infinity`` are not JSON: Spanner never writes them, PostgreSQL refuses them."""
+    raise ValueError(f"{name} is not JSON")
 
 
 def check_watermark(

@@ -251,8 +251,25 @@ class MessageReader:
             except ContractError as exc:
                 raise DecodeError("not-an-event", f"decodes, but is not a change event: {exc}") from exc
             check_version(version)
+            self._check_key(version)
             self._versions[cache_key] = version
         return version
+
+    def _check_key(self, version: TableVersion) -> None:
+        """The key an event names is its table's only if the producer published the key schema
+        of that key (TableVersion): one message cannot re-key a table — taken for a table
+        dropped and created again, that would empty its replica. Unknown to the batch's context,
+        the driver reads the schema topic once more before the reason is final."""
+        fingerprint = version.key_fingerprint
+        if fingerprint in self.context.schemas and fingerprint not in self.context.unreadable:
+            return
+        detail = (
+            f"primary_keys {list(version.key)!r:.200} of writer schema {version.writer.fingerprint_hex}: "
+            f"their key schema {fingerprint:016x} was never published"
+        )
+        if fingerprint in self.context.unreadable:
+            raise DecodeError("unpublished-key", detail)
+        raise UnknownNameError("unpublished-key", detail, Unknown(fingerprint=fingerprint))
 
 
 def json_version_name(document: Mapping[str, Any]) -> tuple[str, str]:

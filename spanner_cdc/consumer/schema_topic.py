@@ -13,9 +13,8 @@ from confluent_kafka import Consumer
 from spanner_cdc.common.kafka_offsets import READER_SETTINGS, read_to_end
 from spanner_cdc.consumer.config import MAX_WRITER_SCHEMAS
 from spanner_cdc.consumer.message_reader import parsed_schema
-from spanner_cdc.schemas.errors import ContractError
 from spanner_cdc.schemas.json_events import VERSION_KEY_PREFIX, version_from_record
-from spanner_cdc.schemas.schema_check import SchemaRejectedError, check_writer_schema, reading_form
+from spanner_cdc.schemas.schema_check import MAX_SCHEMA_BYTES, check_writer_schema, reading_form, without_docs
 from spanner_cdc.schemas.table import TableSchema
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import WATERMARK_SCHEMA, WATERMARK_WRITER
@@ -28,6 +27,9 @@ log = logging.getLogger("spanner_cdc.consumer")
 MAX_REFUSED_SCHEMAS = 1_000
 #: Table versions for JSON events kept at most (each is checked, but a flood must not fill memory).
 MAX_JSON_VERSIONS = 100_000
+#: Schema text kept at most, in all (docs left out): a flood of large valid-looking schemas is
+#: stopped there, whatever their number.
+MAX_KEPT_SCHEMA_BYTES = 256 << 20
 #: Refused schema records logged one by one per consumer run; a flood must not fill the screen.
 MAX_SCHEMA_WARNINGS = 20
 
@@ -52,6 +54,7 @@ class SchemaTopic:
         prefix: str,
         remember_in: Path | None = None,
         max_schemas: int = MAX_WRITER_SCHEMAS,
+        max_bytes: int = MAX_KEPT_SCHEMA_BYTES,
     ) -> None:
         self.topic = Topics(prefix).schemas
         #: Fingerprint → the text of its schema, for schemas that passed the checks (the text,
@@ -62,6 +65,8 @@ class SchemaTopic:
         #: Fingerprint → a digest of its schema's reading form (a lookalike's differs).
         self._reading_forms = {WATERMARK_WRITER.fingerprint: _digest(reading_form(WATERMARK_SCHEMA))}
         self._max_schemas = max_schemas
+        self._max_bytes = max_bytes
+        self._kept_bytes = sum(len(text) for text in self.texts.values())
         #: (table, schema_key) → the table version JSON events of it are read with.
         self.versions: dict[tuple[str, str], TableSchema] = {}
         self._client_config = client_config
@@ -103,13 +108,22 @@ class SchemaTopic:
             return
         try:
             text = value.decode()
-            schema = check_writer_schema(text)
+            schema = without_docs(check_writer_schema(text))
             writer = WriterSchema.from_schema(schema)
-        except (UnicodeDecodeError, SchemaRejectedError, ValueError, TypeError, KeyError) as exc:
-            self._reject(fingerprint, f"schema {fingerprint:016x} is not the contract's: {exc}")
+        except Exception as exc:  # a hostile record: whatever fails reading it costs that record only
+            self._reject(fingerprint, f"schema {fingerprint:016x} is not the contract's: {str(exc)[:200]}")
             return
         if writer.fingerprint != fingerprint:
             self._reject(fingerprint, f"the schema under key {fingerprint:016x} has another fingerprint")
+            return
+        if fingerprint not in self.texts and self._kept_bytes + len(writer.schema_json) > self._max_bytes:
+            self._warn(
+                "%s: more than %s bytes of writer schemas; %016x and later ones are ignored and "
+                "their events quarantined as unknown-fingerprint",
+                self.topic,
+                f"{self._max_bytes:,}",
+                fingerprint,
+            )
             return
         if fingerprint not in self.texts and len(self.texts) >= self._max_schemas:
             self._warn(
@@ -128,17 +142,22 @@ class SchemaTopic:
                 self._warn("%s: %s; its events are quarantined", self.topic, detail)
             self.refused[fingerprint] = ("ambiguous-schema", detail)
             return
-        self.texts.setdefault(fingerprint, writer.schema_json)
-        self._remember(fingerprint, value)
+        if fingerprint not in self.texts:
+            self.texts[fingerprint] = writer.schema_json
+            self._kept_bytes += len(writer.schema_json)
+        self._remember(fingerprint, writer.schema_json.encode())
 
     def _accept_version(self, key: bytes, value: bytes) -> None:
         """A table version for JSON events, used only if its columns hash to the key's schema_key."""
+        if len(value) > MAX_SCHEMA_BYTES:
+            self._warn("%s: a table-version record of %d bytes was ignored", self.topic, len(value))
+            return
         if len(self.versions) >= MAX_JSON_VERSIONS:
             self._warn("%s: more than %d table versions; the rest are ignored", self.topic, MAX_JSON_VERSIONS)
             return
         try:
             version = version_from_record(key.decode(), value)
-        except (UnicodeDecodeError, ContractError, ValueError, TypeError, KeyError) as exc:
+        except Exception as exc:  # a hostile record (also nested ~1,000 deep: RecursionError)
             self._warn("%s: a table-version record was ignored: %s", self.topic, str(exc)[:200])
             return
         self.versions.setdefault((version.table, version.schema_key), version)

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from spanner_cdc.schemas.avro_steps import ColumnsReader
 from spanner_cdc.schemas.errors import ContractError
+from spanner_cdc.schemas.table import KEY_TYPE_NAME
 from spanner_cdc.schemas.wire import WriterSchema
 
 SQL_DIALECTS = ("postgres", "duckdb")
@@ -120,12 +121,29 @@ class PayloadColumn:
 
 
 class TableVersion:
-    """One writer schema of one table: its columns in order and which of them form the key."""
+    """One writer schema of one table: its columns in order and which of them form the key.
 
-    def __init__(self, writer: WriterSchema, columns: Sequence[PayloadColumn], key: Sequence[str]) -> None:
+    The key an event names (``source_metadata.primary_keys``) is trusted only as far as the
+    producer published it: :attr:`key_fingerprint` is the fingerprint of the message-key schema
+    the producer publishes beside the event schema for that key (the key columns' payload fields
+    in key order, ``avsc/key.avsc`` in the table's namespace), which the consumer requires on the
+    schema topic (consumer.message_reader).
+    """
+
+    def __init__(
+        self,
+        writer: WriterSchema,
+        columns: Sequence[PayloadColumn],
+        key: Sequence[str],
+        namespace: str,
+        key_fingerprint: int,
+    ) -> None:
         self.writer = writer
         self.columns = tuple(columns)
         self.key = tuple(key)
+        #: The writer schema's namespace: schemas.table.table_namespace of the table it describes.
+        self.namespace = namespace
+        self.key_fingerprint = key_fingerprint
 
     @classmethod
     def from_writer(cls, writer: WriterSchema, primary_keys: Sequence[str]) -> TableVersion:
@@ -135,17 +153,23 @@ class TableVersion:
         payload = next((f for f in event.get("fields", []) if f.get("name") == "payload"), None)
         if payload is None or not isinstance(payload.get("type"), dict):
             raise ContractError(f"writer schema {writer.fingerprint_hex} has no payload record")
+        fields = {f.get("sqlName", f["name"]): f for f in payload["type"]["fields"]}
         columns = [
-            PayloadColumn(f.get("sqlName", f["name"]), f["name"], ColumnType(_non_null(f["type"])))
-            for f in payload["type"]["fields"]
+            PayloadColumn(name, f["name"], ColumnType(_non_null(f["type"]))) for name, f in fields.items()
         ]
-        names = {c.name for c in columns}
-        missing = [k for k in primary_keys if k not in names]
+        missing = [k for k in primary_keys if k not in fields]
         if missing:
             raise ContractError(
                 f"writer schema {writer.fingerprint_hex}: key columns {missing} not in payload"
             )
-        return cls(writer, columns, primary_keys)
+        namespace = str(event.get("name", "")).rpartition(".")[0]
+        key_schema = {
+            "type": "record",
+            "name": f"{namespace}.{KEY_TYPE_NAME}",
+            "fields": [fields[k] for k in primary_keys],
+        }
+        key_fingerprint = WriterSchema.from_schema(key_schema).fingerprint
+        return cls(writer, columns, primary_keys, namespace, key_fingerprint)
 
     def columns_reader(self, arrow_type: pa.StructType) -> ColumnsReader:
         """The decoder of this version's events straight into Arrow columns of ``arrow_type``,

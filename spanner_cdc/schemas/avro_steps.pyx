@@ -5,7 +5,7 @@
 process; :class:`CompiledReader` then walks that tree over each message's bytes. Reading the
 bytes by position (varints, lengths, UTF-8, floats) is what the consumer's tasks spent most of
 their decoding time on in the generated-Python reader this replaces; in C it takes a quarter of
-that time (docs/consumer.md, Performance, run 14). The records are fastavro's, value for value,
+that time. The records are fastavro's, value for value,
 and the errors the generated reader's, message for message (``tests/unit/test_avro_reader.py``):
 
 - the message ends early: ``EOFError`` (a string or bytes announcing more than is left says how
@@ -19,7 +19,7 @@ fastavro's converters make them (``datetime`` in UTC, ``date``): those converter
 0.7 µs a value, and every event carries three timestamps. A step made ``as_number`` keeps the
 number the bytes hold instead (micros, millis or days since the epoch), which is what an Arrow
 column of the type stores: the consumer's tasks convert every event's timestamps to Arrow, and
-a ``datetime`` costs 0.32 µs a value there against 0.03 for an int (docs/consumer.md, run 20).
+a ``datetime`` costs 0.32 µs a value there against 0.03 for an int.
 Either way, a value outside the years 1-9999 is handed to fastavro's converter, so that its
 error is fastavro's, word for word.
 
@@ -30,7 +30,7 @@ which no Arrow column takes.
 The same steps also read records straight into Arrow's buffers (:class:`ColumnsReader`): the
 consumer's columnar gate reads what its rules need of each event that way, and the sinks read
 its table's columns — which took a third of the time Arrow spent converting the records
-(docs/consumer.md, Performance, run 28).
+.
 """
 
 cimport cython
@@ -781,7 +781,8 @@ cdef class ColumnsReader:
     fields it passes over too (invalid UTF-8, a time or date outside the years 1-9999, a union
     branch that does not exist, bytes left over: the consumer's columnar gate reads with it
     first); it also fails on a value the type cannot hold (a long beyond a 32-bit column, a
-    decimal of 38 digits or more: ``OverflowError``). ``TypeError`` when the type is not one the
+    decimal of 38 digits or more: ``OverflowError``). What it raises for a message carries
+    ``message_index``, that message's place in ``messages``. ``TypeError`` when the type is not one the
     schema's values make, or the schema has a logical type whose converter could fail where
     it is passed over (anything but timestamps, dates and the contract's decimal(38, 9))."""
 
@@ -809,9 +810,13 @@ cdef class ColumnsReader:
             cursor.data = <const unsigned char*>PyBytes_AS_STRING(message)
             cursor.size = PyBytes_GET_SIZE(message)
             cursor.pos = <Py_ssize_t?>starts[i]
-            if cursor.pos < 0 or cursor.pos > cursor.size:
-                raise ends()
-            column.append(cursor)
-            if cursor.pos != cursor.size:
-                raise ValueError(f"{cursor.size - cursor.pos} bytes left after the record")
+            try:
+                if cursor.pos < 0 or cursor.pos > cursor.size:
+                    raise ends()
+                column.append(cursor)
+                if cursor.pos != cursor.size:
+                    raise ValueError(f"{cursor.size - cursor.pos} bytes left after the record")
+            except Exception as exc:
+                exc.message_index = i
+                raise
         return column.arrow()

@@ -32,6 +32,8 @@ from spanner_cdc.schemas.watermark import Watermark
 
 #: Key prefix of table-version records on the schemas topic (writer schemas are keyed by fingerprint).
 VERSION_KEY_PREFIX = "version/"
+#: The columns a table version may have: Spanner's limit per table.
+MAX_VERSION_COLUMNS = 1_024
 _SEPARATORS = (",", ":")
 
 
@@ -114,6 +116,10 @@ def version_from_record(key: str, value: bytes) -> TableSchema:
             f"a version record under {key[:120]!r} is of table {str(document['table'])[:120]!r}"
         )
     columns = document["columns"]
+    if len(columns) > MAX_VERSION_COLUMNS:
+        raise ContractError(
+            f"a version record of {len(columns):,} columns (Spanner allows {MAX_VERSION_COLUMNS:,})"
+        )
     canonical = json.dumps(columns, separators=_SEPARATORS, sort_keys=True)
     if hashlib.sha256(canonical.encode()).hexdigest() != schema_key:
         raise ContractError(f"the columns under {key[:120]!r} do not hash to its schema_key")

@@ -6,7 +6,11 @@ can be made to crash (a recursive schema segfaults fastavro's reader), to spin (
 mapping for). So every schema is walked once, with bounds, before it is used:
 
 - JSON of at most :data:`MAX_SCHEMA_BYTES`, nesting at most :data:`MAX_DEPTH`, at most
-  :data:`MAX_FIELDS` fields in all;
+  :data:`MAX_FIELDS` fields in all — written, and as a decoder expands them: a named type used
+  twice counts twice, so a few kilobytes of records each using the previous one twice (work
+  doubling per level) are refused, and every count is memoised per named type;
+- every named type defined once, and no two with the same short name (a reader resolving a
+  name, and this check, must find the same definition: a decoy ``Payload`` is refused);
 - only the types the contract writes: records, arrays, maps, unions, the primitives, and the
   logical types of ``spanner_types``; no ``enum``, no ``fixed``, no named type used inside its
   own definition (recursion);
@@ -65,6 +69,11 @@ def check_writer_schema(text: str) -> dict[str, Any]:
         raise SchemaRejectedError("the top level is not a record")
     walk = _Walk()
     walk.type(schema, depth=0, defining=())
+    expanded = walk.expanded_fields(schema)
+    if expanded > MAX_FIELDS:
+        raise SchemaRejectedError(
+            f"{expanded:,} fields once named types are expanded (at most {MAX_FIELDS:,})"
+        )
     if schema.get("name") == WATERMARK_SCHEMA["name"]:
         if _bare(schema) != _bare(WATERMARK_SCHEMA):
             raise SchemaRejectedError("a watermark schema that is not the contract's")
@@ -83,6 +92,9 @@ class _Walk:
     def __init__(self) -> None:
         self.fields = 0
         self.defined: dict[str, Any] = {}
+        #: Named type → whether a value of it can take zero bytes / its fields expanded (memos).
+        self._empty: dict[str, bool] = {}
+        self._expanded: dict[str, int] = {}
 
     def type(self, avro: Any, depth: int, defining: tuple[str, ...]) -> None:
         if depth > MAX_DEPTH:
@@ -130,6 +142,9 @@ class _Walk:
             raise SchemaRejectedError("a record without a name or a field list")
         namespace = avro.get("namespace")
         full = f"{namespace}.{name}" if isinstance(namespace, str) and "." not in name else name
+        short = full.rsplit(".", 1)[-1]
+        if any(known.rsplit(".", 1)[-1] == short for known in self.defined):
+            raise SchemaRejectedError(f"a second type named {short!r:.80}")
         self.fields += len(fields)
         if self.fields > MAX_FIELDS:
             raise SchemaRejectedError(f"more than {MAX_FIELDS} fields")
@@ -152,10 +167,40 @@ class _Walk:
         """Can a value of this type take zero bytes (so a count alone could mean endless items)?"""
         if avro == "null" or (isinstance(avro, dict) and avro.get("type") == "null"):
             return True
+        if isinstance(avro, str) and avro in self._empty:
+            return self._empty[avro]
         record = self.resolve(avro)
-        if record is not None and record.get("type") == "record":
-            return all(self._may_be_empty(f.get("type")) for f in record.get("fields", []))
-        return False
+        empty = (
+            record is not None
+            and record.get("type") == "record"
+            and all(self._may_be_empty(f.get("type")) for f in record.get("fields", []))
+        )
+        if isinstance(avro, str):
+            self._empty[avro] = empty
+        return empty
+
+    def expanded_fields(self, avro: Any) -> int:
+        """The record fields a decoder walks for one value of this type, named types expanded
+        where they are used (each counted once per use; memoised per name)."""
+        if isinstance(avro, list):
+            return sum(self.expanded_fields(branch) for branch in avro)
+        if isinstance(avro, str):
+            if avro in PRIMITIVES:
+                return 0
+            if avro not in self._expanded:
+                self._expanded[avro] = self.expanded_fields(self.resolve(avro))
+            return self._expanded[avro]
+        if not isinstance(avro, dict):
+            return 0
+        kind = avro.get("type")
+        if kind == "record":
+            fields = avro.get("fields", [])
+            return len(fields) + sum(self.expanded_fields(f.get("type")) for f in fields)
+        if kind == "array":
+            return self.expanded_fields(avro.get("items"))
+        if kind == "map":
+            return self.expanded_fields(avro.get("values"))
+        return 0
 
     def resolve(self, avro: Any) -> dict[str, Any] | None:
         """A type's definition: itself, or the record a name refers to (None when unknown)."""
@@ -209,8 +254,22 @@ def _check_source_metadata(found: Any, expected: dict[str, Any]) -> None:
 
 
 def _check_columns(record: dict[str, Any]) -> None:
-    """A payload or key record: each field a nullable column of a type the sinks map."""
+    """A payload or key record: each field a nullable column of a type the sinks map, under a
+    column name no other field has — compared ignoring case, as Spanner and DuckDB compare
+    names (``V`` and ``v`` would be one replica column) — and without ``~``, which the replica's
+    shortened names use."""
+    seen: dict[str, str] = {}
     for field in record["fields"]:
+        sql_name = field.get("sqlName", field["name"])
+        if isinstance(sql_name, str):
+            if "~" in sql_name:
+                raise SchemaRejectedError(f"payload column {sql_name!r:.80} has a '~' in its name")
+            folded = sql_name.casefold()
+            if folded in seen:
+                raise SchemaRejectedError(
+                    f"payload columns {seen[folded]!r:.80} and {sql_name!r:.80} are one name"
+                )
+            seen[folded] = sql_name
         column = field["type"]
         if not (isinstance(column, list) and len(column) == 2 and column[0] == "null"):
             raise SchemaRejectedError(f"payload column {field['name']!r} is not a union of null and one type")
@@ -244,6 +303,16 @@ def reading_form(schema: dict[str, Any]) -> str:
     ``logicalType`` included, which Avro's fingerprint leaves out). Two schemas with one
     fingerprint and different reading forms would be read differently."""
     return json.dumps(_bare(schema), sort_keys=True, separators=(",", ":"))
+
+
+def without_docs(avro: Any) -> Any:
+    """A schema without its ``doc`` texts: free text outside the fingerprint and the reading
+    form, which a flood could make megabytes long; decoding never needs it."""
+    if isinstance(avro, list):
+        return [without_docs(branch) for branch in avro]
+    if isinstance(avro, dict):
+        return {key: without_docs(value) for key, value in avro.items() if key != "doc"}
+    return avro
 
 
 def _bare(avro: Any) -> Any:

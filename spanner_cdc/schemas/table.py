@@ -24,6 +24,16 @@ from spanner_cdc.schemas.spanner_types import Converter, SpannerType, avro_type,
 _AVRO_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _INVALID_NAME_CHARS = re.compile(r"[^A-Za-z0-9_]")
 PAYLOAD_TYPE_NAME = "Payload"
+#: The message key's record (``avsc/key.avsc``), in the table's namespace like the payload.
+KEY_TYPE_NAME = "Key"
+
+
+@functools.lru_cache(maxsize=4_096)
+def table_namespace(table: str) -> str:
+    """The Avro namespace of a table's writer schemas, so that every table's named types stay
+    distinct (two names differing only in characters Avro names cannot hold share one)."""
+    parts = [_INVALID_NAME_CHARS.sub("_", part) or "_" for part in table.split(".")]
+    return ".".join(["spanner_cdc", *(p if p[0].isalpha() else f"_{p}" for p in parts)])
 
 
 @dataclass(frozen=True)
@@ -112,9 +122,7 @@ class TableSchema:
 
     @cached_property
     def namespace(self) -> str:
-        """Avro namespace per table, so that every table's named types stay distinct."""
-        parts = [_INVALID_NAME_CHARS.sub("_", part) or "_" for part in self.table.split(".")]
-        return ".".join(["spanner_cdc", *(p if p[0].isalpha() else f"_{p}" for p in parts)])
+        return table_namespace(self.table)
 
     def _fields(self, columns: Iterable[Column]) -> list[dict[str, Any]]:
         fields = []

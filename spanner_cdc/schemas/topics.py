@@ -83,8 +83,10 @@ class Topics:
     def event_pattern(self) -> str:
         """A regular expression that matches every event topic and nothing else of the prefix —
         also not the old control topics (``{prefix}._schemas``) nor those of a longer prefix
-        (``{prefix}.Test._schemas``): every dot-separated part of a table name starts with a letter."""
-        return re.escape(self.prefix) + r"(\.[A-Za-z][^.]*)+"
+        (``{prefix}.Test._schemas``): every dot-separated part of a table name starts with a letter.
+        Anchored at both ends: Spark's ``subscribePattern`` finds the pattern anywhere in a topic's
+        name, and ``_spanner-cdc.{prefix}.schemas`` holds the prefix too."""
+        return "^" + re.escape(self.prefix) + r"(\.[A-Za-z][^.]*)+$"
 
     def is_event_topic(self, name: str) -> bool:
         return re.fullmatch(self.event_pattern, name) is not None

@@ -29,6 +29,8 @@ from testkit.synthetic import STREAM, ChangeFactory, publish
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 YEAR_9999_MICROS = 253_402_300_799_000_000
+#: 10^30 as NUMERIC's Avro bytes (decimal(38, 9): the unscaled 10^39, two's complement, big-endian).
+TOO_LARGE_NUMERIC = (10**39).to_bytes(17, "big", signed=True)
 
 
 def schema_record(schema: dict[str, Any]) -> tuple[bytes, bytes, WriterSchema]:
@@ -91,11 +93,20 @@ def hostile(topics: Topics) -> Hostile:
     _payload_fields(with_enum)[2]["type"] = ["null", {"type": "enum", "name": "E", "symbols": ["x"]}]
     lookalike = one_event(ChangeFactory(table="Lookalike"), {"Id": "l"}, {"Balance": "5", "Note": "n"})
     impostor = copy.deepcopy(lookalike.table.event_schema)
-    _payload_fields(impostor)[2]["sqlName"] = "Balance"  # Note read as Balance: the same fingerprint
+    # Balance and Note swapped (each read as the other): the same fingerprint, another reading.
+    _payload_fields(impostor)[1]["sqlName"], _payload_fields(impostor)[2]["sqlName"] = "Note", "Balance"
     reserved = ChangeFactory(table="Weird", columns=(("Id", "STRING", True), ("cdc$x", "INT64", False)))
     weird = one_event(reserved, {"Id": "w"}, {"cdc$x": "1"})
     docs = ChangeFactory(table="Docs", columns=(("Id", "STRING", True), ("Doc", "JSON", False)))
     doc = one_event(docs, {"Id": "d"}, {"Doc": '{"a": 1}'})
+    typed = ChangeFactory(
+        table="Values",
+        columns=(("Id", "STRING", True), ("N", "NUMERIC", False), ("U", "UUID", False),
+                 ("J", "JSON", False), ("P", "PG_NUMERIC", False)),
+    )  # fmt: skip
+    values = one_event(
+        typed, {"Id": "v"}, {"N": "1.5", "U": "0b6e2a46-6d6c-4a3c-9a51-2f0f6b0c8e11", "J": "[1]", "P": "2.5"}
+    )
 
     schemas = [schema_record(s) for s in (recursive, null_items, with_enum, impostor)]
     recursive_header, null_items_header, enum_header = (writer.header for _, _, writer in schemas[:3])
@@ -113,9 +124,21 @@ def hostile(topics: Topics) -> Hostile:
         ("bad-sort-keys", accounts, forged(template, in_9999)),
         ("bad-name", accounts, forged(template, {"object": "cdc$batches"})),
         ("wrong-topic", topics.event("Other"), forged(template, {})),
+        # Taken for Accounts dropped and created again with another key, these emptied its replica.
+        ("unpublished-key", accounts, forged(template, {"source_metadata.primary_keys": ["Note"]})),
+        ("unpublished-key", accounts, forged(template, {"source_metadata.primary_keys": []})),
+        # DuckDB folds the case of names: this changed an Accounts row.
+        ("wrong-table", topics.event("accounts"), forged(template, {"object": "accounts"})),
         ("bad-envelope", accounts, forged(template, {"source_metadata.change_type": "MERGE"})),
         ("bad-name", topics.event("Weird"), forged(weird, {})),
         ("bad-value", topics.event("Docs"), forged(doc, {"payload.Doc": "{not json"})),
+        # Values both gates accepted and a sink could not hold: the batch failed at every retry.
+        ("bad-value", topics.event("Values"), forged(values, {"payload.N": TOO_LARGE_NUMERIC})),
+        ("bad-value", topics.event("Values"), forged(values, {"payload.U": "not-a-uuid"})),
+        ("bad-value", topics.event("Values"), forged(values, {"payload.J": '{"a": NaN}'})),
+        ("bad-value", topics.event("Values"), forged(values, {"payload.J": '"\\ud800"'})),
+        ("bad-value", topics.event("Values"), forged(values, {"payload.P": "sNaN"})),
+        ("bad-value", topics.event("Values"), forged(values, {"payload.P": "1e999999"})),
         ("empty", accounts, b""),
         ("bad-watermark", accounts, Watermark(STREAM, YEAR_9999_MICROS, {accounts: 3}).encode(0)),
         ("bad-watermark", accounts, Watermark(STREAM, 1, {accounts: 3, nope: 1}).encode(0)),
@@ -123,7 +146,7 @@ def hostile(topics: Topics) -> Hostile:
     ]
     garbage = [(b"not-a-fingerprint", b"{}"), (b"0123456789abcdef", b"\xff\xfe not json")]
     records = [(key, value) for key, value, _ in schemas] + garbage
-    return Hostile([before, unannounced, after], [lookalike, weird, doc], records, cases)
+    return Hostile([before, unannounced, after], [lookalike, weird, doc, values], records, cases)
 
 
 def test_hostile_messages_are_quarantined_and_good_events_flow(

@@ -130,7 +130,7 @@ def test_null_key_values_are_keys(spark: Any, stack: EmbeddedStack, configure: C
     """Spanner takes NULL as a key value like any other (one row per key, NULL equal to NULL). The
     table is created before the first NULL key arrives, as an existing replica's: its key columns
     NOT NULL — a primary key in PostgreSQL, none in DuckDB, whose key index made every commit
-    slow (docs/consumer.md, run 15)."""
+    slow."""
     config = configure()
     table = ChangeFactory(
         table="Nullable", columns=(("Id", "STRING", True), ("At", "INT64", True), ("V", "INT64", False))

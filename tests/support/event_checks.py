@@ -68,6 +68,14 @@ def assert_watermarks_cover_what_precedes_them(
     assert min(newest.values()) >= last_commit
 
 
+def assert_no_change_twice(events: list[Received]) -> None:
+    """Exactly once onto Kafka: a ``read_committed`` reader sees every change once, also after
+    SIGKILLs and handovers (each transaction commits the checkpoint of its own events)."""
+    counts = collections.Counter(event.value["uuid"] for event in events)
+    twice = [uuid for uuid, count in counts.items() if count > 1]
+    assert not twice, f"{len(twice)} changes on Kafka more than once, e.g. {twice[:3]}"
+
+
 def assert_a_change_sent_again_keeps_its_uuid(events: list[Received]) -> None:
     """After restarts or handovers a change may be on Kafka twice: always with one uuid, which
     is what the consumer drops the copy by."""

@@ -147,6 +147,13 @@ def test_a_message_that_does_not_end_with_its_record_is_refused() -> None:
         columns_of(writer, pa.int64(), [message[:-1]])
 
 
+def test_the_error_for_a_message_says_which_message_it_was() -> None:
+    writer, message = one_column_event("long", 7)
+    with pytest.raises(EOFError) as raised:
+        columns_of(writer, pa.int64(), [message, message, message[:-1], message])
+    assert getattr(raised.value, "message_index", None) == 2
+
+
 def test_a_text_column_reads_as_the_bytes_a_batch_merged_it_into() -> None:
     """A column Spanner changed from STRING to BYTES is BYTES in a batch that has both
     (table_version.merged): the text's UTF-8, as Arrow makes of the gate's string."""

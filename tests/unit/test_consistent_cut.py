@@ -44,7 +44,8 @@ def decoder() -> BatchDecoder:
 
 @pytest.fixture
 def cut(tmp_path: Path, decoder: BatchDecoder) -> ConsistentCut:
-    return ConsistentCut(DuckDbBackend(tmp_path / "replica.duckdb"), lambda topic: topic != "P.Other", 1_000)
+    backend = DuckDbBackend(tmp_path / "replica.duckdb")
+    return ConsistentCut(backend, lambda topic: topic != "P.Other", 1_000, decoder.partitions.counts)
 
 
 def release(
@@ -99,6 +100,27 @@ def test_a_topic_missing_from_the_newest_watermark_stops_holding_the_cut_back(
     both = {TOPIC: 1, "P.Dropped": 1}
     assert release(cut, decoder, [], [mark(0, 100, both)])[0].cut_micros is None, "P.Dropped has no watermark"
     assert release(cut, decoder, [], [mark(0, 200, {TOPIC: 1})])[0].cut_micros == 200
+
+
+def test_a_watermark_listing_fewer_topics_than_the_broker_has_does_not_release_the_cut(
+    cut: ConsistentCut, decoder: BatchDecoder
+) -> None:
+    """One forged watermark, ahead and listing one partition only, used to become the cut."""
+    assert release(cut, decoder, [], [mark(0, 100), mark(1, 100)])[0].cut_micros == 100
+    assert release(cut, decoder, [], [mark(0, 10_000, {TOPIC: 1})])[0].cut_micros == 100
+    assert release(cut, decoder, [], [mark(1, 200)])[0].cut_micros == 200
+
+
+def test_a_topic_no_longer_subscribed_is_not_waited_for_after_a_restart(
+    tmp_path: Path, decoder: BatchDecoder
+) -> None:
+    backend = DuckDbBackend(tmp_path / "replica.duckdb")
+    counts = BrokerPartitions(lambda: {TOPIC: 1, "P.Later": 1}).counts
+    before = ConsistentCut(backend, lambda topic: True, 1_000, counts)
+    both = {TOPIC: 1, "P.Later": 1}
+    assert release(before, decoder, [], [mark(0, 100, both)])[0].cut_micros is None, "P.Later has none"
+    after = ConsistentCut(backend, lambda topic: topic == TOPIC, 1_000, counts)
+    assert release(after, decoder, [], [mark(0, 200, both)])[0].cut_micros == 200
 
 
 def test_unsubscribed_topics_are_not_waited_for(cut: ConsistentCut, decoder: BatchDecoder) -> None:
@@ -186,7 +208,7 @@ def test_a_pending_table_keyed_by_coordinates_is_made_again_without_the_key_its_
     )
     backend.execute(f"INSERT INTO {quote(PENDING)} VALUES (?, 0, 7, 100, NULL, ?)", [TOPIC, b"held"])
 
-    ConsistentCut(backend, lambda topic: True, 1_000)
+    ConsistentCut(backend, lambda topic: True, 1_000, dict)
     backend.execute(f"INSERT INTO {quote(PENDING)} VALUES (?, 0, 7, 200, NULL, ?)", [TOPIC, b"again"])
 
     rows = backend.execute(

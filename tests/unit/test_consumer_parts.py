@@ -34,6 +34,7 @@ from spanner_cdc.consumer.sinks.changelog import DISTINCT_PER_EVENT, ChangelogSi
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
 from spanner_cdc.schemas.errors import DecodeError
 from spanner_cdc.schemas.table import TableSchema
+from spanner_cdc.schemas.timestamps import now_micros
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import Watermark
 from spanner_cdc.schemas.wire import MAGIC, WriterSchema
@@ -78,6 +79,18 @@ def test_entries_behind_the_horizon_are_pruned(tmp_path: Path) -> None:
     assert fresh(memory, 2, ["old", "new"], [1_000, 2_000]) == [True, False]
 
 
+def test_a_future_commit_time_does_not_shrink_the_window(tmp_path: Path) -> None:
+    """One event stamped 59 minutes ahead made the memory prune everything older than a minute
+    ago: 100 re-sent duplicates of the last ten minutes were all delivered again."""
+    now = now_micros()
+    recent = [f"r{n}" for n in range(100)]
+    times = [now - 600_000_000 + n for n in range(100)]
+    memory = DeliveredChanges(tmp_path, HOUR)
+    memory.remember(0, changes(recent, times))
+    memory.remember(1, changes(["forged"], [now + 59 * 60_000_000]))
+    assert fresh(memory, 2, recent, times) == [False] * 100
+
+
 def test_the_memory_survives_a_reopen(tmp_path: Path) -> None:
     memory = DeliveredChanges(tmp_path, HOUR)
     memory.remember(0, changes(["a"], [10]))
@@ -100,6 +113,11 @@ def test_the_topic_pattern_leaves_out_control_topics(tmp_path: Path) -> None:
     assert not pattern.fullmatch("BankxStream.Accounts")
     assert pattern.fullmatch("Bank.Stream.sales.Orders")  # a table in a named schema
     assert not pattern.fullmatch("Bank.Stream.Test._schemas")  # the prefix Bank.Stream.Test's
+    # Spark's subscribePattern finds the pattern anywhere in a name (Matcher.find): anchored, it
+    # leaves out the prefix's control topics, whose names hold the prefix too.
+    for control in ("_spanner-cdc.Bank.Stream.schemas", "_spanner-cdc.Bank.Stream.watermarks"):
+        assert not pattern.search(control)
+    assert not pattern.search("Old.Bank.Stream.Accounts")
 
 
 def test_postgres_replica_needs_a_dsn(tmp_path: Path) -> None:
@@ -135,6 +153,26 @@ def test_an_exception_in_a_task_is_its_own_line_whatever_its_class_is_called() -
         "Caused by: org.apache.spark.SparkException: Job aborted due to stage failure\n"
     )
     assert python_error(report) == "pyarrow.lib.ArrowInvalid: Invalid UTF8 payload"
+
+
+def test_a_failed_spark_job_of_a_batch_is_the_line_of_its_java_cause() -> None:
+    """A batch's Spark job failed in the JVM (Kafka no longer has offsets the batch reads): the
+    Python side sees only py4j's wrapper; the line is the first Java cause that says what."""
+    report = (
+        "[STREAM_FAILED] Query terminated with exception: Traceback (most recent call last):\n"
+        '  File "batch.py", line 9, in call\n'
+        "py4j.protocol.Py4JJavaError: An error occurred while calling o348.getResult.\n"
+        ": org.apache.spark.SparkException: Exception thrown in awaitResult: \n"
+        "\tat org.apache.spark.util.SparkThreadUtils$.awaitResult(SparkThreadUtils.scala:56)\n"
+        "Caused by: org.apache.spark.SparkException: Job aborted due to stage failure\n"
+        "Caused by: org.apache.spark.sql.kafka010.KafkaIllegalStateException: Some data may have been "
+        "lost because they are not available in Kafka any more;\n"
+        "Caused by: org.apache.kafka.clients.consumer.OffsetOutOfRangeException: Fetch position "
+        "out of range\n"
+    )
+    assert python_error(report) == (
+        "Some data may have been lost because they are not available in Kafka any more;"
+    )
 
 
 def test_a_closed_gate_waits_for_the_running_batch_and_refuses_the_next() -> None:
@@ -412,3 +450,50 @@ def test_a_changelog_that_differs_from_what_the_batch_kept_fails_the_batch() -> 
     with pytest.raises(ChangelogShortfallError, match=r"'C': kept 0, written 5"):
         check_written(3, Counter({"A": 2}), Counter({"A": 2, "C": 5}))
     assert per_table(pa.table({"object": ["B", "A", "B"]})) == Counter({"B": 2, "A": 1})
+
+
+def test_no_schema_topic_record_can_stop_the_consumer(caplog: pytest.LogCaptureFixture) -> None:
+    """The schema topic is read from its start at every start: a record whose reading raised
+    (a named type defined twice: fastavro's SchemaParseException; a table version nested ~990
+    deep: RecursionError) stopped every future start. Each is refused with one line."""
+    key = {"name": "Id", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1}
+    real = WriterSchema.from_schema(TableSchema.from_column_types("T", [key]).event_schema)
+    twice = json.loads(real.schema_json)
+    twice["fields"].append({"name": "again", "type": "Payload"})
+    twice["fields"].append({"name": "twice", "type": {"type": "record", "name": "Payload", "fields": []}})
+    deep = ("[" * 990 + "]" * 990).encode()
+    topic = SchemaTopic({}, "P")
+    with caplog.at_level(logging.WARNING, logger="spanner_cdc"):
+        topic.accept(real.fingerprint_hex.encode(), json.dumps(twice).encode())
+        topic.accept(b"version/T/abc", deep)
+        topic.accept(b"version/T/abc", b'{"columns": ' + b"{" * 5000 + b"}")
+        topic.accept(real.fingerprint_hex.encode(), real.schema_json.encode())
+    assert real.fingerprint in topic.texts
+    assert "a table-version record was ignored" in caplog.text
+
+
+def test_schema_topic_memory_is_bounded_by_bytes_not_only_by_count(caplog: pytest.LogCaptureFixture) -> None:
+    """1 MB of free ``doc`` text (outside the fingerprint) per schema kept 301 MB for 300 of
+    them; a JSON table version had no column cap (16.6 MB on the topic, 538 MB of driver heap)."""
+    key = {"name": "Id", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1}
+    topic = SchemaTopic({}, "P", max_bytes=200_000)
+    with caplog.at_level(logging.WARNING, logger="spanner_cdc"):
+        for n in range(300):
+            schema = TableSchema.from_column_types(f"T{n}", [key]).event_schema
+            schema["doc"] = "x" * 1_000_000
+            writer = WriterSchema.from_schema(schema)
+            topic.accept(writer.fingerprint_hex.encode(), json.dumps(schema).encode())
+    kept = sum(len(text) for text in topic.texts.values())
+    assert kept <= 200_000 and 10 < len(topic.texts) < 300
+    assert all('"doc"' not in text or "x" * 100 not in text for text in topic.texts.values())
+    assert "bytes of writer schemas" in caplog.text
+
+    topic = SchemaTopic({}, "P")
+    wide = {"table": "W", "columns": [[f"c{i}", {"code": "INT64"}, i == 0, i + 1] for i in range(2_000)]}
+    huge = json.dumps({"table": "H", "columns": [["c", {"code": "STRING"}, True, 1]], "pad": "x" * 2_000_000})
+    with caplog.at_level(logging.WARNING, logger="spanner_cdc"):
+        topic.accept(b"version/abc/W", json.dumps(wide).encode())
+        topic.accept(b"version/abc/H", huge.encode())
+    assert topic.versions == {}
+    assert "2,000 columns" in caplog.text
+    assert "a table-version record of" in caplog.text

@@ -7,16 +7,20 @@ import csv
 import datetime as dt
 import decimal
 import json
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 FORMATS = ("table", "json", "csv")
 #: Off a terminal (a pipe, a file) rich would assume 80 columns; a stream's row is wider.
 WIDEST_TABLE = 160
+#: Characters a terminal would obey rather than show (newlines and tabs are shown as such).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def write_rows(
@@ -32,10 +36,16 @@ def write_rows(
     else:
         table = Table(show_lines=False)
         for name in names:
-            table.add_column(name, overflow="fold")  # wrapped, never cut: a value is read whole
+            table.add_column(_shown(name), overflow="fold")  # wrapped, never cut: a value is read whole
         for row in rows:
-            table.add_row(*("NULL" if v is None else str(_csv_text(plain(v))) for v in row))
+            table.add_row(*(Text("NULL") if v is None else _shown(str(_csv_text(plain(v)))) for v in row))
         Console(file=out, width=max(WIDEST_TABLE, Console(file=out).width)).print(table)
+
+
+def _shown(text: str) -> Text:
+    """``text`` as it is: never read as rich markup (``[red]`` stays text, ``[/bold]`` no error),
+    control characters as their escapes (``\\x1b``), so a value cannot drive the terminal."""
+    return Text(_CONTROL.sub(lambda found: repr(found.group())[1:-1], text))
 
 
 def plain(value: Any) -> Any:

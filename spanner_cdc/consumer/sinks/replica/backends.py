@@ -181,7 +181,7 @@ class DuckDbBackend:
     dialect = "duckdb"
     #: No: maintaining the key's index was most of a batch's commit (0.6-0.9 s at 32,000 rows, more
     #: as the replica grows), and the DuckDB replica with whole transactions ran at 13,826 events/s
-    #: with it and 20,650 without over the bench's 440,000 (docs/consumer.md, run 15).
+    #: with it and 20,650 without over the bench's 440,000.
     declares_primary_keys = False
 
     def __init__(self, path: Path, lock_wait_seconds: float = DUCKDB_LOCK_WAIT_SECONDS) -> None:
@@ -290,7 +290,7 @@ class DuckDbBackend:
         a batch, growing from batch to batch, and 0.06-0.14 s this way, plus 0.6-0.9 s at the
         commit for the primary key's index (a scratch script, DuckDB 2.0.1). Over the bench's
         440,000 events the replica's transactions took 15.2-17.3 s against 28.2-30.0 s with
-        UPDATE (docs/consumer.md, Performance, run 11)."""
+        UPDATE."""
         replaced = ", ".join(f"{expression} AS {quote(column)}" for column, expression in assignments)
         updated = quote(UPDATED_ROWS)
         self.execute(

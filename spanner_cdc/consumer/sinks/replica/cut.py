@@ -9,8 +9,9 @@ or before ``W``. That ``W`` — the minimum over partitions of the newest waterm
 
 Per micro-batch, inside the replica's transaction (so a replay repeats it exactly):
 
-1. merge the batch's watermarks into ``cdc$watermarks`` (one row per expected partition; the
-   newest record's topic list says which partitions are expected) and compute the cut;
+1. merge the batch's watermarks into ``cdc$watermarks`` (one row per expected partition: those
+   the newest record's topic list names, and those expected before whose topic is still on the
+   broker) and compute the cut;
 2. events committed after the cut are held in ``cdc$pending``: their Kafka messages, as the
    tasks staged them (sinks.replica.staged), so nothing is decoded to hold them;
 3. events committed at or before it — from this batch and from ``cdc$pending`` — are applied
@@ -34,7 +35,7 @@ arrived: counted and logged, never waited for. An event at or before a cut alrea
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -100,11 +101,15 @@ class ConsistentCut:
         backend: SqlBackend,
         subscribed: Callable[[str], bool],
         slice_events: int,
+        on_broker: Callable[[], Mapping[str, int]],
     ) -> None:
         self.backend = backend
         #: Held events brought back per slice (the consumer passes its --max-events-per-batch).
         self.slice_events = slice_events
         self.subscribed = subscribed
+        #: Topic → partition count on the broker: a partition stops being waited for only when
+        #: its topic is gone from there (consumer.decode.BrokerPartitions.counts).
+        self.on_broker = on_broker
         with backend.transaction():
             backend.execute(f"CREATE TABLE IF NOT EXISTS {quote(PENDING)} ({_PENDING_COLUMNS})")
             _drop_coordinates_key(backend)
@@ -197,8 +202,12 @@ class ConsistentCut:
         """Fold the batch's watermarks into ``cdc$watermarks``.
 
         Returns the cut they give (None while an expected partition has no watermark yet) and
-        the watermark the expected partitions now come from. The newest record's topic list
-        replaces the expected partitions, so a dropped topic stops holding the cut back.
+        the watermark the expected partitions now come from. The newest record's topic list adds
+        the partitions it names; a partition expected before stays expected while its topic is
+        on the broker and subscribed (a consumer may start again with fewer ``--tables``). So a
+        dropped topic stops holding the cut back, and one forged watermark listing one topic
+        cannot make the cut that topic's alone (it moved the cut 59 minutes ahead and released
+        held events of unfinished transactions).
         """
         rows = self.backend.execute(f'SELECT topic, "partition", watermark_micros FROM {quote(WATERMARKS)}')
         marks: dict[tuple[str, int], int | None] = {(str(t), int(p)): w for t, p, w in rows}
@@ -206,11 +215,19 @@ class ConsistentCut:
             newest = max(seen, key=lambda s: s.watermark.watermark_micros).watermark
             if newest.watermark_micros > topics_from:
                 topics_from = newest.watermark_micros
+                on_broker = self.on_broker()
                 marks = {
-                    (topic, partition): marks.get((topic, partition))
-                    for topic, count in newest.topics.items()
-                    if self.subscribed(topic)
-                    for partition in range(count)
+                    **{
+                        (topic, partition): micros
+                        for (topic, partition), micros in marks.items()
+                        if self.subscribed(topic) and partition < on_broker.get(topic, 0)
+                    },
+                    **{
+                        (topic, partition): marks.get((topic, partition))
+                        for topic, count in newest.topics.items()
+                        if self.subscribed(topic)
+                        for partition in range(count)
+                    },
                 }
             for mark in seen:
                 where = (mark.topic, mark.partition)

@@ -410,7 +410,7 @@ class ReplicaMerge:
         rows, then ``nth_value`` (PostgreSQL's takes an INTEGER) reads the value there. So a
         fold's sorts do not grow with the table's columns (PostgreSQL's plan has three); ordering
         each column's changes by its flag cost a sort per value column (21 for ten columns), and
-        such sorts spilled to disk at 45,000 rows (docs/consumer.md, Performance, run 17).
+        such sorts spilled to disk at 45,000 rows.
         """
         key = changes.key
         by_key = f"PARTITION BY {quote_all(key)}" if key else ""

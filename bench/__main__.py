@@ -7,9 +7,11 @@ import os
 import resource
 import shutil
 import tempfile
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
-from bench import consumer, group, producer
+from bench import consumer, group, peer, producer
 from bench.producer import Figure, percentile
 from spanner_cdc.demo import DEFAULT_TRANSFERS_PER_SECOND
 from spanner_cdc.demo.run import run_bank
@@ -26,7 +28,8 @@ PIPELINE_TARGET_P99_MS = 2_000
 LATENCY_TARGET_P99_MS = 1_000
 #: Peak RSS of a producer with 1,000 partitions running (issue 15).
 PARTITIONS_TARGET_RSS_MIB = 300
-PARTS = ("producer", "group", "partitions", "backfill", "poll", "consumer", "pipeline")
+#: Transactions/s of the peer part's latency runs (b).
+PEER_RATE = 100.0
 
 
 def print_figures(figures: list[Figure]) -> None:
@@ -72,32 +75,42 @@ def main() -> None:
         "--group-rows", type=int, default=100_000, help="rows of the group's backlog measurement (g)"
     )
     parser.add_argument("--changes", type=int, default=100_000, help="changes for the consumer measurement")
-    parser.add_argument("--only", choices=PARTS, help="run one part only")
+    parser.add_argument(
+        "--peer-rows", type=int, default=20_000, help="committed changes of the peer part's backlog (a)"
+    )
+    parser.add_argument("--only", choices=list(PART_RUNS), help="run one part only")
     args = parser.parse_args()
 
     with stop_on_signals():
         stack = EmbeddedStack.start(names=("spanner", "kafka", "postgres"))
+        summaries: list[tuple[str, str]] = []
         try:
-            if args.only in (None, "producer"):
-                producer_part(stack, args)
-            if args.only in (None, "group"):
-                group_part(args)
-            if args.only in (None, "partitions"):
-                partitions_part(stack, args)
-            if args.only in (None, "backfill"):
-                backfill_part(stack, args)
-            if args.only in (None, "poll"):
-                poll_part(stack, args)
-            if args.only in (None, "consumer"):
-                consumer_part(stack, args)
-            if args.only in (None, "pipeline"):
-                pipeline_part(stack, args)
+            for name, part in PART_RUNS.items():
+                if args.only in (None, name):
+                    summaries.append((name, run_part(name, part, stack, args)))
         finally:
             stack.stop()
+    print("summary")
+    for name, line in summaries:
+        print(f"  {name:10} {line}")
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
 
-def group_part(args: argparse.Namespace) -> None:
+def run_part(name: str, part: Part, stack: EmbeddedStack, args: argparse.Namespace) -> str:
+    """One part's summary line; a part that fails prints its error in one line (the traceback
+    goes to a file) and the bench goes on with the next."""
+    try:
+        return part(stack, args)
+    except Exception as exc:
+        trace = Path(tempfile.mkstemp(prefix=f"bench-{name}-", suffix=".txt")[1])
+        trace.write_text(traceback.format_exc())
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        line = f"failed: {type(exc).__name__}: {first} (traceback: {trace})"
+        print(f"  {name}: {line}")
+        return line
+
+
+def group_part(_stack: EmbeddedStack, args: argparse.Namespace) -> str:
     print("several producer processes of a group (issue 16), emulator tokens living 2-4 s")
     churning = EmbeddedStack.start(names=("spanner", "kafka"), churn_seconds=2)
     try:
@@ -119,9 +132,13 @@ def group_part(args: argparse.Namespace) -> None:
         )
     finally:
         churning.stop()
+    return (
+        f"(g) 1 process of a group {one.per_second:,.0f} ev/s, without {single.per_second:,.0f}: "
+        f"{one.per_second / single.per_second:.2f}x"
+    )
 
 
-def partitions_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
+def partitions_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
     print("producer memory with many partitions (issue 15)")
     one, many = (
         producer.many_partitions(stack.endpoint("kafka"), count, args.seconds) for count in (1, 1_000)
@@ -131,28 +148,39 @@ def partitions_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
             f"  (f) {found['partitions']:5,} partition(s) for {found['seconds']:.0f} s: peak RSS "
             f"{found['peak_rss_mib']:.0f} MiB, {found['events']:,} events acknowledged"
         )
-    print(
-        f"  1,000/1 partition(s) {many['peak_rss_mib'] / one['peak_rss_mib']:.2f}x; "
+    line = (
+        f"(f) 1,000 partitions peak RSS {many['peak_rss_mib']:.0f} MiB, "
+        f"{many['peak_rss_mib'] / one['peak_rss_mib']:.2f}x 1 partition; "
         f"target {PARTITIONS_TARGET_RSS_MIB} MiB: "
         f"{'reached' if many['peak_rss_mib'] <= PARTITIONS_TARGET_RSS_MIB else 'not reached'}"
     )
+    print(f"  {line}")
+    return line
 
 
-def backfill_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
+def backfill_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
     print("backfill (issue 18)")
     alone, backfill = producer.backfill_figures(stack, args.backfill_rows)
     print_figures([alone, backfill])
-    print(f"  backfill/reading alone {backfill.per_second / alone.per_second:.2f}x")
+    line = (
+        f"(d) backfill {backfill.per_second:,.0f} rows/s, "
+        f"{backfill.per_second / alone.per_second:.2f}x the client reading alone"
+    )
+    print(f"  {line}")
+    return line
 
 
-def poll_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
+def poll_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
     print("commit-timestamp polling (issue 18)")
     alone, polled = producer.poll_figures(stack, args.backfill_rows)
     print_figures([alone, polled])
-    print(f"  poll/query alone {polled.per_second / alone.per_second:.2f}x")
+    ratio = polled.per_second / alone.per_second
+    line = f"(e) poll {polled.per_second:,.0f} rows/s, {ratio:.2f}x the query alone"
+    print(f"  {line}")
+    return line
 
 
-def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
+def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
     print("consumer (issues 4, 5 and 14), Spark local[2] unless said")
     found = consumer.consumer_figures(stack.endpoint("kafka"), stack.endpoint("postgres"), args.changes)
     raw = found.raw_on_executors
@@ -232,9 +260,21 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
     by_fastavro, compiled = consumer.decoder_figures(args.changes)
     print_figures([by_fastavro, compiled])
     print(f"  decode alone: the compiled reader {compiled.per_second / by_fastavro.per_second:.2f}x fastavro")
+    clean, *damaged = consumer.gate_figures(args.changes)
+    print_figures([clean, *damaged])
+    for figure in damaged:
+        print(f"  {figure.name}: {figure.per_second / clean.per_second:.2f}x the clean gate")
+    duckdb = found.replicas[0]
+    postgres = found.replicas[2]
+    return (
+        f"raw {raw.per_second:,.0f} ev/s, changelog {found.changelog.per_second:,.0f} "
+        f"({found.changelog.per_second / raw.per_second:.2f}x raw), "
+        f"replica DuckDB {duckdb.per_second:,.0f} / "
+        f"PostgreSQL {postgres.per_second:,.0f} (whole transactions)"
+    )
 
 
-def pipeline_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
+def pipeline_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
     """Commit → replica latency of the whole pipeline under the demo's workload; the producer's
     own commit → ack latency, (c) above, is its baseline (what the consumer adds is the rest)."""
     print(f"pipeline (issue 19): the demo's workload at {DEFAULT_TRANSFERS_PER_SECOND} transfers/s, DuckDB")
@@ -250,9 +290,33 @@ def pipeline_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
         f"{len(latencies)} changes; p99/target {PIPELINE_TARGET_P99_MS:,} ms "
         f"{p99 / PIPELINE_TARGET_P99_MS:.2f}x"
     )
+    return f"commit → replica p50 {p50:,.0f} ms, p99 {p99:,.0f} ms (target p99 {PIPELINE_TARGET_P99_MS:,} ms)"
 
 
-def producer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
+def peer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
+    """The producer beside Debezium's Spanner connector: (a) a committed backlog, (b) latency."""
+    print("peer: Debezium's Spanner connector beside the producer, same emulator and broker")
+    found = peer.peer_figures(stack, args.peer_rows, PEER_RATE, args.seconds)
+    print_figures(
+        [found.ours_backlog, found.debezium_backlog, found.ours_backlog_steady, found.debezium_backlog_steady]
+    )
+    whole = found.ours_backlog.per_second / found.debezium_backlog.per_second
+    steady = found.ours_backlog_steady.per_second / found.debezium_backlog_steady.per_second
+    print(f"  (a) ours/Debezium {whole:.2f}x from each process's start, {steady:.2f}x first to last change")
+    for name, p50, p99, count in found.latencies:
+        print(
+            f"  (b) {name}: commit → read_committed reader at {PEER_RATE:.0f} tx/s for {args.seconds:.0f} s: "
+            f"p50 {p50:,.0f} ms, p99 {p99:,.0f} ms over {count} changes"
+        )
+    (_, _, ours_p99, _), (_, _, dbz_p99, _) = found.latencies
+    return (
+        f"(a) backlog ours {found.ours_backlog.per_second:,.0f} ev/s, Debezium "
+        f"{found.debezium_backlog.per_second:,.0f}: {whole:.2f}x; (b) p99 ours {ours_p99:,.0f} ms, "
+        f"Debezium {dbz_p99:,.0f} ms"
+    )
+
+
+def producer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
     print("producer (issue 3)")
     figures = producer.pipeline_figures(stack.endpoint("kafka"), args.events)
     print_figures(figures)
@@ -284,6 +348,24 @@ def producer_part(stack: EmbeddedStack, args: argparse.Namespace) -> None:
             f"{args.seconds:.0f} s: p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(run.samples)} events "
             f"(target p99 {LATENCY_TARGET_P99_MS:,} ms: {verdict})"
         )
+    return (
+        f"(a) {pipeline.per_second:,.0f} ev/s "
+        f"({pipeline.per_second / fastavro_alone.per_second:.2f}x fastavro alone); "
+        f"(b) {backlog.per_second:,.0f} ev/s ({backlog.per_second / alone.per_second:.2f}x the client alone)"
+    )
+
+
+Part = Callable[[EmbeddedStack, argparse.Namespace], str]
+PART_RUNS: dict[str, Part] = {
+    "producer": producer_part,
+    "group": group_part,
+    "partitions": partitions_part,
+    "backfill": backfill_part,
+    "poll": poll_part,
+    "consumer": consumer_part,
+    "pipeline": pipeline_part,
+    "peer": peer_part,
+}
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ duplicates) is consumed by separate Trigger.AvailableNow queries:
   transactions (the default: hold what the watermarks have not passed) and without;
 - growth: the changelog again on a ``local[1]`` session (the rest run on ``local[2]``), the
   issue's figure. A session's queries get faster one after another while its JVM compiles
-  (docs/consumer.md, run 15: 9.3, 5.5, 5.2 s for the same query), and the ``local[1]`` session
+  (9.3, 5.5, 5.2 s for the same query), and the ``local[1]`` session
   runs last, in the same JVM: so the changelog is also timed again at the end of the ``local[2]``
   session, warm, and then with the driver, the JVM and its Python workers pinned to one CPU
   (``bench.cpus``) — on two cores ``local[1]`` still keeps both busy (one task's source worker
@@ -34,7 +34,7 @@ Events are published in chunks of ``WATERMARK_EVERY`` with a watermark after eac
 producer writing that many events per watermark interval would.
 
 Each figure is wall time from query start to its end, so it includes Spark's per-query start
-(about 1 s of a warm query on this machine, docs/consumer.md run 33: small runs understate every
+(about 1 s of a warm query on this machine: small runs understate every
 rate). Before the first figure, a warm-up reads the topic raw and runs the consumer over
 ``WARM_UP_CHANGES`` changes of its own topics, each sent twice (so the path that removes
 duplicates from the staged changelog runs too), so no figure pays for starting Python workers
@@ -66,24 +66,23 @@ from bench.producer import Figure
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.graceful_stop import StopRequest
 from spanner_cdc.consumer.kafka_rows import DECODE_COLUMNS
-from spanner_cdc.consumer.kafka_source import SOURCE_NAME
-from spanner_cdc.consumer.main import ConsumerJob, drain, over_the_cores
+from spanner_cdc.consumer.main import ConsumerJob, drain, source_options
+from spanner_cdc.consumer.message_reader import DecodeContext, MessageReader
 from spanner_cdc.consumer.outline_rows import OUTLINE_SCHEMA
 from spanner_cdc.consumer.spark_session import spark_session
+from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.wire import HEADER_LENGTH, WriterSchema, encode, read_body
 from testkit.consumer_run import consumer_config, fresh_postgres_database, unique_prefix
 from testkit.synthetic import ChangeFactory, publish, random_history, wide_table
 
 WATERMARK_EVERY = 5_000
 #: Changes the warm-up consumer reads (on topics of their own) before anything is timed: sent
-#: twice, 12,000 messages, which the source reads as 2 tasks on ``local[2]``
-#: (kafka_ranges.task_count), so both cores' task workers start. With 200, one task
-#: ran, and the first timed query — the changelog's — started the second worker in its first
-#: batch (2.85 s against 1.34 s for its next batch of the same size; on local[1] nothing waits).
+#: twice, 12,000 messages, so that the Python workers of both cores start before a figure is
+#: timed.
 WARM_UP_CHANGES = 6_000
 CHANGELOG = "changelog (decode, dedupe, order, Parquet)"
 #: The wide table's shape: a real table's columns, where per-column costs show (the fold sorted
-#: once per value column until run 17, docs/consumer.md), which the two of the main table hide.
+#: once per value column), which the two of the main table hide.
 WIDE_VALUE_COLUMNS = 30
 WIDE_UPDATED_COLUMNS = 3
 WIDE_NAME = f"a table of {WIDE_VALUE_COLUMNS} value columns, {WIDE_UPDATED_COLUMNS} set per update"
@@ -156,17 +155,12 @@ def raw_read(
     """Rows read by one AvailableNow query that does only ``consume`` with each batch, and the
     query: in one batch, or with ``consumer_batches`` in the consumer's (its
     ``max_events_per_batch``)."""
-    reader = (
-        spark.readStream.format(SOURCE_NAME)
-        .option("kafka.bootstrap.servers", config.kafka_bootstrap)
-        .option("subscribePattern", config.topics.event_pattern)
-        .option("startingOffsets", "earliest")
-    )
-    if consumer_batches:
-        reader = reader.option("maxOffsetsPerTrigger", str(config.max_events_per_batch))
+    settings = source_options(config, spark)
+    if not consumer_batches:
+        del settings["maxOffsetsPerTrigger"]
+    reader = spark.readStream.format("kafka").options(**settings)
     query = (
-        over_the_cores(reader, spark)  # planned as the consumer plans its batches
-        .load()
+        reader.load()
         .writeStream.foreachBatch(lambda batch, _batch_id: consume(batch))
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
@@ -203,6 +197,44 @@ def decoder_figures(changes: int) -> tuple[Figure, Figure]:
     )
 
 
+#: Corrupt messages among the gate's: none, then one in each of these many.
+CORRUPT_EVERY = (100, 10)
+
+
+def gate_figures(changes: int) -> list[Figure]:
+    """The gate (consumer.message_reader) over the bench's events as one task's share, clean and
+    with every Nth message cut short: what damaged messages among good ones cost the rest."""
+    events = random_history(ChangeFactory(), changes, keys=max(10, changes // 5))
+    table = events[0].table
+    published = {
+        w.fingerprint: w.schema_json
+        for w in map(WriterSchema.from_schema, (table.event_schema, table.key_schema))
+    }
+    writer = WriterSchema.from_schema(table.event_schema)
+    good = [encode(writer, event.value) for event in events]
+    context = DecodeContext(Topics("P"), time.time_ns() // 1_000, schemas=published)
+    figures = []
+    for every in (None, *CORRUPT_EVERY):
+        messages = [m[:-1] if every and n % every == every - 1 else m for n, m in enumerate(good)]
+        rows = pa.table(
+            {
+                "key": pa.array([b"k"] * len(messages), pa.binary()),
+                "value": pa.array(messages, pa.binary()),
+                "topic": [Topics("P").event(table.table)] * len(messages),
+                "partition": pa.array([0] * len(messages), pa.int32()),
+                "offset": pa.array(range(len(messages)), pa.int64()),
+            }
+        )
+        MessageReader(context).read(rows)  # the readers compiled, not timed
+        name = "gate, clean" if every is None else f"gate, 1 message in {every} cut short"
+        figures.append(timed(name, functools.partial(_gate_events, context, rows)))
+    return figures
+
+
+def _gate_events(context: DecodeContext, rows: pa.Table) -> int:
+    return len(MessageReader(context).read(rows).events)
+
+
 def timed(name: str, run: Callable[[], int]) -> Figure:
     started = time.perf_counter()
     events = run()
@@ -221,7 +253,7 @@ def timed_with_batches(name: str, run: Callable[[], Finished]) -> tuple[Figure, 
     """``run`` timed whole, and the same events over the time Spark spent in its batches
     (``addBatch``): what a running query sustains, without what each new query pays once — on
     2 cores about 1 s before its first batch, most of it Spark starting the source's Python
-    runner (docs/consumer.md, run 24)."""
+    runner."""
     started = time.perf_counter()
     finished = run()
     whole = Figure(name, finished.events, time.perf_counter() - started)

@@ -52,6 +52,7 @@ from spanner_cdc.schemas.records import ChildPartitionsRecord, DataChangeRecord
 from spanner_cdc.schemas.timestamps import (
     datetime_from_micros,
     format_timestamp_micros,
+    micros_from_datetime,
     parse_timestamp_micros,
 )
 from spanner_cdc.schemas.wire import WriterSchema
@@ -284,9 +285,11 @@ def read_backlog_alone(database: Any, config: ProducerConfig, rows: int) -> None
         raise RuntimeError(f"the baseline read {mods} of {rows} committed rows")
 
 
-def filled_accounts(spanner: str, rows: int) -> Any:
+def filled_accounts(spanner: str, rows: int) -> tuple[Any, int]:
     """A database whose Accounts table holds ``rows`` rows, written in commits of 5,000 (each
-    row's ``Stamp`` its commit timestamp), with a change stream over it."""
+    row's ``Stamp`` its commit timestamp), with a change stream over it; and the last commit's
+    timestamp, the snapshot at which every row is there (the machine's clock can be behind the
+    emulator's: a snapshot taken from it once read 45,000 of 50,000 rows)."""
     database = create_database(
         spanner,
         [
@@ -295,6 +298,7 @@ def filled_accounts(spanner: str, rows: int) -> Any:
             "CREATE CHANGE STREAM Bank FOR Accounts OPTIONS (value_capture_type='NEW_ROW_AND_OLD_VALUES')",
         ],
     )
+    last_commit = 0
     for first in range(0, rows, 5000):
         with database.batch() as batch:
             batch.insert(
@@ -305,15 +309,14 @@ def filled_accounts(spanner: str, rows: int) -> Any:
                     for i in range(first, min(rows, first + 5000))
                 ],
             )
-    return database
+        last_commit = micros_from_datetime(batch.committed)
+    return database, last_commit
 
 
 def backfill_figures(stack: EmbeddedStack, rows: int) -> tuple[Figure, Figure]:
     """(d) ``rows`` rows of one table: read alone at a snapshot, then backfilled to Kafka."""
     spanner, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
-    database = filled_accounts(spanner, rows)
-    snapshot = int(time.time() * 1_000_000)
-    time.sleep(0.5)
+    database, snapshot = filled_accounts(spanner, rows)
 
     def read_alone() -> None:
         with database.snapshot(read_timestamp=datetime_from_micros(snapshot)) as reading:
@@ -340,8 +343,7 @@ def poll_figures(stack: EmbeddedStack, rows: int) -> tuple[Figure, Figure]:
     """(e) ``rows`` rows of one table without a change stream's help: the poll's query run alone,
     then one ``spanner-cdc poll`` poll of all of them to Kafka."""
     spanner, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
-    database = filled_accounts(spanner, rows)
-    now = int(time.time() * 1_000_000)
+    database, now = filled_accounts(spanner, rows)
     columns = ["Id", "Balance", "Note", "Stamp"]
 
     def query_alone() -> None:

@@ -29,6 +29,10 @@ class AckTracker:
         self._unstaged: dict[int, int] = {}
         self._drained = asyncio.Event()
         self._drained.set()
+        #: Sent events not yet reported either way (acknowledged, failed or given up).
+        self._in_flight = 0
+        self._settled = asyncio.Event()
+        self._settled.set()
         self.failed: str | None = None
         #: A failure a retry cannot mend (the producer stops with this line).
         self.fatal: str | None = None
@@ -37,6 +41,8 @@ class AckTracker:
         self._pending[commit_micros] = self._pending.get(commit_micros, 0) + 1
         self._unstaged[commit_micros] = self._unstaged.get(commit_micros, 0) + 1
         self._drained.clear()
+        self._in_flight += 1
+        self._settled.clear()
 
     def staged(self, commit_micros: int) -> None:
         """The broker took the event into the open transaction (it is delivered when that commits)."""
@@ -52,16 +58,24 @@ class AckTracker:
             del self._pending[commit_micros]
             if not self._pending:
                 self._drained.set()
+        self._reported()
 
     def delivery_failed(self, reason: str) -> None:
         """The event stays pending forever, so the checkpoint can never pass it."""
         self.failed = self.failed or reason
         self._drained.set()
+        self._reported()
 
     def give_up(self, reason: str) -> None:
         """The event can never be delivered: the run must stop the producer, not retry."""
         self.fatal = self.fatal or reason
         self._drained.set()
+        self._reported()
+
+    def _reported(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight <= 0:
+            self._settled.set()
 
     @property
     def pending(self) -> int:
@@ -83,6 +97,11 @@ class AckTracker:
     async def drained(self) -> None:
         """Wait until nothing is pending (or a delivery failed: check :attr:`failed` after)."""
         await self._drained.wait()
+
+    async def settled(self) -> None:
+        """Wait until every sent event was reported, delivered or not: from then on nothing
+        this run sent can still reach a reader."""
+        await self._settled.wait()
 
 
 def _take_one(counts: dict[int, int], commit_micros: int) -> None:

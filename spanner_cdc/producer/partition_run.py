@@ -6,8 +6,9 @@ the query ends normally the partition waits — without its slot, so waiting par
 starve the ones they wait for — until its held records were released in commit order and Kafka
 acknowledged every event; then it is FINISHED and that state is checkpointed.
 
-Failures that may pass (``producer.retry``) restart the query from the checkpoint with backoff;
-the failed run is forgotten first, so nothing it did can move the checkpoint.
+Failures that may pass (``producer.retry``) restart the query with backoff, after what the
+failed run delivered; the failed run is forgotten first, so nothing it did later can move the
+checkpoint.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from spanner_cdc.producer.acks import AckTracker
 from spanner_cdc.producer.actions import PartitionRun, RecordActions
 from spanner_cdc.producer.checkpoints import CheckpointStore
 from spanner_cdc.producer.errors import DeliveryFailedError, ProducerError, QueryEndedEarlyError
+from spanner_cdc.producer.low_watermark import advanced_checkpoint
 from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.partitions import Partition, PartitionScheduler
 from spanner_cdc.producer.query import ChangeStreamQuery
@@ -95,7 +97,7 @@ class PartitionRunner:
             except Exception as exc:
                 if not is_retryable(exc):
                     raise _final(exc) from exc
-                self._abandon(run)
+                await self._abandon(run)
                 attempt += 1
                 delay = backoff_seconds(attempt)
                 log.warning(
@@ -121,17 +123,28 @@ class PartitionRunner:
         run.partition.watermark_micros = run.partition.checkpoint_micros
         self.runs[run.partition.token] = run
 
-    def _abandon(self, run: PartitionRun) -> None:
-        """Forget a failed run before its retry, so nothing it did can move the checkpoint.
+    async def _abandon(self, run: PartitionRun) -> None:
+        """Forget a failed run before its retry, once nothing it sent can still reach a reader.
 
-        Its held records are dropped (the retry reads them again) and it leaves the checkpoint
-        loop: a stale run with nothing pending would otherwise report its watermark as safe
-        while the records behind it were never published.
+        Its held records are dropped (the retry reads them again). The events it sent are still
+        in Kafka's hands and may yet commit — a Spanner error or a stall fails the run, not its
+        transaction — so the retry waits for their reports and resumes after what they
+        delivered: starting at the older checkpoint would send those events a second time. A
+        run whose delivery failed resumes from the checkpoint (its failed event bounds it).
+        The run then leaves the checkpoint loop: a stale run with nothing pending would
+        otherwise report its watermark as safe while the records behind it were never published.
         """
+        partition = run.partition
+        oldest_held = self.release.buffer.oldest(run.tracker)
         self.release.buffer.discard(run.tracker)
-        if self.runs.get(run.partition.token) is run:
-            del self.runs[run.partition.token]
-        run.partition.watermark_micros = run.partition.checkpoint_micros
+        if oldest_held is not None:
+            partition.watermark_micros = min(partition.watermark_micros, oldest_held - 1)
+        await run.tracker.settled()
+        if run.tracker.failed is None and run.tracker.fatal is None:
+            partition.checkpoint_micros = advanced_checkpoint(partition, run.tracker, None)
+        if self.runs.get(partition.token) is run:
+            del self.runs[partition.token]
+        partition.watermark_micros = partition.checkpoint_micros
 
     async def _read(self, run: PartitionRun) -> None:
         partition = run.partition

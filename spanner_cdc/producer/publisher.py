@@ -130,7 +130,11 @@ class EventSender:
 
     async def send(self, events: Sequence[Event], tracker: AckTracker, shard: int | None = None) -> None:
         """Produce ``events`` through ``shard``'s writer (None: the one writer of a producer on
-        its own); ``tracker`` counts each until Kafka acknowledges it."""
+        its own); ``tracker`` counts each until Kafka acknowledges it. Nothing once a delivery
+        of the run failed: the run restarts before its failed event and reads these again —
+        sent now, they could commit in a later transaction than the one that failed."""
+        if tracker.failed is not None or tracker.fatal is not None:
+            return
         for event in events:
             table = event.table
             route = self._routes.get((table.table, table.schema_key)) or await self._route(table, shard)

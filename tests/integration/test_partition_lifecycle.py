@@ -176,6 +176,52 @@ def test_a_change_being_published_holds_back_its_checkpoint_and_finish(stack: Em
     assert [event.value["sort_keys"][0] for event in events] == [start + 100]
 
 
+class ResumingSource(ScriptedSource):
+    """The script, less what was committed before the query's start: as Spanner answers."""
+
+    def read(
+        self, query: ChangeStreamQuery, token: str | None, start_micros: int
+    ) -> Iterator[list[ChangeStreamRecord]]:
+        for records in super().read(query, token, start_micros):
+            yield [
+                record
+                for record in records
+                if not isinstance(record, DataChangeRecord) or record.commit_timestamp_micros >= start_micros
+            ]
+
+
+def test_a_run_that_fails_after_publishing_sends_nothing_twice(stack: EmbeddedStack) -> None:
+    """A run can fail — a Spanner error, a stall, an early end — while its events are still in
+    the open transaction, which commits them anyway. Its retry resumed from the checkpoint before
+    them and sent them again: 582 changes twice on Kafka in a chaos run, where the emulator's
+    freeze failed many runs at once. The retry now waits for what the run sent and resumes
+    after what that delivered."""
+    start = now_micros() - 1_000_000
+    change = dataclasses.replace(
+        DataChangeRecord.from_json(account_transfer_records()[0]), commit_timestamp_micros=start + 100
+    )
+    source = ResumingSource(
+        {
+            None: [[children(start, "A", ROOT)]],
+            "A": [
+                [[change], [HeartbeatRecord(start + 200)]],  # ends early: no children
+                [[change], [HeartbeatRecord(start + 200)], children(start + 300, "B", "A")],
+            ],
+            "B": [[[HeartbeatRecord(start + 400)]]],
+        }
+    )
+    service = service_for(stack, source, start)
+
+    async def scenario() -> None:
+        async with running(service):
+            await wait_until(service, lambda: a_finished_and_b_known(service), 30)
+
+    asyncio.run(scenario())
+    assert source.queries["A"] == 2
+    events = read_events(stack.endpoint("kafka"), service.config.topic_prefix, change.table_name)
+    assert [event.value["sort_keys"][0] for event in events] == [start + 100]
+
+
 class HeldRootSource(ScriptedSource):
     """The root's query names its children, then stays open until ``release`` is set."""
 

@@ -109,6 +109,9 @@ class ProducerService:
             else None
         )
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        #: Shards being handed back: nothing of theirs starts, nor is checkpointed but by the
+        #: handover, from its first step on (their writers go at its end).
+        self._leaving: set[int] = set()
         self._stop = asyncio.Event()
         self._failure: SpannerCdcError | None = None
 
@@ -249,8 +252,17 @@ class ProducerService:
     async def give_back_shards(self, shards: list[int]) -> None:
         """The group moves ``shards`` to another process: stop their queries, commit their
         events, write their checkpoints, then let them go — only then may the next owner start."""
-        kafka = self.publisher.kafka
         moving = set(shards)
+        self._leaving |= moving
+        try:
+            await self._hand_over(moving)
+        finally:
+            self._leaving -= moving
+        log.info("shards %s handed back to the group", ",".join(map(str, shards)))
+        self._update_gauges()
+
+    async def _hand_over(self, moving: set[int]) -> None:
+        kafka = self.publisher.kafka
         tasks = [
             task for token, task in self._tasks.items() if shard_of(token, self.scheduler.shards) in moving
         ]
@@ -263,13 +275,11 @@ class ProducerService:
         try:
             await self._write_checkpoints(force=True, shards=moving)
         except (KafkaClientLostError, DeliveryFailedError) as exc:
-            log.warning("shards %s: the last checkpoints were not written (%s)", shards, exc)
+            log.warning("shards %s: the last checkpoints were not written (%s)", sorted(moving), exc)
         self._forget_runs(moving)
-        for shard in shards:
+        for shard in sorted(moving):
             self.scheduler.hand_back(shard)
             await kafka.hand_back(shard)
-        log.info("shards %s handed back to the group", ",".join(map(str, shards)))
-        self._update_gauges()
 
     def _forget_runs(self, shards: set[int]) -> None:
         """Drop the runs of the tokens in ``shards`` and the events they hold: the shards' next
@@ -292,7 +302,8 @@ class ProducerService:
         )
 
     def _launch(self, partition: Partition) -> None:
-        if partition.token in self._tasks:
+        leaving = shard_of(partition.token, self.scheduler.shards) in self._leaving
+        if partition.token in self._tasks or leaving:
             return
         if partition.state == PartitionState.CREATED:
             partition.state = PartitionState.RUNNING  # claimed: runnable() will not offer it again
@@ -371,7 +382,8 @@ class ProducerService:
             partition = self.scheduler.partitions[token]
             if partition.state != PartitionState.RUNNING or not self.scheduler.mine(token):
                 continue
-            if shards is not None and shard_of(token, self.scheduler.shards) not in shards:
+            shard = shard_of(token, self.scheduler.shards)
+            if (shard in self._leaving) if shards is None else (shard not in shards):
                 continue
             advanced = advanced_checkpoint(partition, run.tracker, self.release.buffer.oldest(run.tracker))
             if advanced != partition.checkpoint_micros or force:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import itertools
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,7 +19,7 @@ from spanner_cdc.producer.checkpoints import CheckpointStore
 from spanner_cdc.producer.config import ProducerConfig
 from spanner_cdc.producer.kafka import KafkaClient
 from spanner_cdc.producer.metrics import ProducerMetrics
-from spanner_cdc.producer.partitions import ROOT, Partition, PartitionScheduler, PartitionState
+from spanner_cdc.producer.partitions import ROOT, Partition, PartitionScheduler, PartitionState, shard_of
 from spanner_cdc.producer.publisher import EventPublisher, EventSender
 from spanner_cdc.producer.query import ChangeStreamQuery
 from spanner_cdc.producer.service import ProducerService
@@ -66,6 +67,7 @@ def service_for(
     end: int | None = None,
     load_catalog: Callable[[], CatalogContents] = lambda: ({}, {}),
     checkpoint_interval: float = 1.0,
+    scheduler: PartitionScheduler | None = None,
 ) -> ProducerService:
     config = ProducerConfig(
         project="p", instance="i", database="d", change_stream="S", kafka_bootstrap=stack.endpoint("kafka"),
@@ -82,7 +84,7 @@ def service_for(
         dialect=GOOGLE_STANDARD_SQL,
         publisher=publisher,
         checkpoints=CheckpointStore(kafka),
-        scheduler=PartitionScheduler.starting_at(start),
+        scheduler=scheduler or PartitionScheduler.starting_at(start),
         metrics=metrics,
     )
 
@@ -220,6 +222,38 @@ def test_a_run_that_fails_after_publishing_sends_nothing_twice(stack: EmbeddedSt
     assert source.queries["A"] == 2
     events = read_events(stack.endpoint("kafka"), service.config.topic_prefix, change.table_name)
     assert [event.value["sort_keys"][0] for event in events] == [start + 100]
+
+
+def test_nothing_of_a_shard_starts_while_it_is_handed_back(stack: EmbeddedStack) -> None:
+    """A shard's handover awaits (its queries' ends, a flush, its checkpoints). A partition of it
+    that became runnable meanwhile — another process's records arrived, a sibling finished — was
+    started, and wrote through the shard's writer after the handover had closed it: a CI run's
+    producer stopped with "shard 1 of ... is not this process's"."""
+    start = now_micros() - 1_000_000
+    token = next(f"X{n}" for n in itertools.count() if shard_of(f"X{n}", 2) == 1)
+    change = dataclasses.replace(
+        DataChangeRecord.from_json(account_transfer_records()[0]), commit_timestamp_micros=start + 100
+    )
+    source = ScriptedSource({token: [[[change], [HeartbeatRecord(start + 200)]]]})
+    root = Partition(ROOT, (), start, PartitionState.FINISHED, children=(token,))
+    scheduler = PartitionScheduler(
+        {ROOT: root, token: Partition(token, (ROOT,), start)}, shards=2, owned={0, 1}
+    )
+    service = service_for(stack, source, start, scheduler=scheduler)
+
+    async def scenario() -> None:
+        kafka = service.publisher.kafka
+        await kafka.ensure_checkpoint_topic(2)
+        await asyncio.gather(kafka.take_over(0), kafka.take_over(1))
+        handover = asyncio.create_task(service.give_back_shards([1]))
+        await asyncio.sleep(0)  # the handover is under way
+        service._records_seen([])  # what the follower does when other processes' records arrive
+        await handover
+        await asyncio.sleep(1)
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert source.queries[token] == 0, "a partition of the shard being handed back was started"
+    assert not service.stopped
 
 
 class HeldRootSource(ScriptedSource):

@@ -292,7 +292,7 @@ class TransactionalWriter:
         for 100,000 messages, the producer at 0.6x). Bounded by ``message.timeout.ms``, after
         which an undelivered message reports its failure, or by ``deadline``. After a failure
         the rest of the transaction's messages report only once ``transaction.timeout.ms`` passed
-        (measured: 60 s); the abort cannot come sooner — it waits for messages in flight, and
+        (docs/producer.md); the abort cannot come sooner — it waits for messages in flight, and
         given less time than that it fails the client."""
         while len(self.producer) > 0 and self.lost is None:
             if deadline is not None and time.monotonic() >= deadline:

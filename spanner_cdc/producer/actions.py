@@ -94,10 +94,13 @@ class ChildPartitionsAction:
     """Register the children and persist them before anything else: a parent may finish only
     once its children are durably known, or a restart could lose them.
 
-    The parent's own record goes in the same write, so in the same transaction: a restart that
-    finds the children finds their parent too. Without it a process killed after the children's
-    commit and before the parent's first record (the root's is written only when its query
-    ends) restored children whose parent it had never heard of, and waited for it forever."""
+    The parent's own record goes in the same transaction or one before it (``CheckpointStore.due``:
+    the transaction that carries the children carries it, unless the commit then in flight
+    already did): a restart that finds the children finds their parent too. Without it a
+    process killed after the children's commit and before the parent's first record restored
+    children whose parent it had never heard of, and waited for it forever. The parent's record
+    is not written here with its checkpoint of now: sent behind a commit in flight, it would
+    land after that commit's newer checkpoint and set it back."""
 
     def __init__(self, scheduler: PartitionScheduler, checkpoints: CheckpointStore) -> None:
         self.scheduler = scheduler
@@ -109,9 +112,8 @@ class ChildPartitionsAction:
         partition.watermark_micros = max(partition.watermark_micros, record.start_timestamp_micros - 1)
         added = self.scheduler.register_children(record, partition.token)
         if added:  # by the parent's writer: a process that lost the parent can register nothing
-            await self.checkpoints.write(
-                [partition, *added], shard_of(partition.token, self.scheduler.shards)
-            )
+            self.checkpoints.due.add(partition.token)
+            await self.checkpoints.write(added, shard_of(partition.token, self.scheduler.shards))
 
 
 class RecordActions:

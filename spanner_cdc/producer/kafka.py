@@ -51,6 +51,10 @@ TUNED_DEFAULTS = {
     "queue.buffering.max.messages": "500000",
     "queue.buffering.max.kbytes": "1048576",
 }
+#: How long a checkpoint topic just created may show no partitions in the broker's metadata.
+TOPIC_METADATA_SECONDS = 30.0
+#: How long to wait before asking the metadata again.
+METADATA_RETRY_SECONDS = 0.1
 
 
 def refusal(error: KafkaError) -> Exception:
@@ -149,13 +153,26 @@ class KafkaClient:
 
     async def ensure_checkpoint_topic(self, shards: int) -> int:
         """Create the checkpoint topic with ``shards`` partitions, or find it; the shards it has
-        (fixed when it was created: a token's shard is its key's hash modulo their number)."""
-        await self.ensure_topics([self.topics.checkpoints], compacted=True, partitions=shards)
-        metadata = await call_with_deadline(
-            lambda: self.admin.list_topics(self.topics.checkpoints, timeout=10), 15
-        )
-        self.shards = len(metadata.topics[self.topics.checkpoints].partitions)
-        return self.shards
+        (fixed when it was created: a token's shard is its key's hash modulo their number).
+
+        Right after its creation, a loaded broker may answer with the topic and none of its
+        partitions; that count is never taken, since it names the writers' transactional ids
+        (``Topics.writer_transactional_id``): a first run that took it wrote as a writer later
+        runs did not fence, its open transaction held back every read of the checkpoints for
+        ``transaction.timeout.ms``, and restarts meanwhile resumed from stale checkpoints."""
+        topic = self.topics.checkpoints
+        await self.ensure_topics([topic], compacted=True, partitions=shards)
+        deadline = time.monotonic() + TOPIC_METADATA_SECONDS
+        while True:
+            metadata = await call_with_deadline(lambda: self.admin.list_topics(topic, timeout=10), 15)
+            found = metadata.topics.get(topic)
+            if found is not None and found.error is None and found.partitions:
+                self.shards = len(found.partitions)
+                return self.shards
+            if time.monotonic() >= deadline:
+                reason = "not found" if found is None or found.error is None else found.error.str()
+                raise KafkaSetupError(f"{topic}: the broker shows none of its partitions ({reason})")
+            await asyncio.sleep(METADATA_RETRY_SECONDS)
 
     async def ensure_schema(self, writer: WriterSchema, shard: int | None = None) -> None:
         """Publish ``writer`` to the schemas topic once (through ``shard``'s writer, or any
@@ -310,6 +327,17 @@ class KafkaClient:
     async def _commit_all(self, deadline: float | None = None) -> int:
         """Commit every writer's open transaction, together; how many messages failed."""
         failed = await asyncio.gather(*(w.commit(deadline) for w in list(self.writers.values())))
+        return sum(failed)
+
+    async def commit_checkpoints(self, shards: set[int] | None = None) -> int:
+        """Commit the open transactions of ``shards``' writers (None: all this process holds)
+        with their checkpoint records, also those with nothing else to commit; how many
+        messages failed. KafkaClientLostError when a writer can deliver nothing any more."""
+        writers = [w for shard, w in list(self.writers.items()) if shards is None or shard in shards]
+        failed = await asyncio.gather(*(w.commit(checkpoints=True) for w in writers))
+        for writer in writers:
+            if writer.lost is not None:
+                raise KafkaClientLostError(client_lost(writer.lost))
         return sum(failed)
 
     async def flush(self, timeout: float) -> int:

@@ -16,7 +16,7 @@ from spanner_cdc.producer.backfill import Backfill, BackfillTable
 from spanner_cdc.producer.backfill_store import TablePlan, backfill_store
 from spanner_cdc.producer.catalog import TableCatalog
 from spanner_cdc.producer.change_stream_rules import POSTGRESQL
-from spanner_cdc.producer.checkpoints import CheckpointStore
+from spanner_cdc.producer.checkpoints import OPEN_TRANSACTION_WAIT_SECONDS, CheckpointStore
 from spanner_cdc.producer.config import ProducerConfig, PublishSettings
 from spanner_cdc.producer.framing import Framing, RegistryFraming, SingleObjectFraming
 from spanner_cdc.producer.group import ShardGroup
@@ -33,6 +33,9 @@ from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.timestamps import clock_text, seconds_behind
 
 log = logging.getLogger(__name__)
+#: How long restoring the checkpoints may take: reading them, after a wait for a transaction
+#: another writer left open on their topic.
+RESTORE_DEADLINE_SECONDS = 60 + OPEN_TRANSACTION_WAIT_SECONDS
 
 
 async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None = None) -> ProducerService:
@@ -71,7 +74,7 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
     ]
     await kafka.ensure_topics([kafka.topics.event(table) for table in tables])
     checkpoints = CheckpointStore(kafka)
-    restored = await call_with_deadline(checkpoints.read, 60)
+    restored = await call_with_deadline(checkpoints.read, RESTORE_DEADLINE_SECONDS)
     owned = {0} if config.group is None else set()  # a group member's come from the group
     scheduler = (
         PartitionScheduler.restored(restored, config.end_timestamp_micros, shards, owned)

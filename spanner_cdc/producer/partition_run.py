@@ -108,6 +108,7 @@ class PartitionRunner:
                 self.metrics.queries_started.labels("retry").inc()
         partition.checkpoint_micros = max(partition.checkpoint_micros, partition.watermark_micros)
         self.scheduler.mark_finished(partition)
+        self.checkpoints.due.discard(partition.token)
         try:
             await self.checkpoints.write([partition])
         except DeliveryFailedError as exc:  # a restart reads it again: its changes twice, none lost

@@ -37,7 +37,7 @@ from spanner_cdc.producer.errors import (
     ProducerError,
 )
 from spanner_cdc.producer.group import ShardGroup
-from spanner_cdc.producer.low_watermark import advanced_checkpoint, safe_watermark
+from spanner_cdc.producer.low_watermark import safe_watermark
 from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.partition_run import ChangeStreamSource, PartitionRunner
 from spanner_cdc.producer.partitions import ROOT, Partition, PartitionScheduler, PartitionState, shard_of
@@ -273,7 +273,7 @@ class ProducerService:
         self._tasks = {token: task for token, task in self._tasks.items() if task not in tasks}
         await kafka.flush(FLUSH_TIMEOUT_SECONDS)
         try:
-            await self._write_checkpoints(force=True, shards=moving)
+            await self._write_checkpoints(shards=moving)
         except (KafkaClientLostError, DeliveryFailedError) as exc:
             log.warning("shards %s: the last checkpoints were not written (%s)", sorted(moving), exc)
         self._forget_runs(moving)
@@ -286,6 +286,7 @@ class ProducerService:
         owner reads them again from their checkpoints."""
         for token in [t for t in self.runner.runs if shard_of(t, self.scheduler.shards) in shards]:
             self.release.buffer.discard(self.runner.runs.pop(token).tracker)
+            self.checkpoints.due.discard(token)
 
     def shards_lost(self, shards: list[int]) -> None:
         """The group took ``shards`` without a handover (the session expired): their writers
@@ -351,46 +352,46 @@ class ProducerService:
             log.warning("could not publish the last watermark: %s", exc)
 
     async def _checkpoint_periodically(self) -> None:
-        """Every interval; a round Kafka did not acknowledge is retried at the next one (the
+        """Every interval, the checkpoints that advanced without events to carry them
+        (heartbeats); a round Kafka did not acknowledge is retried at the next one (the
         checkpoints on Kafka stay behind, which only means a restart repeats events), unless the
         client failed for good: then the producer stops."""
         interval = self.config.checkpoint_interval
         while True:
             await asyncio.sleep(interval)
             try:
-                await self._write_checkpoints(force=False)
+                failed = await self.publisher.kafka.commit_checkpoints(self._staying())
             except KafkaClientLostError as exc:
                 self._fail(exc)
                 return
-            except DeliveryFailedError as exc:
-                log.warning("%s; retrying in %.1fs", exc, interval)
+            if failed:
+                log.warning("checkpoints not acknowledged; retrying in %.1fs", interval)
+            self._update_gauges()
+
+    def _staying(self) -> set[int]:
+        """The shards this process owns and is not handing back."""
+        return self.scheduler.owned - self._leaving
 
     async def _write_last_checkpoints(self) -> None:
         """At shutdown: a failure is one line, and the next run resumes from those written before."""
         try:
-            await self._write_checkpoints(force=True)
+            await self._write_checkpoints(self._staying())
         except (KafkaClientLostError, DeliveryFailedError) as exc:
             log.warning(
                 "the last checkpoints were not written (%s); the next run resumes from earlier ones", exc
             )
 
-    async def _write_checkpoints(self, force: bool, shards: set[int] | None = None) -> None:
-        """The checkpoints of this process's running partitions (of ``shards`` only, if given)
-        that advanced, or all of them with ``force``."""
-        changed = []
-        for token, run in list(self.runner.runs.items()):
-            partition = self.scheduler.partitions[token]
-            if partition.state != PartitionState.RUNNING or not self.scheduler.mine(token):
-                continue
-            shard = shard_of(token, self.scheduler.shards)
-            if (shard in self._leaving) if shards is None else (shard not in shards):
-                continue
-            advanced = advanced_checkpoint(partition, run.tracker, self.release.buffer.oldest(run.tracker))
-            if advanced != partition.checkpoint_micros or force:
-                partition.checkpoint_micros = advanced
-                changed.append(partition)
-        if changed:
-            await self.checkpoints.write(changed)
+    async def _write_checkpoints(self, shards: set[int]) -> None:
+        """The record of every running partition of ``shards``, advanced or not, committed by
+        their writers (as every running partition's record is: producer.transaction_checkpoints)."""
+        self.checkpoints.due |= {
+            token
+            for token in self.runner.runs
+            if self.scheduler.partitions[token].state == PartitionState.RUNNING
+            and shard_of(token, self.scheduler.shards) in shards
+        }
+        if await self.publisher.kafka.commit_checkpoints(shards):
+            raise DeliveryFailedError("checkpoints not acknowledged")
         self._update_gauges()
 
     def _update_gauges(self) -> None:

@@ -10,7 +10,10 @@ an abort, a SIGKILL — neither does. A restart resumes each partition just afte
 checkpoint (``Partition.resume_micros``), so a ``read_committed`` reader sees no change twice.
 
 A partition's checkpoint in memory moves only once the record is delivered, that is once the
-transaction committed: a commit that fails leaves it where the committed record says.
+transaction committed: a commit that fails leaves it where the committed record says. These are
+a running partition's only records, made in commit order, so the newest on Kafka is the highest
+(``CheckpointStore.due`` asks for one that did not advance; a failed run's bounded by its failed
+event, which stays pending).
 """
 
 from __future__ import annotations
@@ -48,13 +51,15 @@ class TransactionCheckpoints:
                 continue
             if not self.scheduler.mine(token) or shard_of(token, self.scheduler.shards) != shard:
                 continue
-            if run.tracker.failed is not None or run.tracker.fatal is not None:
+            due = token in self.checkpoints.due
+            if not due and (run.tracker.failed is not None or run.tracker.fatal is not None):
                 continue  # the run restarts from the committed checkpoint
             advanced = advanced_checkpoint(
                 partition, run.tracker, self.release.buffer.oldest(run.tracker), if_committed=True
             )
-            if advanced <= partition.checkpoint_micros:
+            if advanced <= partition.checkpoint_micros and not due:
                 continue
+            self.checkpoints.due.discard(token)
             topic, key, value, topic_partition = self.checkpoints.record(partition, advanced)
             records.append(ClosingRecord(topic, key, value, topic_partition, _moved(partition, advanced)))
         return records

@@ -238,19 +238,26 @@ class TransactionalWriter:
 
         return delivered
 
-    async def commit(self, deadline: float | None = None) -> int:
+    async def commit(self, deadline: float | None = None, *, checkpoints: bool = False) -> int:
         """Commit the open transaction and begin the next; then report its messages delivered,
         or each with the commit's error. Returns how many failed. ``deadline`` (monotonic)
         bounds the wait for the transaction's delivery reports (at shutdown); the commit then
-        waits for the rest itself, for at most TRANSACTION_TIMEOUT_SECONDS."""
+        waits for the rest itself, for at most TRANSACTION_TIMEOUT_SECONDS. With
+        ``checkpoints`` a transaction with nothing else in it commits the closing records
+        alone: how progress without events (heartbeats) is recorded."""
         async with self._commit_lock:
-            if not self._began or self._sent_in_transaction == 0:
+            if not self._began or (self._sent_in_transaction == 0 and not checkpoints):
                 return 0
             self._open = False
             await self._delivered_on_the_loop(deadline)
             if self.closing is not None and self.lost is None and not self._failed_in_transaction:
                 self._close_with(self.closing())
                 await self._delivered_on_the_loop(deadline)
+            if self._sent_in_transaction == 0:  # no record to carry either
+                self._open = True
+                if self._deferred:
+                    self._send_deferred()
+                return 0
             self._commit_done.clear()
             error = await asyncio.to_thread(self._finish)
             # Reports the worker thread handed over ran before this line (one queue, in order).

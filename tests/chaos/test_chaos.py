@@ -13,7 +13,9 @@ drains Kafka. Then:
 - ``new_uuid``: changes Kafka holds more than once under different uuids (must be 0);
 - ``dup_after_sinks``: changes the changelog holds more than once (must be 0);
 - ``missing_after_sinks``: committed changes the changelog does not hold (must be 0);
-- ``order_violations``: keys whose replica row is not their last committed value (must be 0).
+- ``order_violations``: keys whose replica row is not their last committed value (must be 0);
+- ``checkpoints_back``: checkpoint records lower than one committed before them, or after their
+  partition's FINISHED one (must be 0).
 
 ``make chaos`` runs the long form (CHAOS_SCALE=full: ≥ 2 minutes of writes, ≥ 10 producer
 kills, ≥ 5 consumer kills, a 30 s broker stall, the broker killed for 10 s) and prints the
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import os
 import random
 import signal
@@ -39,6 +42,7 @@ import pytest
 
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.schemas.timestamps import format_timestamp_micros
+from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack, stop_on_signals
 from testkit.consumer_run import consume_command, consumer_config, unique_prefix
 from testkit.producer_run import checkpointed_partitions
@@ -51,7 +55,7 @@ from tests.support.churn import (
     now_micros,
     produce_command,
 )
-from tests.support.kafka_read import Received, read_events
+from tests.support.kafka_read import Received, read_all, read_events
 from tests.support.workload import AccountWriter
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.chaos]
@@ -218,6 +222,7 @@ def test_the_pipeline_loses_and_duplicates_nothing_under_kills_and_stalls(
 
     events = read_events(kafka, prefix, "Accounts")
     figures = outcome(events, consumer, writer, database)
+    figures["checkpoints_back"] = checkpoints_back(kafka, prefix)
     merges = sum(1 for state in partition_states(kafka, prefix) if len(state["parents"]) > 1)
     summary = (
         f"producer_kills={producers.kills} consumer_kills={consumers.kills} "
@@ -228,8 +233,25 @@ def test_the_pipeline_loses_and_duplicates_nothing_under_kills_and_stalls(
     print(f"\nchaos: {summary}")
     source_log.check_heard(events)
     with source_log.diagnosing():
-        assert set(figures.values()) == {0}, summary
+        assert set(figures.values()) == {0}, summary + twice_report(events, tmp_path / "producer.log")
     assert producers.kills >= 3 and consumers.kills == scale.consumer_kills
+
+
+def checkpoints_back(kafka: str, prefix: str) -> int:
+    """Checkpoint records that set their partition back: lower than one committed before them,
+    or after its FINISHED one (must be 0: a restart would resume from them and repeat changes)."""
+    newest: dict[bytes, dict[str, Any]] = {}
+    back = 0
+    for _, _, key, value in read_all(kafka, Topics(prefix).checkpoints):
+        assert key is not None and value is not None
+        record = json.loads(value)
+        before = newest.get(key)
+        if before is not None and (
+            before["state"] == "FINISHED" or record["checkpoint_micros"] < before["checkpoint_micros"]
+        ):
+            back += 1
+        newest[key] = record
+    return back
 
 
 def partition_states(kafka: str, prefix: str) -> list[dict[str, Any]]:
@@ -262,6 +284,34 @@ def outcome(events: list[Received], consumer: Any, writer: AccountWriter, databa
         "missing_after_sinks": sum(1 for change in committed if change not in changelog),
         "order_violations": sum(1 for key, balance in last.items() if replica.get(key) != balance),
     }
+
+
+def twice_report(events: list[Received], producer_log: Path) -> str:
+    """For changes Kafka holds twice: per partition token, how many, their commit times, when
+    each copy was read, and the producer's query starts of that token (its debug lines)."""
+    copies: dict[str, list[Received]] = collections.defaultdict(list)
+    for event in events:
+        copies[event.value["uuid"]].append(event)
+    by_token: dict[str, list[list[Received]]] = collections.defaultdict(list)
+    for found in copies.values():
+        if len(found) > 1:
+            by_token[token_of(found[0])].append(found)
+    log_lines = producer_log.read_text().splitlines() if producer_log.exists() else []
+    lines = []
+    for token, twice in sorted(by_token.items(), key=lambda item: -len(item[1]))[:5]:
+        commits = sorted(str(found[0].value["source_timestamp"]) for found in twice)
+        reads = sorted({tuple(str(e.value["read_timestamp"]) for e in found) for found in twice})
+        tokens = sorted({tuple(token_of(e)[-10:] for e in found) for found in twice})
+        starts = [line for line in log_lines if f"partition {token}: query started" in line]
+        lines.append(
+            f"\n  {token[:24]}: {len(twice)} twice, commits {commits[0]}..{commits[-1]}, "
+            f"reads {reads[0]}..{reads[-1]}, copies' tokens {tokens[:3]}, starts: {starts[-8:]}"
+        )
+    return "".join(lines)
+
+
+def token_of(event: Received) -> str:
+    return str(event.value["source_metadata"]["partition_token"])
 
 
 def _pgid(stack: EmbeddedStack, name: str) -> int:

@@ -7,11 +7,13 @@ import asyncio
 import collections
 import dataclasses
 import itertools
+import json
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
 from spanner_cdc.producer.catalog import CatalogContents, TableCatalog
 from spanner_cdc.producer.change_stream_rules import GOOGLE_STANDARD_SQL
@@ -317,3 +319,31 @@ def test_checkpoints_produced_in_one_batch_are_all_restored(stack: EmbeddedStack
     restored = checkpointed_partitions(stack.endpoint("kafka"), prefix)
     states: dict[str, Any] = {p.token: p.to_json() for p in restored}
     assert states == {p.token: p.to_json() for p in partitions}
+
+
+def test_a_restore_waits_for_a_transaction_another_writer_left_open(stack: EmbeddedStack) -> None:
+    """A writer the producer does not fence left a transaction open on the checkpoint topic (a
+    first run had named its transactional id after a metadata answer without partitions): a
+    ``read_committed`` restore stopped at its first record, so every checkpoint committed after
+    it was hidden, partitions resumed from older ones, and a chaos run sent 2,779 changes twice.
+    The restore now waits until what was open when it asked has ended."""
+    bootstrap = stack.endpoint("kafka")
+    prefix = unique_prefix("open")
+    store = CheckpointStore(KafkaClient(bootstrap, prefix, {}, 1, -1))
+    asyncio.run(store.kafka.ensure_checkpoint_topic(1))
+
+    def writer(name: str, partition: Partition) -> Producer:
+        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{prefix}.{name}"})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(store.topic, json.dumps(partition.to_json()).encode(), b"A", partition=0)
+        producer.flush(10)
+        return producer
+
+    stray = writer("stray", Partition("A", (ROOT,), 10))
+    writer(
+        "later", Partition("A", (ROOT,), 10, PartitionState.RUNNING, checkpoint_micros=20)
+    ).commit_transaction(30)
+    threading.Timer(2.0, stray.abort_transaction, (30,)).start()
+    restored = {partition.token: partition for partition in store.read()}
+    assert restored["A"].checkpoint_micros == 20

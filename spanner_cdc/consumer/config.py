@@ -147,6 +147,37 @@ CONSUME_OPTIONS = (
 )
 
 
+#: librdkafka's SASL mechanisms that log in with a user name and password, and the Java
+#: client's login module for each.
+LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+def java_client_settings(librdkafka: dict[str, str]) -> dict[str, str]:
+    """``--kafka-config`` (librdkafka's names) for the Java client of Spark's Kafka source: the
+    same names, except librdkafka's alias ``sasl.mechanisms`` (the Java client's is
+    ``sasl.mechanism``) and a user name and password, which the Java client takes as a JAAS line
+    (``sasl.jaas.config``) — unless that is given too, which then wins."""
+    own = ("sasl.username", "sasl.password", "sasl.mechanisms")
+    settings = {k: v for k, v in librdkafka.items() if k not in own}
+    mechanism = librdkafka.get("sasl.mechanism") or librdkafka.get("sasl.mechanisms")
+    if mechanism is not None:
+        settings["sasl.mechanism"] = mechanism
+    module = LOGIN_MODULES.get((mechanism or "").upper())
+    if module is not None and "sasl.username" in librdkafka and "sasl.jaas.config" not in librdkafka:
+        user, password = (_jaas_quoted(librdkafka.get(k, "")) for k in ("sasl.username", "sasl.password"))
+        settings["sasl.jaas.config"] = f"{module} required username={user} password={password};"
+    return settings
+
+
+def _jaas_quoted(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
 def require_postgres_dsn(replica: str, postgres_dsn: str | None) -> None:
     """A PostgreSQL replica is named by its connection string (consume and the stream commands)."""
     if replica == "postgres" and not postgres_dsn:
@@ -201,7 +232,7 @@ class ConsumerConfig:
     def source_settings(self) -> dict[str, str]:
         """The options of Spark's Kafka source: the topics, committed records only, the batch
         size, where a new query starts, data loss, ``kafka.<setting>`` for every
-        ``--kafka-config`` setting (most names are the same for librdkafka and the Java client),
+        ``--kafka-config`` setting (as :func:`java_client_settings` names it for the Java client),
         then ``--source-option`` over them."""
         settings = {
             "kafka.bootstrap.servers": self.kafka_bootstrap,
@@ -215,7 +246,7 @@ class ConsumerConfig:
             "startingOffsets": self.starting_offsets,
             "maxOffsetsPerTrigger": str(self.max_events_per_batch),
             "failOnDataLoss": str(self.fail_on_data_loss).lower(),
-            **{f"kafka.{key}": value for key, value in self.kafka_config.items()},
+            **{f"kafka.{key}": value for key, value in java_client_settings(self.kafka_config).items()},
         }
         if self.tables:
             settings["subscribe"] = ",".join(self.table_topics)

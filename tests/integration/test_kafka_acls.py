@@ -1,0 +1,118 @@
+"""The pipeline on a broker that authenticates with SASL/SCRAM and authorizes with ACLs, nothing
+allowed without one: the producer and the consumer each hold only the ACLs docs/security.md
+names for their command, and a principal without write ACLs on the event topics — the
+consumer's among them — cannot put a message there."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from spanner_cdc.consumer.readers import replica_rows
+from spanner_cdc.schemas.topics import CONTROL_NAMESPACE
+from spanner_cdc.stack import EmbeddedStack
+from testkit.consumer_run import consumer_config, run_consumer, unique_prefix
+from testkit.spanner_db import create_database
+from tests.support.churn import ACCOUNTS_DDL, produce_to_now, producer_config
+from tests.support.secure_broker import SecureBroker
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+PREFIXED = ResourcePatternType.PREFIXED
+
+
+def acls(user: str, grants: dict[tuple[ResourceType, str], tuple[AclOperation, ...]]) -> list[AclBinding]:
+    """ALLOW bindings of ``user`` for every (resource type, name prefix) and operation."""
+    return [
+        AclBinding(kind, prefix, PREFIXED, f"User:{user}", "*", operation, AclPermissionType.ALLOW)
+        for (kind, prefix), operations in grants.items()
+        for operation in operations
+    ]
+
+
+def producer_acls(user: str, prefix: str) -> list[AclBinding]:
+    """docs/security.md, ``spanner-cdc produce``."""
+    control = f"{CONTROL_NAMESPACE}.{prefix}."
+    topic_operations = (AclOperation.CREATE, AclOperation.DESCRIBE, AclOperation.WRITE, AclOperation.READ)
+    return acls(
+        user,
+        {
+            (ResourceType.TOPIC, f"{prefix}."): topic_operations,
+            (ResourceType.TOPIC, control): topic_operations,
+            (ResourceType.TRANSACTIONAL_ID, control): (AclOperation.WRITE, AclOperation.DESCRIBE),
+        },
+    )
+
+
+def consumer_acls(user: str, prefix: str) -> list[AclBinding]:
+    """docs/security.md, ``spanner-cdc consume``."""
+    read = (AclOperation.DESCRIBE, AclOperation.READ)
+    return acls(
+        user,
+        {
+            (ResourceType.TOPIC, f"{prefix}."): read,
+            (ResourceType.TOPIC, f"{CONTROL_NAMESPACE}.{prefix}."): read,
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
+    broker = SecureBroker(tmp_path_factory.mktemp("secure-kafka"))
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def refusal(broker: SecureBroker, settings: dict[str, str], topic: str) -> str:
+    """The error of one message produced to ``topic`` with ``settings``' login."""
+    errors: list[KafkaError | None] = []
+
+    def report(error: KafkaError | None, _message: Message) -> None:
+        errors.append(error)
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "message.timeout.ms": 10_000, **settings})
+    producer.produce(topic, b"forged", b"key", on_delivery=report)
+    producer.flush(30)
+    assert errors and errors[0] is not None, f"a message was accepted on {topic}"
+    return errors[0].name()
+
+
+def test_the_pipeline_runs_on_its_acls_and_only_the_producer_can_write(
+    spark: Any, stack: EmbeddedStack, secure_broker: SecureBroker, tmp_path: Path
+) -> None:
+    prefix = unique_prefix("acl")
+    producing = secure_broker.add_user("producer", "producer-secret")
+    consuming = secure_broker.add_user("consumer", "consumer-secret")
+    nobody = secure_broker.add_user("nobody", "nobody-secret")
+    secure_broker.grant(producer_acls("producer", prefix))
+    secure_broker.grant(consumer_acls("consumer", prefix))
+    database = create_database(stack.endpoint("spanner"), ACCOUNTS_DDL)
+    config = producer_config(
+        stack.endpoint("spanner"), secure_broker.bootstrap, database, "Bank",
+        topic_prefix=prefix, kafka_config=producing,
+    )  # fmt: skip
+    with database.batch() as batch:
+        batch.insert("Accounts", columns=["Id", "Balance"], values=[[f"a{n}", n] for n in range(20)])
+    produce_to_now(config)
+
+    consumer = consumer_config(secure_broker.bootstrap, prefix, tmp_path, kafka_config=consuming)
+    run_consumer(spark, consumer)
+    assert replica_rows(consumer, "Accounts", '"Id", "Balance"') == sorted((f"a{n}", n) for n in range(20))
+    files = [path for path in tmp_path.rglob("*") if path.is_file()]
+    leaked = [path for path in files if b"consumer-secret" in path.read_bytes()]
+    assert not leaked, f"the consumer's password is in {leaked}"
+
+    for settings in (consuming, nobody):
+        assert refusal(secure_broker, settings, f"{prefix}.Accounts") == "TOPIC_AUTHORIZATION_FAILED"

@@ -33,7 +33,7 @@ HANDOVER_SECONDS = 120.0
 
 
 class ShardOwner(Protocol):
-    """What the process does when the group moves shards (producer.service)."""
+    """What the process does when the group moves shards (producer.shard_handover)."""
 
     def take_shards(self, shards: list[int]) -> Coroutine[Any, Any, None]: ...
 

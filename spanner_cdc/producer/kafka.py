@@ -51,6 +51,8 @@ TUNED_DEFAULTS = {
     "queue.buffering.max.messages": "500000",
     "queue.buffering.max.kbytes": "1048576",
 }
+#: How long a flush at shutdown or a handover waits for Kafka's acknowledgements.
+FLUSH_TIMEOUT_SECONDS = 60.0
 #: How long a checkpoint topic just created may show no partitions in the broker's metadata.
 TOPIC_METADATA_SECONDS = 30.0
 #: How long to wait before asking the metadata again.

@@ -15,7 +15,7 @@ from spanner_cdc.common.progress import show_progress
 from spanner_cdc.errors import UsageError
 from spanner_cdc.producer.backfill import BackfillTable
 from spanner_cdc.producer.catalog import TableCatalog
-from spanner_cdc.producer.kafka import KafkaClient
+from spanner_cdc.producer.kafka import FLUSH_TIMEOUT_SECONDS, KafkaClient
 from spanner_cdc.producer.main import event_builder, event_sender, open_kafka
 from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.poll import Poller
@@ -26,7 +26,6 @@ from spanner_cdc.producer.watermarks import WatermarkEmitter, publish_periodical
 from spanner_cdc.schemas.timestamps import clock_text, seconds_behind
 
 log = logging.getLogger(__name__)
-FLUSH_TIMEOUT_SECONDS = 60.0
 
 
 async def build_poller(config: PollConfig, metrics: ProducerMetrics) -> Poller:

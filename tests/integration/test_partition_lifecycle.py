@@ -247,7 +247,7 @@ def test_nothing_of_a_shard_starts_while_it_is_handed_back(stack: EmbeddedStack)
         kafka = service.publisher.kafka
         await kafka.ensure_checkpoint_topic(2)
         await asyncio.gather(kafka.take_over(0), kafka.take_over(1))
-        handover = asyncio.create_task(service.give_back_shards([1]))
+        handover = asyncio.create_task(service.handover.give_back_shards([1]))
         await asyncio.sleep(0)  # the handover is under way
         service._records_seen([])  # what the follower does when other processes' records arrive
         await handover

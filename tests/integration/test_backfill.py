@@ -23,7 +23,7 @@ from google.cloud.spanner_v1.data_types import JsonObject
 from spanner_cdc.consumer.readers import replica_rows
 from spanner_cdc.schemas.events import READ_METHOD_BACKFILL
 from spanner_cdc.schemas.identity import backfill_uuid
-from spanner_cdc.schemas.timestamps import datetime_from_micros
+from spanner_cdc.schemas.timestamps import datetime_from_micros, micros_from_datetime
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
@@ -129,7 +129,9 @@ def test_a_table_is_backfilled_again_once_at_a_new_snapshot(stack: EmbeddedStack
             columns=["Region", "OrderId", "Amount", "Note"],
             values=[["eu", n, 1.0, ""] for n in range(10)],
         )
-    first = produce_since(stack, database, "Bank", now_micros(), backfill=True)
+    # After the rows' commit by Spanner's clock, not only this machine's: the snapshot must hold them.
+    inserted = micros_from_datetime(batch.committed)
+    first = produce_since(stack, database, "Bank", max(now_micros(), inserted + 1), backfill=True)
     kafka, prefix = stack.endpoint("kafka"), first.topic_prefix
     snapshot = now_micros()
     again = dataclasses.replace(
@@ -146,7 +148,11 @@ def test_a_table_is_backfilled_again_once_at_a_new_snapshot(stack: EmbeddedStack
             if e.value["read_method"] == READ_METHOD_BACKFILL
         )
 
-    assert backfilled("Accounts") == {first.start_timestamp_micros: 30}
+    accounts = read_events(kafka, prefix, "Accounts")
+    assert backfilled("Accounts") == {first.start_timestamp_micros: 30}, (
+        f"inserted at {inserted}, first run from {first.start_timestamp_micros}: Accounts events "
+        f"{collections.Counter(e.value['read_method'] for e in accounts)}, Orders {backfilled('Orders')}"
+    )
     assert backfilled("Orders") == {first.start_timestamp_micros: 10, snapshot: 10}
     recorded = plans(kafka, prefix)
     assert recorded["Orders"]["snapshot_micros"] == snapshot and recorded["Orders"]["finished"]

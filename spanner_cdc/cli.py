@@ -274,9 +274,12 @@ def _run_on_replica(args: argparse.Namespace) -> int:
             status = replica.status()
             cut = status.cut
             write_rows(
-                ["consistent_cut", "table", "replica_table", "rows", "renamed_columns"],
-                [(cut, t.source, t.replica_table, t.rows, t.renamed_columns) for t in status.tables]
-                or [(cut, None, None, None, None)],
+                ["consistent_cut", "table", "replica_table", "rows", "renamed_columns", "stopped"],
+                [
+                    (cut, t.source, t.replica_table, t.rows, t.renamed_columns, t.stopped)
+                    for t in status.tables
+                ]
+                or [(cut, None, None, None, None, None)],
                 args.format,
             )
             return 0

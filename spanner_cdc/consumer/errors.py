@@ -25,11 +25,6 @@ class ReplicaQueryError(ConsumerError):
     """The replica database refused a statement (a constraint, a type, a missing table)."""
 
 
-class ReplicaColumnTypeError(ConsumerError):
-    """A batch's events bring a replica column another type than it holds, and not one Spanner
-    changes in place (STRING <-> BYTES, which the replica follows): the batch is not committed."""
-
-
 class ChangelogShortfallError(ConsumerError):
     """The changelog's tasks wrote other row counts than the batch kept: the batch is not
     committed (its next attempt writes it again) rather than committed with changes missing."""

@@ -18,6 +18,7 @@ broadcast, sent to each executor once while they stay the same, not with every t
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -91,9 +92,10 @@ def outline(
             QuarantineSink.stage(quarantine, batch_id, part, refused)
         tables = by_table(events)
         if staging is not None:
-            changelog = ChangelogSink(staging)
+            changelog, runs = ChangelogSink(staging), Counter[str]()
             for changes in tables:
-                changelog.write_table(batch_id, changes, part)
+                changelog.write_table(batch_id, changes, part, runs[changes.table])
+                runs[changes.table] += 1
         if replica is not None:
             messages = event_messages(events) if replica_messages else None
             parts = parts_of_tables(tables)

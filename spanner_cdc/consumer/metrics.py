@@ -94,6 +94,12 @@ class ConsumerMetrics(ServedMetrics):
             "Events that arrived committed at or before the recorded cut",
             registry=self.registry,
         )
+        self.stopped_changes = Counter(
+            "spanner_cdc_consumer_replica_stopped_changes",
+            "Changes of tables stopped in the replica, not applied (cdc$stopped)",
+            ["table"],
+            registry=self.registry,
+        )
 
     def observe_batch(self, batch: BatchSeen, quarantined: CounterOf[str]) -> None:
         """The end of a written batch: the status page shows it."""

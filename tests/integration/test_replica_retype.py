@@ -7,19 +7,21 @@ would write, staged as the tasks stage them, and merged by ``ReplicaMerge``."""
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from spanner_cdc.consumer.errors import ReplicaColumnTypeError, ReplicaQueryError
+from spanner_cdc.consumer.errors import ReplicaQueryError
 from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend, PostgresBackend, SqlBackend
 from spanner_cdc.consumer.sinks.replica.history import RowHistory
 from spanner_cdc.consumer.sinks.replica.merge import ReplicaMerge
 from spanner_cdc.consumer.sinks.replica.names import quote
 from spanner_cdc.consumer.sinks.replica.staged import StagedPart, combined, staged_parts
 from spanner_cdc.consumer.sinks.replica.staged_tables import StagedTables
+from spanner_cdc.consumer.sinks.replica.stopped import stopped_tables
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import fresh_postgres_database
 from testkit.decoding import decoded_events
@@ -66,7 +68,14 @@ def record(
 
 
 def parts(records: Sequence[dict[str, Any]], first_offset: int) -> list[StagedPart]:
-    return staged_parts(decoded_events(new_decoder(), list(records), TOPIC, first_offset=first_offset))
+    """The stage rows of ``records``, each table's decoded from its own topic."""
+    events = []
+    for table in sorted({r["table_name"] for r in records}):
+        own = [r for r in records if r["table_name"] == table]
+        events += decoded_events(
+            new_decoder(), own, TOPIC.replace("Accounts", table), first_offset=first_offset
+        )
+    return staged_parts(events)
 
 
 def merged_batches(backend: SqlBackend, batches: Sequence[Sequence[Change]], history: bool) -> ReplicaMerge:
@@ -174,30 +183,36 @@ def test_history_holding_bytes_that_are_not_utf8_stops_the_change_back_in_one_li
 @pytest.mark.parametrize(
     ("new", "described"), [(("STRING", "12", "3"), '"string"'), (("FLOAT64", 7.25, 0.5), '"double"')]
 )
-def test_a_later_batch_of_another_type_stops_the_merge_in_one_line(
+def test_a_later_batch_of_another_type_stops_that_table_and_the_others_go_on(
     backend: SqlBackend, history: bool, new: tuple[str, Value, Value], described: str
 ) -> None:
     """A column the replica holds as INT64 (BIGINT) whose events bring another type in a later
     batch: no change Spanner makes in place, so a table dropped and created again under its name
-    and key. The batch fails naming table, column and both types, and is not committed. Before,
-    the database refused STRING in its own words (CASE types bigint and text cannot be matched)
-    and stored FLOAT64 rounded into the BIGINT column (7.25 as 7: checked). With its replica
-    tables dropped, the table starts over with the new type."""
+    and key. No batch could ever merge it, so the batch stops that table (``cdc$stopped``: the
+    reason names column, table and both types) and commits: its rows stay as they were, its later
+    changes are counted and not applied, and another table's changes in the same batches are.
+    Before, the database refused STRING in its own words (CASE types bigint and text cannot be
+    matched) and stored FLOAT64 rounded into the BIGINT column (7.25 as 7: checked). With its
+    replica tables dropped, the table starts over with the new type."""
     code, value, tag = new
-    merge = merged_batches(backend, [[("INT64", "INSERT", "a", "1", ["2", None])]], history=history)
-    later: list[list[Change]] = [
-        [("INT64", "INSERT", "a", "1", ["2", None])],
-        [(code, "INSERT", "b", value, [tag])],
+    ledger = ChangeFactory(table="Ledger", columns=[("Id", "STRING", True), ("N", "INT64", False)])
+    batches = [
+        [record("INT64", "INSERT", "a", "1", ["2", None])],
+        [record(code, "INSERT", "b", value, [tag]), ledger.record("INSERT", {"Id": "l"}, {"N": "5"})],
+        [record(code, "UPDATE", "b", value, None), ledger.record("UPDATE", {"Id": "l"}, {"N": "6"})],
     ]
+    merge = merged_records(backend, batches, history=history)
     int8 = "bigint" if backend.dialect == "duckdb" else "int8"
 
-    with pytest.raises(
-        ReplicaColumnTypeError,
-        match=f"^table Accounts: column Note is {described} in this batch's events .* as {int8}: not a ",
-    ):
-        merged_batches(backend, later, history=history)
-    assert merge.last_batch("retype") == 0
+    assert merge.last_batch("retype") == 2
     assert stored(backend) == [("a", 1, [2, None])]
+    assert backend.execute('SELECT "Id", "N" FROM "Ledger"') == [("l", 6)]
+    [stopped] = stopped_tables(backend).values()
+    assert (stopped.table, stopped.skipped_events) == ("Accounts", 2)
+    assert stopped.since_micros == batches[1][0]["commit_timestamp"]
+    assert re.match(
+        f"column Note is {described} in the events of Accounts .* as {int8}: not a ", stopped.reason
+    )
 
     for table in (
         "Accounts",
@@ -205,8 +220,9 @@ def test_a_later_batch_of_another_type_stops_the_merge_in_one_line(
         *(("Accounts$history", "Accounts$inserts") if history else ()),
     ):
         backend.execute(f"DROP TABLE {quote(table)}")
-    merged_batches(backend, later, history=history)
-    assert stored(backend) == [("b", value, [tag])]
+    merged_records(backend, [*batches, [record(code, "INSERT", "c", value, [tag])]], history=history)
+    assert stored(backend) == [("c", value, [tag])]
+    assert stopped_tables(backend) == {}
 
 
 def test_every_type_the_replica_declares_is_its_own_catalog_type(backend: SqlBackend) -> None:

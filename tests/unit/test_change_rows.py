@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from spanner_cdc.consumer.change_rows import SORT_COLUMNS, TableChanges
+from spanner_cdc.consumer.sinks.contents import by_table
 from spanner_cdc.consumer.table_version import ColumnTypeChangeError
 from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.identity import row_id
@@ -248,9 +249,11 @@ def test_a_column_spanner_changed_between_string_and_bytes_is_bytes_in_a_batch_o
         ]
 
 
-def test_a_column_that_changes_to_a_type_it_cannot_become_is_one_clear_error() -> None:
+def test_a_column_that_changes_to_a_type_it_cannot_become_is_a_table_of_its_own() -> None:
     """INT64 to STRING is no change Spanner makes in place (a table dropped and created again
-    under its key, or a hostile schema): the batch fails naming table, column and both types."""
+    under its key, or a hostile schema): one table's changes cannot hold both (the error names
+    table, column and both types), so the sinks take them as two parts, split where the type
+    changes, in sort-key order."""
     before = ChangeFactory(columns=[("Id", "STRING", True), ("N", "INT64", False)])
     after = ChangeFactory(columns=[("Id", "STRING", True), ("N", "STRING", False)])
     events = decoded(
@@ -261,3 +264,4 @@ def test_a_column_that_changes_to_a_type_it_cannot_become_is_one_clear_error() -
         ColumnTypeChangeError, match="table 'Accounts', column 'N' changes type from \"long\" to"
     ):
         TableChanges("Accounts", events).changelog()
+    assert [[e.offset for e in part.events] for part in by_table(events)] == [[0], [1]]

@@ -311,7 +311,7 @@ def test_the_changelog_writes_the_values_each_event_has_its_own_of_without_a_dic
     )
     changes = TableChanges("Accounts", events)
     sink = ChangelogSink(tmp_path / "changelog")
-    sink.write_table(4, changes, 0)
+    sink.write_table(4, changes, 0, 0)
     [file] = sink.files()
 
     def check_encodings() -> None:

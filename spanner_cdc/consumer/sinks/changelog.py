@@ -5,9 +5,10 @@ Layout (hive-style, readable by Spark, DuckDB, pyarrow, Trino …)::
     <root>/object=<table>/commit_date=<YYYY-MM-DD>/batch-<batch id>-part-<task>.parquet
 
 Each file is written by the Spark task that read its events (consumer.executor_tasks): one per
-table, commit date and task of a batch. Rows within a file are in ``sort_keys`` order. A new
-table version adds columns to new files only; read with schema merging (``union_by_name`` in
-DuckDB, ``mergeSchema`` in Spark).
+table, commit date and task of a batch (two, ``…-part-<task>-1.parquet``, where a table dropped
+and created again with other column types has events of both in one task). Rows within a file
+are in ``sort_keys`` order. A new table version adds columns to new files only; read with
+schema merging (``union_by_name`` in DuckDB, ``mergeSchema`` in Spark).
 
 The tasks stage their files in ``_staging/batch-<id>/`` (the same layout below it) while the
 driver deduplicates; when it dropped some events, tasks remove those rows from the staged files
@@ -112,8 +113,10 @@ class ChangelogSink:
             for stale in self.root.glob(f"object=*/commit_date=*/{pattern}"):
                 stale.unlink()
 
-    def write_table(self, batch_id: int, changes: TableChanges, part: int) -> int:
-        """Write one table's changes of one batch, read by task ``part``; returns the rows written."""
+    def write_table(self, batch_id: int, changes: TableChanges, part: int, run: int) -> int:
+        """Write one table's changes of one batch, read by task ``part``; returns the rows written.
+        ``run`` counts the task's earlier parts of the same table (contents.by_table: other column
+        types), each in files of its own."""
         table = changes.changelog()
         commit_dates = pc.cast(
             pc.struct_field(table.column(SOURCE_METADATA), "commit_timestamp"), pa.date32()
@@ -121,7 +124,7 @@ class ChangelogSink:
         for commit_date in pc.unique(commit_dates).to_pylist():
             rows = table.filter(pc.equal(commit_dates, pa.scalar(commit_date, pa.date32())))
             write_atomically(
-                self._path(changes.table, commit_date, batch_id, part), rows, plain=DISTINCT_PER_EVENT
+                self._path(changes.table, commit_date, batch_id, part, run), rows, plain=DISTINCT_PER_EVENT
             )
         rows_written: int = table.num_rows
         return rows_written
@@ -129,6 +132,6 @@ class ChangelogSink:
     def table_dir(self, table: str) -> Path:
         return self.root / f"object={quote(table, safe='')}"
 
-    def _path(self, table: str, commit_date: dt.date, batch_id: int, part: int) -> Path:
+    def _path(self, table: str, commit_date: dt.date, batch_id: int, part: int, run: int) -> Path:
         directory = self.table_dir(table) / f"commit_date={commit_date.isoformat()}"
-        return directory / batch_file_name(batch_id, part)
+        return directory / batch_file_name(batch_id, part, run)

@@ -5,18 +5,48 @@ Python worker that imported DuckDB and psycopg for it paid about 0.3 s more at e
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from spanner_cdc.consumer.change_rows import TableChanges
 from spanner_cdc.consumer.decoded import DecodedEvent
+from spanner_cdc.consumer.table_version import ColumnTypeChangeError, PayloadColumn, merged
 
 
 def by_table(events: Sequence[DecodedEvent]) -> list[TableChanges]:
-    """``events`` per table, tables in name order."""
+    """``events`` per table, tables in name order; a table's events split, in ``sort_keys``
+    order, where a column's type changes in a way one column cannot hold (only STRING <-> BYTES
+    can: ``table_version.merged``) — a table dropped and created again under its name with
+    other types — so each part is one table of one set of column types."""
     grouped: dict[str, list[DecodedEvent]] = defaultdict(list)
     for event in events:
         grouped[event.table].append(event)
-    return [TableChanges(table, grouped[table]) for table in sorted(grouped)]
+    return [
+        part for table in sorted(grouped) for part in _by_column_types(TableChanges(table, grouped[table]))
+    ]
+
+
+def _by_column_types(changes: TableChanges) -> list[TableChanges]:
+    if len(changes.versions) == 1 or holds_together(changes.table, [v.columns for v in changes.versions]):
+        return [changes]
+    runs: list[list[DecodedEvent]] = []
+    columns: tuple[PayloadColumn, ...] | None = None
+    for event in changes.events:
+        if columns is not None and holds_together(changes.table, [columns, event.version.columns]):
+            columns = merged(changes.table, (*columns, *event.version.columns))
+        else:
+            runs.append([])
+            columns = event.version.columns
+        runs[-1].append(event)
+    return [TableChanges(changes.table, run) for run in runs]
+
+
+def holds_together(table: str, columns: Iterable[Sequence[PayloadColumn]]) -> bool:
+    """Whether one table's column sets ``columns`` can be one table (``table_version.merged``)."""
+    try:
+        merged(table, (c for each in columns for c in each))
+    except ColumnTypeChangeError:
+        return False
+    return True
 
 
 def by_primary_key(changes: TableChanges) -> list[TableChanges]:

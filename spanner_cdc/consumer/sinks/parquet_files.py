@@ -16,10 +16,11 @@ import pyarrow.parquet as pq
 COMPRESSION = "zstd"
 
 
-def batch_file_name(batch_id: int, part: int | None = None) -> str:
+def batch_file_name(batch_id: int, part: int | None = None, run: int = 0) -> str:
     """``batch-<id>.parquet``, or with ``part`` (the Spark task's partition that wrote it)
-    ``batch-<id>-part-<part>.parquet``."""
-    suffix = "" if part is None else f"-part-{part:05d}"
+    ``batch-<id>-part-<part>.parquet``; a ``run`` after the first (a task's second file of the
+    same table and date: contents.by_table) ``batch-<id>-part-<part>-<run>.parquet``."""
+    suffix = "" if part is None else f"-part-{part:05d}" + (f"-{run}" if run else "")
     return f"batch-{batch_id:012d}{suffix}.parquet"
 
 

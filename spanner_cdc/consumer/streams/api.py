@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from spanner_cdc.consumer.errors import ReplicaConflictError
-from spanner_cdc.consumer.sinks.replica.backends import Selected, SqlBackend
+from spanner_cdc.consumer.sinks.replica.backends import Selected, SqlBackend, find_table
 from spanner_cdc.consumer.sinks.replica.cut import recorded_cut
 from spanner_cdc.consumer.sinks.replica.generations import recreated_since
 from spanner_cdc.consumer.sinks.replica.history import HistoryState, read_state
 from spanner_cdc.consumer.sinks.replica.names import REPLICA_PREFIX, ReplicaNames, quote, quote_all
+from spanner_cdc.consumer.sinks.replica.stopped import STOPPED_TABLE, StoppedTable, stopped_tables
 from spanner_cdc.consumer.streams.catalog import Stream, StreamCatalog, StreamError
 from spanner_cdc.consumer.streams.delta import CHANGE_COLUMNS, delta_query
 from spanner_cdc.consumer.streams.modes import DEFAULT_MODE, MODES
@@ -66,10 +67,14 @@ class TableStatus:
 
     #: The Spanner table; the replica's name when it kept none (no change since version 0.3.0).
     source: str
-    replica_table: str
-    rows: int
+    #: None for a table stopped before the replica held it (its name was another's: stopped.py).
+    replica_table: str | None
+    rows: int | None
     #: Spanner column → replica column, for the columns the replica renamed (names.py).
     renamed_columns: dict[str, str]
+    #: Why the replica stopped the table, since when and how many changes it did not apply;
+    #: None while it replicates.
+    stopped: str | None = None
 
 
 @dataclass(frozen=True)
@@ -210,10 +215,17 @@ class StreamReplica:
             cut = recorded_cut(self.backend)
             sources = source_names(self.backend)
             tables = []
+            stopped = stopped_tables(self.backend) if find_table(self.backend, STOPPED_TABLE) else {}
             for name in replicated_tables(self.backend):
                 rows = int(self.backend.execute(f"SELECT count(*) FROM {quote(name)}")[0][0])
                 source = sources.get(catalog_key(name), SourceNames((name,), {}))
-                tables.append(TableStatus(", ".join(source.tables), name, rows, source.renamed_columns))
+                why = [_stopped_text(stopped.pop(t)) for t in source.tables if t in stopped]
+                tables.append(
+                    TableStatus(
+                        ", ".join(source.tables), name, rows, source.renamed_columns, "; ".join(why) or None
+                    )
+                )
+            tables += [TableStatus(t, None, None, {}, _stopped_text(s)) for t, s in sorted(stopped.items())]
         return ReplicaStatus(None if cut is None else datetime_from_micros(cut), tables)
 
     # --- inside a transaction -----------------------------------------------------------------
@@ -279,3 +291,8 @@ class StreamReplica:
 def _check_mode(mode: str) -> None:
     if mode not in MODES:
         raise StreamError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+
+
+def _stopped_text(stopped: StoppedTable) -> str:
+    since = datetime_from_micros(stopped.since_micros).isoformat()
+    return f"since {since}, {stopped.skipped_events} change(s) not applied: {stopped.reason}"

@@ -4,7 +4,8 @@ Per micro-batch, in one transaction:
 
 1. skip the batch if ``cdc$batches`` says this query already committed it (a replay);
 2. per table: create it, add new columns or follow a column from STRING to BYTES or back
-   (schema evolution: replica_tables.py), stage the batch's events;
+   (schema evolution: replica_tables.py), stage the batch's events — or, when its tables cannot
+   hold them, stop that table and go on with the others (stopped.py);
 3. drop staged events whose sort key is not newer than the row's stored one, or than the key's
    tombstone (so duplicates and out-of-order events change nothing);
 4. fold each key's remaining events, in sort-key order, into one net change: the last event
@@ -59,6 +60,7 @@ from spanner_cdc.consumer.sinks.replica.stage_table import (
     stage_layout,
 )
 from spanner_cdc.consumer.sinks.replica.staged import STAGED_IN, STAGED_ROW, StagedPart
+from spanner_cdc.consumer.sinks.replica.stopped import StoppedTables
 from spanner_cdc.consumer.sinks.replica.stored_columns import (
     TYPE_COLUMNS,
     catalog_type,
@@ -84,6 +86,7 @@ class ReplicaMerge:
     #: Spanner table → its current generation (generations.py), as far as this process read it.
     _generations: dict[str, Generation] = field(default_factory=dict)
     _tables: ReplicaTables = field(init=False)
+    stopped: StoppedTables = field(init=False)
 
     @property
     def names(self) -> ReplicaNames:
@@ -95,6 +98,7 @@ class ReplicaMerge:
             "(query_id VARCHAR PRIMARY KEY, batch_id BIGINT NOT NULL, committed_at TIMESTAMPTZ NOT NULL)"
         )
         self._tables = ReplicaTables(self.backend)
+        self.stopped = StoppedTables(self.backend)
         create_generations_table(self.backend)
 
     def last_batch(self, query_id: str) -> int | None:
@@ -127,6 +131,7 @@ class ReplicaMerge:
         except BaseException:
             # DDL and names of the failed transaction were rolled back too
             self._tables.forget()
+            self.stopped.forget()
             self._generations.clear()
             raise
 
@@ -134,12 +139,35 @@ class ReplicaMerge:
         """Merge each table's staged changes (staged.combined: one part per table and key, a
         table's keys in commit order); call inside :meth:`batch`. ``cut`` is the consistent cut
         the batch applies up to (the new row versions begin there); None without whole transactions."""
+        with_history = cut is not None and self.history is not None
         for part in parts:
-            current = self._current_generation(ReplicaTable.of(part, self.names))
-            if current is not None:
-                self._apply_table(current, cut)
+            changes = self._mergeable(ReplicaTable.of(part, self.names), with_history)
+            if changes is not None:
+                self._apply_table(changes, cut)
 
     # --- per table ---------------------------------------------------------------------------
+
+    def _mergeable(self, changes: ReplicaTable, with_history: bool) -> ReplicaTable | None:
+        """``changes`` as the replica applies them; None when it applies none: their table is
+        stopped, or its tables cannot hold them, which stops it (stopped.py), or none belong to
+        its current generation. A stopped table whose replica table is gone starts again."""
+        table, events = changes.changes.table, changes.changes.rows.num_rows
+        if table in self.stopped.known:
+            if self._tables.spelling(changes.names.table) is not None:
+                self.stopped.skip(table, events)
+                return None
+            self.stopped.start_again(table)
+        refusal = self._tables.name_refusal(changes)
+        if refusal is None:
+            current = self._current_generation(changes)
+            if current is None:
+                return None
+            changes = self._late_texts(current)
+            refusal = self._tables.type_refusal(changes, with_history)
+        if refusal is None:
+            return changes
+        self.stopped.stop(table, refusal, changes.changes.first_commit, changes.changes.rows.num_rows)
+        return None
 
     def _current_generation(self, changes: ReplicaTable) -> ReplicaTable | None:
         """``changes`` as far as they belong to the table's current generation (generations.py).
@@ -217,7 +245,6 @@ class ReplicaMerge:
 
     def _apply_table(self, changes: ReplicaTable, cut: int | None) -> None:
         history = self.history if cut is not None else None
-        changes = self._late_texts(changes)
         self._tables.ensure(changes, history is not None)
         self._tables.record_names(changes)
         key = changes.key

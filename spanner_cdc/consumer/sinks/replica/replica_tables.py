@@ -1,8 +1,9 @@
 """The replica's tables as the database's catalog has them, made to hold what a batch brings:
 created, given the columns a new table version (or this version of the replica) adds, a column
 converted where Spanner changed it between STRING and BYTES, the replica's names of Spanner's
-in ``cdc$names``. Any other change of a column's type stops the batch
-(:class:`ReplicaColumnTypeError`; docs/consumer.md, Guarantees).
+in ``cdc$names``. What it cannot hold — any other change of a column's type, and in DuckDB a
+table name that differs only in case from the table it holds — is found before anything of the
+table is changed (``ReplicaTables.name_refusal``, ``type_refusal``): the merge stops that table (stopped.py).
 
 What the catalog says is kept per process — a table's columns, the names recorded, the catalog's
 name of each SQL type — and read again after a batch's transaction rolls back (:meth:`forget`),
@@ -13,10 +14,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from spanner_cdc.consumer.errors import ReplicaColumnTypeError, ReplicaQueryError
+from spanner_cdc.consumer.errors import ReplicaQueryError
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend
 from spanner_cdc.consumer.sinks.replica.history import HISTORY_COLUMNS, INSERT_COLUMNS, ROW_VERSION_COLUMNS
 from spanner_cdc.consumer.sinks.replica.names import NAMES_TABLE, ReplicaNames, quote, quote_all
@@ -37,6 +38,8 @@ class ReplicaTables:
     backend: SqlBackend
     #: Table → its columns, by catalog key (ReplicaNames.catalog_key), as the catalog has them.
     _known_columns: dict[str, dict[str, StoredColumn]] = field(default_factory=dict)
+    #: Table → its name as the catalog spells it, by catalog key, for the tables in _known_columns.
+    _spellings: dict[str, str] = field(default_factory=dict)
     #: (Spanner table, Spanner column or '', replica name) rows this process knows are in cdc$names.
     _recorded_names: set[tuple[str, str, str]] = field(default_factory=set)
     #: SQL type → the catalog's name for it (SqlBackend.catalog_type).
@@ -56,14 +59,14 @@ class ReplicaTables:
     def forget(self) -> None:
         """Forget what this process knows of the catalog: a rolled-back transaction took its DDL
         and names with it."""
-        self._known_columns.clear()
+        self._forget_tables()
         self._recorded_names.clear()
 
     def drop(self, tables: Iterable[str]) -> None:
         """Drop ``tables`` where they exist (a table starting over: generations.py)."""
         for table in tables:
             self.backend.execute(f"DROP TABLE IF EXISTS {quote(table)}")
-        self._known_columns.clear()
+        self._forget_tables()
 
     def allow_null_keys(self, table: str, key: Sequence[str]) -> None:
         """Let ``table``'s ``key`` columns hold NULL (a NULL key value arrived: SqlBackend)."""
@@ -85,33 +88,53 @@ class ReplicaTables:
             "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
         )
         if not self._known_columns.keys() <= {catalog_key(str(name)) for (name,) in present}:
-            self._known_columns.clear()
+            self._forget_tables()
+
+    def name_refusal(self, changes: ReplicaTable) -> str | None:
+        """Why the replica cannot hold ``changes``' table under its name, as one sentence; None
+        when it can: the catalog spells the table's name otherwise (DuckDB finds ``Accounts``
+        for ``accounts``), so it is another table's."""
+        spelled = self.spelling(changes.names.table)
+        if spelled is None or spelled == changes.names.table:
+            return None
+        return (
+            f"the replica holds table {spelled}, and DuckDB takes {changes.names.table} for the same "
+            "name; drop one of them to replicate the other (or replicate into PostgreSQL, which "
+            "holds both)"
+        )
+
+    def type_refusal(self, changes: ReplicaTable, with_history: bool) -> str | None:
+        """Why the replica's tables cannot hold ``changes``, as one sentence; None when they can.
+        Asked before :meth:`ensure` changes anything: a column's type in the catalog is not the
+        events' and not one Spanner changes in place (only STRING <-> BYTES is: :meth:`_retype`)."""
+        for table, columns, _, _ in self._layouts(changes, with_history):
+            existing = self.columns(table)
+            for column in columns:
+                stored = existing.get(self.names.catalog_key(column.name))
+                if stored is None or needs_recoding(stored.text_or_bytes, column.type.text_or_bytes):
+                    continue
+                wanted = column.type.sql(self.backend.dialect)
+                if stored.type_name != self._catalog_type(wanted):
+                    return (
+                        f"column {column.name} is {json.dumps(column.type.avro)} in the events of "
+                        f"{changes.changes.table} ({wanted}), but the replica's {table} holds it as "
+                        f"{stored.type_name}: not a change Spanner makes in place (only STRING <-> BYTES) "
+                        "but a table dropped and created again under its name and key with other types; "
+                        "drop its replica tables to start it over"
+                    )
+        return None
 
     def ensure(self, changes: ReplicaTable, with_history: bool) -> None:
         """Create the table, its tombstones and (``with_history``) its history tables, or add the
         columns a new table version — or this version of the replica — brought, and convert a
-        column Spanner changed between STRING and BYTES (:meth:`_retype`); any other change of
-        a column's type stops the batch (:meth:`_followed`).
+        column Spanner changed between STRING and BYTES (:meth:`_retype`). Call when
+        :meth:`type_refusal` found nothing.
 
-        Names are compared as the database compares them (:meth:`ReplicaNames.catalog_key`): in
-        DuckDB, ``accounts`` finds the table ``Accounts``.
+        Names are compared as the database compares them (:meth:`ReplicaNames.catalog_key`).
         """
-        dialect = self.backend.dialect
-        order = list(zip(ORDER_COLUMNS, order_types(dialect), strict=True))
-        key_columns = tuple(c for c in changes.columns if c.name in changes.key)
-        declared = self.backend.declares_primary_keys
-        # The table and its tombstones hold one row per key: their key, declared or NOT NULL.
-        layouts = [
-            (changes.names.table, changes.columns, [*order, *ROW_VERSION_COLUMNS], True),
-            (changes.names.tombstones, key_columns, order, True),
-        ]
-        if with_history:
-            layouts += [
-                (changes.names.history, changes.columns, list(HISTORY_COLUMNS), False),
-                (changes.names.inserts, changes.columns, [*INSERT_COLUMNS, *order], False),
-            ]
+        dialect, declared = self.backend.dialect, self.backend.declares_primary_keys
         catalog_key = self.names.catalog_key
-        for table, columns, extra, keyed in layouts:
+        for table, columns, extra, keyed in self._layouts(changes, with_history):
             definitions = {c.name: f"{quote(c.name)} {c.type.sql(dialect)}" for c in columns}
             definitions |= {name: f"{quote(name)} {sql_type}" for name, sql_type in extra}
             existing = self.columns(table)
@@ -130,32 +153,35 @@ class ReplicaTables:
             for definition in added:
                 self.backend.execute(f"ALTER TABLE {quote(table)} ADD COLUMN {definition}")
             if added:
-                del self._known_columns[catalog_key(table)]
+                self._forget_table(table)
                 existing = self.columns(table)
-            retyped = [c for c in columns if self._followed(changes, table, existing[catalog_key(c.name)], c)]
+            retyped = [
+                c
+                for c in columns
+                if needs_recoding(existing[catalog_key(c.name)].text_or_bytes, c.type.text_or_bytes)
+            ]
             for column in retyped:
                 self._retype(changes, table, column)
             if retyped:  # read again: what the conversion left (DuckDB's copy takes NULL keys)
-                del self._known_columns[catalog_key(table)]
+                self._forget_table(table)
 
-    def _followed(
-        self, changes: ReplicaTable, table: str, stored: StoredColumn, column: PayloadColumn
-    ) -> bool:
-        """Whether ``column``, ``stored`` in ``table``, is to be converted to the type the batch's
-        events bring (STRING <-> BYTES, :meth:`_retype`); False when it has that type already.
-        Any other difference raises :class:`ReplicaColumnTypeError` (stored_columns.py)."""
-        if needs_recoding(stored.text_or_bytes, column.type.text_or_bytes):
-            return True
-        wanted = column.type.sql(self.backend.dialect)
-        if stored.type_name != self._catalog_type(wanted):
-            raise ReplicaColumnTypeError(
-                f"table {changes.changes.table}: column {column.name} is {json.dumps(column.type.avro)} "
-                f"in this batch's events ({wanted}), but the replica's {table} holds it as "
-                f"{stored.type_name}: not a change Spanner makes in place (only STRING <-> BYTES) but a "
-                "table dropped and created again under its name and key with other types, which its "
-                "replica tables cannot hold; drop them to start the table over (docs/consumer.md, Guarantees)"
-            )
-        return False
+    def _layouts(
+        self, changes: ReplicaTable, with_history: bool
+    ) -> Iterator[tuple[str, Sequence[PayloadColumn], list[tuple[str, str]], bool]]:
+        """Each replica table of ``changes``' table: its name, the events' columns it holds, the
+        replica's own columns (name, SQL type), and whether it holds one row per key."""
+        order = list(zip(ORDER_COLUMNS, order_types(self.backend.dialect), strict=True))
+        # The table and its tombstones hold one row per key: their key, declared or NOT NULL.
+        yield changes.names.table, changes.columns, [*order, *ROW_VERSION_COLUMNS], True
+        yield (
+            changes.names.tombstones,
+            tuple(c for c in changes.columns if c.name in changes.key),
+            order,
+            True,
+        )
+        if with_history:
+            yield changes.names.history, changes.columns, list(HISTORY_COLUMNS), False
+            yield changes.names.inserts, changes.columns, [*INSERT_COLUMNS, *order], False
 
     def _catalog_type(self, sql_type: str) -> str:
         """``SqlBackend.catalog_type``, asked once per type and process."""
@@ -215,11 +241,23 @@ class ReplicaTables:
                 "AND lower(table_name) = lower(?)",
                 [table],
             )
+            own = [row for row in rows if catalog_key(str(row[0])) == catalog_key(table)]
             known = {
                 catalog_key(str(column)): StoredColumn(nullable == "YES", catalog_type(data_type, udt))
-                for name, column, nullable, data_type, udt in rows
-                if catalog_key(str(name)) == catalog_key(table)
+                for _, column, nullable, data_type, udt in own
             }
             if known:
                 self._known_columns[catalog_key(table)] = known
+                self._spellings[catalog_key(table)] = str(own[0][0])
         return known
+
+    def spelling(self, table: str) -> str | None:
+        """The name of ``table`` as the catalog spells it; None when there is no such table."""
+        return self._spellings.get(self.names.catalog_key(table)) if self.columns(table) else None
+
+    def _forget_table(self, table: str) -> None:
+        self._known_columns.pop(self.names.catalog_key(table), None)
+
+    def _forget_tables(self) -> None:
+        self._known_columns.clear()
+        self._spellings.clear()

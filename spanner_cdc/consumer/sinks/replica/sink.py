@@ -11,6 +11,7 @@ hands them to the database, or the tasks loaded them into a PostgreSQL replica t
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ from spanner_cdc.consumer.sinks.replica.staged import (
 from spanner_cdc.consumer.sinks.replica.staged_tables import StagedTables, batch_prefix, query_prefix
 from spanner_cdc.consumer.status import StreamSeen
 from spanner_cdc.consumer.streams.catalog import existing_streams
+
+log = logging.getLogger("spanner_cdc.consumer")
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,14 @@ class ReplicaSink:
             if new:
                 commit = self._apply(batch_id, contents)
             self._drop_staged_tables(batch_prefix(self.query_id, batch_id))
+        for table, changes in self.merge.stopped.skipped_in_batch().items():
+            self.metrics.stopped_changes.labels(table).inc(changes)
+            log.warning(
+                "batch %d: table %s is stopped in the replica: %d change(s) not applied",
+                batch_id,
+                table,
+                changes,
+            )
         if commit is not None and self.on_commit is not None:
             self.on_commit(commit)
 

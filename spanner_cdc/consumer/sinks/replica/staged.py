@@ -32,7 +32,7 @@ from spanner_cdc.consumer.change_rows import SET_PREFIX, SORT_COLUMNS, TableChan
 from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent
 from spanner_cdc.consumer.outline_rows import outline_batch, row_numbers
 from spanner_cdc.consumer.sinks.changelog import COORDINATES
-from spanner_cdc.consumer.sinks.contents import by_primary_key, by_table
+from spanner_cdc.consumer.sinks.contents import by_primary_key, by_table, holds_together
 from spanner_cdc.consumer.table_version import ColumnType, PayloadColumn, merged
 
 #: A staged event's Kafka message, as the consistent cut holds it (sinks.replica.cut).
@@ -189,13 +189,20 @@ def parts_of_tables(tables: Sequence[TableChanges]) -> list[StagedPart]:
 def combined(parts: Sequence[StagedPart]) -> list[StagedPart]:
     """``parts`` of the same table and key (from several tasks, or held and fresh) as one part
     each: the columns of every part (first seen first; table_version.merged), a column a part
-    lacks null and not set. Tables in name order; a table's keys in the order of their first
+    lacks null and not set — or as several, where their column types cannot be one table's
+    (contents.by_table). Tables in name order; a table's parts in the order of their first
     commit."""
-    grouped: dict[tuple[str, tuple[str, ...]], list[StagedPart]] = {}
+    grouped: dict[tuple[str, tuple[str, ...]], list[list[StagedPart]]] = {}
     for part in sorted(parts, key=lambda p: p.first_commit if p.rows.num_rows else 0):
         if part.rows.num_rows:
-            grouped.setdefault((part.table, part.key), []).append(part)
-    joined = [_concatenated(group) for group in grouped.values()]
+            groups = grouped.setdefault((part.table, part.key), [])
+            fits = (g for g in groups if holds_together(part.table, [p.columns for p in (*g, part)]))
+            group = next(fits, None)
+            if group is None:
+                groups.append([part])
+            else:
+                group.append(part)
+    joined = [_concatenated(group) for groups in grouped.values() for group in groups]
     return sorted(joined, key=lambda p: (p.table, p.first_commit))
 
 

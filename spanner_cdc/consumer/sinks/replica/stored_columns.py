@@ -5,10 +5,11 @@ Spanner changes a column between STRING and BYTES in place (``ALTER COLUMN``, ar
 replica follows by converting the column with its rows (merge.py), and a stage table a task
 loaded before the change has its values converted as they are taken (docs/consumer.md,
 Guarantees). Any other difference between the type a replica column has and the type its
-events bring stops the batch (merge.py): no such change happens in place in Spanner, and the
-database would otherwise cast the new values into the old type where it has a cast (INT64 then
-FLOAT64: 7.25 stored as 7) or refuse the statement in its own words (INT64 then STRING).
-A batch holding both types is stopped before that (table_version.merged).
+events bring stops the table (``ReplicaTables.type_refusal``, stopped.py): no such change
+happens in place in Spanner, and the database would otherwise cast the new values into the old
+type where it has a cast (INT64 then FLOAT64: 7.25 stored as 7) or refuse the statement in its
+own words (INT64 then STRING). A batch holding both types has them in parts of their own
+(contents.by_table).
 """
 
 from __future__ import annotations

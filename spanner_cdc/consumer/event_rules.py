@@ -25,8 +25,13 @@ from spanner_cdc.schemas.table import table_namespace
 from spanner_cdc.schemas.topics import TopicNameError, Topics
 from spanner_cdc.schemas.watermark import Watermark
 
-#: How far ahead of this machine's clock a commit timestamp or watermark may be (clock skew).
+#: How far ahead of this machine's clock a commit timestamp may be (clock skew).
 MAX_FUTURE_MICROS = 3_600 * 1_000_000
+#: How far ahead of this machine's clock a watermark may be. A watermark is a time up to which
+#: every change was read from Spanner already, so it is never ahead of the true time: only
+#: this machine's clock skew separates them, well under a minute for an NTP-kept clock. The
+#: bound is how far forged watermarks on every partition could move the consistent cut.
+MAX_WATERMARK_AHEAD_MICROS = 60 * 1_000_000
 #: The longest uuid an event may carry (the producer's are 36 characters).
 MAX_UUID_CHARS = 64
 #: The longest name Spanner allows (table, column, named schema: 128 characters each).
@@ -193,9 +198,14 @@ def check_watermark(
     """A watermark agrees with the broker: its topics exist with at least the partitions it
     lists, it lists the topic it is on, and it is not ahead of this machine's clock by more
     than the skew allowed."""
-    if not 0 < watermark.watermark_micros <= now_micros + MAX_FUTURE_MICROS:
+    if watermark.watermark_micros <= 0:
+        raise DecodeError("bad-watermark", f"watermark {watermark.watermark_micros} µs is not a time")
+    ahead = watermark.watermark_micros - now_micros
+    if ahead > MAX_WATERMARK_AHEAD_MICROS:
         raise DecodeError(
-            "bad-watermark", f"watermark {watermark.watermark_micros} µs is not a plausible time"
+            "bad-watermark",
+            f"watermark {watermark.watermark_micros} µs is {ahead / 1e6:.0f} s ahead of this machine's clock "
+            f"(at most {MAX_WATERMARK_AHEAD_MICROS // 1_000_000} s of clock skew is taken)",
         )
     if topic not in watermark.topics or partition >= watermark.topics[topic]:
         raise DecodeError("bad-watermark", f"a watermark on {topic}[{partition}] that does not list it")

@@ -16,6 +16,7 @@ import pytest
 from spanner_cdc.consumer.decode import BatchDecoder, BrokerPartitions
 from spanner_cdc.consumer.decoded import DecodedEvent, WatermarkSeen
 from spanner_cdc.consumer.errors import ConsumerError, ReplicaQueryError
+from spanner_cdc.consumer.event_rules import MAX_WATERMARK_AHEAD_MICROS, check_watermark
 from spanner_cdc.consumer.schema_topic import SchemaTopic
 from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend
 from spanner_cdc.consumer.sinks.replica.cut import (
@@ -27,6 +28,7 @@ from spanner_cdc.consumer.sinks.replica.cut import (
 )
 from spanner_cdc.consumer.sinks.replica.names import quote
 from spanner_cdc.consumer.sinks.replica.staged import StagedEvents, event_messages
+from spanner_cdc.schemas.errors import DecodeError
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark
 from spanner_cdc.schemas.wire import SchemaStore
@@ -217,3 +219,17 @@ def test_a_pending_table_keyed_by_coordinates_is_made_again_without_the_key_its_
     assert rows == [(7, 100, b"held"), (7, 200, b"again")]
     with pytest.raises(ReplicaQueryError, match="NOT NULL"):  # the columns' own constraints stay
         backend.execute(f"INSERT INTO {quote(PENDING)} VALUES (?, 0, 8, 300, NULL, NULL)", [TOPIC])
+
+
+def test_a_watermark_ahead_of_this_machines_clock_by_more_than_its_skew_is_refused() -> None:
+    """A watermark is a time up to which every change was read already, never ahead of the true
+    time: one ahead of this machine's clock by more than the skew taken is refused, one within
+    it is taken. Before, the bound was the commit timestamps' hour, and forged watermarks 59
+    minutes ahead on every partition moved the cut 59 minutes."""
+    now, topic = 1_800_000_000_000_000, "P.Accounts"
+    counts = {topic: 1}
+    check_watermark(Watermark(STREAM, now + MAX_WATERMARK_AHEAD_MICROS, counts), topic, 0, counts, now)
+    for ahead in (MAX_WATERMARK_AHEAD_MICROS + 1, 59 * 60_000_000):
+        with pytest.raises(DecodeError, match="s ahead of this machine's clock") as refused:
+            check_watermark(Watermark(STREAM, now + ahead, counts), topic, 0, counts, now)
+        assert refused.value.reason == "bad-watermark"

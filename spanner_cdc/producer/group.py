@@ -20,9 +20,10 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from spanner_cdc.common.blocking import loop_on_thread_until
+from spanner_cdc.producer.errors import KafkaSetupError
 from spanner_cdc.producer.kafka import KafkaClient
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 0.2
 #: The longest a shard's handover may take on the event loop before the poll thread gives up.
 HANDOVER_SECONDS = 120.0
+#: Errors the group's consumer reports that no retry mends: the process stops on them.
+_REFUSALS = frozenset({KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED})
 
 
 class ShardOwner(Protocol):
@@ -53,8 +56,9 @@ class ShardGroup:
     async def run(self, owner: ShardOwner, stop: asyncio.Event) -> None:
         """Be a member until ``stop``; then leave, which revokes (and hands back) every shard."""
         loop = asyncio.get_running_loop()
+        group_id = self.kafka.topics.group_id(self.name)
         consumer = self.kafka.consumer(
-            self.kafka.topics.group_id(self.name),
+            group_id,
             **{
                 "partition.assignment.strategy": "cooperative-sticky",
                 "session.timeout.ms": self.session_ms,
@@ -81,9 +85,25 @@ class ShardGroup:
             on_lost=lost,
         )
 
+        def poll() -> None:
+            """One poll; its records are the follower's (CheckpointStore.follow): only the
+            callbacks and the errors matter. Without the group's ACLs the group never assigns
+            a shard, so the process would wait for ever: it stops naming them instead."""
+            message = consumer.poll(POLL_SECONDS)
+            error = message.error() if message is not None else None
+            if error is None:
+                return
+            if error.fatal() or error.code() in _REFUSALS:
+                raise KafkaSetupError(
+                    f"the producer group {group_id}: {error.name()} ({error.str()}); its principal needs "
+                    f"Describe and Read on the group and on topic {self.kafka.topics.checkpoints} "
+                    "(docs/security.md)"
+                )
+            log.warning("the producer group %s: %s", group_id, error.str())
+
         log.info("joining the producer group %s (%d shards)", self.name, self.kafka.shards)
-        try:  # its records are the follower's (CheckpointStore.follow): only the callbacks matter
-            await loop_on_thread_until(lambda: consumer.poll(POLL_SECONDS), stop)
+        try:
+            await loop_on_thread_until(poll, stop)
         finally:
             # Leaving the group revokes every shard, so on_revoke hands each back first: on a
             # thread, as the callbacks wait for the event loop.

@@ -22,11 +22,11 @@ PRODUCER_TARGET_EVENTS_PER_SECOND = 60_000
 RAW_TARGET_EVENTS_PER_SECOND = 100_000
 CHANGELOG_TARGET_EVENTS_PER_SECOND = 50_000
 REPLICA_TARGET_EVENTS_PER_SECOND = 20_000
-#: Commit → replica p99 at the demo's rate (issue 19).
+#: Commit → replica p99 at the demo's rate.
 PIPELINE_TARGET_P99_MS = 2_000
-#: Commit → Kafka ack p99 of the producer (issue 15, at 1,000 transactions/s).
+#: Commit → Kafka ack p99 of the producer (at 1,000 transactions/s).
 LATENCY_TARGET_P99_MS = 1_000
-#: Peak RSS of a producer with 1,000 partitions running (issue 15).
+#: Peak RSS of a producer with 1,000 partitions running.
 PARTITIONS_TARGET_RSS_MIB = 300
 #: Transactions/s of the peer part's latency runs (b).
 PEER_RATE = 100.0
@@ -111,7 +111,7 @@ def run_part(name: str, part: Part, stack: EmbeddedStack, args: argparse.Namespa
 
 
 def group_part(_stack: EmbeddedStack, args: argparse.Namespace) -> str:
-    print("several producer processes of a group (issue 16), emulator tokens living 2-4 s")
+    print("several producer processes of a group, emulator tokens living 2-4 s")
     churning = EmbeddedStack.start(names=("spanner", "kafka"), churn_seconds=2)
     try:
         spanner, kafka = churning.endpoint("spanner"), churning.endpoint("kafka")
@@ -139,7 +139,7 @@ def group_part(_stack: EmbeddedStack, args: argparse.Namespace) -> str:
 
 
 def partitions_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
-    print("producer memory with many partitions (issue 15)")
+    print("producer memory with many partitions")
     one, many = (
         producer.many_partitions(stack.endpoint("kafka"), count, args.seconds) for count in (1, 1_000)
     )
@@ -159,7 +159,7 @@ def partitions_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
 
 
 def backfill_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
-    print("backfill (issue 18)")
+    print("backfill")
     alone, backfill = producer.backfill_figures(stack, args.backfill_rows)
     print_figures([alone, backfill])
     line = (
@@ -171,7 +171,7 @@ def backfill_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
 
 
 def poll_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
-    print("commit-timestamp polling (issue 18)")
+    print("commit-timestamp polling")
     alone, polled = producer.poll_figures(stack, args.backfill_rows)
     print_figures([alone, polled])
     ratio = polled.per_second / alone.per_second
@@ -181,7 +181,7 @@ def poll_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
 
 
 def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
-    print("consumer (issues 4, 5 and 14), Spark local[2] unless said")
+    print("consumer, Spark local[2] unless said")
     found = consumer.consumer_figures(stack.endpoint("kafka"), stack.endpoint("postgres"), args.changes)
     raw = found.raw_on_executors
     one_cpu = found.changelog_on_one_cpu
@@ -277,7 +277,7 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
 def pipeline_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
     """Commit → replica latency of the whole pipeline under the demo's workload; the producer's
     own commit → ack latency, (c) above, is its baseline (what the consumer adds is the rest)."""
-    print(f"pipeline (issue 19): the demo's workload at {DEFAULT_TRANSFERS_PER_SECOND} transfers/s, DuckDB")
+    print(f"pipeline: the demo's workload at {DEFAULT_TRANSFERS_PER_SECOND} transfers/s, DuckDB")
     workdir = Path(tempfile.mkdtemp(prefix="spanner-cdc-bench-"))
     try:
         run = run_bank(stack, workdir, args.seconds, DEFAULT_TRANSFERS_PER_SECOND, "duckdb")
@@ -317,7 +317,7 @@ def peer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
 
 
 def producer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
-    print("producer (issue 3)")
+    print("producer")
     figures = producer.pipeline_figures(stack.endpoint("kafka"), args.events)
     print_figures(figures)
     fastavro_alone, kafka_alone, pipeline, as_json = figures

@@ -1,4 +1,4 @@
-"""Consumer benchmarks (issues 4, 5 and 14): events/s into each sink beside raw reads, in the same run.
+"""Consumer benchmarks: events/s into each sink beside raw reads, in the same run.
 
 The same topic (a random insert/update/delete history over many keys, with a tenth re-sent as
 duplicates) is consumed by separate Trigger.AvailableNow queries:

@@ -1,4 +1,4 @@
-"""Several producer processes on one change stream (issue 16), on an emulator whose partition
+"""Several producer processes on one change stream, on an emulator whose partition
 tokens live 2-4 s (so a backlog is spread over many of them):
 
 (g) the backlog of committed rows → Kafka by 1, 2 and 3 ``spanner-cdc produce --group``

@@ -1,4 +1,4 @@
-"""(f) The producer's memory with many partitions running (issue 15, (d) there).
+"""(f) The producer's memory with many partitions running.
 
 A real ``ProducerService`` (scheduler, commit-order release, checkpoints, watermark records, the
 real broker) reads a synthetic change stream: the root partition splits into N children at once,

@@ -1,4 +1,4 @@
-"""Producer benchmarks (issue 3): figures beside raw baselines measured in the same run.
+"""Producer benchmarks: figures beside raw baselines measured in the same run.
 
 (a) pipeline from recorded change records: conversion, envelope, Avro, produce until Kafka
     acknowledged, through EventPublisher.publish — beside fastavro encoding alone and
@@ -75,7 +75,7 @@ class Figure:
 
 
 def synthetic_records(count: int) -> list[dict[str, Any]]:
-    """``count`` one-mod UPDATE records shaped like seed 000's transfer, each its own transaction:
+    """``count`` one-mod UPDATE records shaped like a transfer between two accounts, each its own transaction:
     distinct keys, values, transaction ids and commit timestamps (37 µs apart, as at a busy
     database), ``LastUpdate`` set to the commit time and its old value a day before."""
     template = account_transfer_records()[0]

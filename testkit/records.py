@@ -11,6 +11,6 @@ STREAM_NAME = "projects/demo/instances/demo/databases/bank/changeStreams/BankStr
 
 
 def account_transfer_records() -> list[dict[str, Any]]:
-    """Seed 000's transfer between two accounts: two records of one transaction."""
+    """The change-stream documentation's transfer between two accounts: two records of one transaction."""
     records: list[dict[str, Any]] = json.loads((DATA / "account_transfer.json").read_text())["records"]
     return records

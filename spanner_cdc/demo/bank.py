@@ -1,9 +1,10 @@
 """The demo's bank: its schema, a transfer workload, and the invariant a replica must keep.
 
-Accounts (with a commit-timestamp column, seed 001) and Transfers, one change stream with
+Accounts (with a commit-timestamp column) and Transfers, one change stream with
 NEW_ROW_AND_OLD_VALUES over both. Each transfer is one read-write transaction that moves money
-between two accounts and records it — the AccountBalance example of seed 000 — so a replica
-that shows a transfer half applied breaks the invariant: the sum of balances never changes.
+between two accounts and records it — the AccountBalance example of Spanner's change-stream
+documentation — so a replica that shows a transfer half applied breaks the invariant: the sum
+of balances never changes.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Partition lineage: which change-stream partitions exist, what each waits for, what may run.
 
-The rules of seed 000 and docs/design.md §4 live here and nowhere else:
+The rules of Spanner's partition model (docs/design.md §4) live here and nowhere else:
 
 - children are registered idempotently by token (a merged child is reported by each parent);
 - a child runs only when **every** parent has finished, and exactly one query runs per token;

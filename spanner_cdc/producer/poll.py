@@ -1,4 +1,4 @@
-"""Commit-timestamp polling: the changes of a table without a change stream (seed 001).
+"""Commit-timestamp polling: the changes of a table without a change stream.
 
 Every ``interval`` seconds one poll reads, at an exact read timestamp R, the rows whose
 commit-timestamp column is at or after the boundary — the newest stamp already on Kafka —

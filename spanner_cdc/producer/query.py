@@ -1,4 +1,4 @@
-"""Change-stream query text and parameters, per dialect (seed 000).
+"""Change-stream query text and parameters, per dialect.
 
 The stream name is spliced into SQL (a table-valued function name cannot be a parameter), so it
 is accepted only when it is a plain identifier (``change_stream_rules``); everything else is

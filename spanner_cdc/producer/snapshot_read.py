@@ -80,8 +80,9 @@ def rows_stamped_since(
     ``columns`` order (blocking: iterate on a worker thread).
 
     The condition compares the commit-timestamp column with a constant (a parameter), the form
-    Spanner answers from recent data only (seed 001); ``>=``, not ``>``, because commit timestamps
-    are not unique: a transaction committed at the boundary may not have been read last time.
+    Spanner answers from recent data only (its commit-timestamp documentation); ``>=``, not
+    ``>``, because commit timestamps are not unique: a transaction committed at the boundary may
+    not have been read last time.
     """
     quote = _quote_postgresql if dialect == POSTGRESQL else _quote_googlesql
     parameter = "$1" if dialect == POSTGRESQL else "@since"

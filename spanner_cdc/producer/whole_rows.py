@@ -1,6 +1,6 @@
 """``--payload whole-row``: the columns a change record did not capture, read from Spanner.
 
-Seed 002 says each event contains the whole row. Spanner's change records do so only under
+Datastream's format says each event contains the whole row. Spanner's change records do so only under
 some value capture types: with ``OLD_AND_NEW_VALUES`` (the default) and ``NEW_VALUES`` an UPDATE
 carries the keys and the changed columns; with ``NEW_ROW`` and ``NEW_VALUES`` a DELETE carries
 only the keys. A reader that expects whole rows writes nulls for the rest. With whole-row

@@ -1,7 +1,7 @@
 """Data change records → Datastream-shaped events, one per mod (docs/design.md §3).
 
 The record form accepted here is the change record as JSON (the PostgreSQL dialect's native
-form and the seed's examples); the GoogleSQL reader turns its STRUCT rows into the same mapping,
+form and Spanner's documented examples); the GoogleSQL reader turns its STRUCT rows into the same mapping,
 so both dialects share one event builder.
 """
 

@@ -1,4 +1,4 @@
-"""Events, keys and watermark records as JSON documents (``--format json``; seed 002: "Avro or JSON").
+"""Events, keys and watermark records as JSON documents (``--format json``).
 
 The same envelope, field for field, as the Avro event; what differs is how values are written:
 
@@ -6,7 +6,7 @@ The same envelope, field for field, as the Avro event; what differs is how value
   record's own JSON form — INT64 as decimal text (exact in every JSON reader), FLOAT64 as a
   number or ``"NaN"``/``"Infinity"``/``"-Infinity"``, NUMERIC as decimal text, BYTES as base64,
   DATE as ``YYYY-MM-DD``, TIMESTAMP as RFC 3339 with microseconds, JSON as its text;
-- ``read_timestamp`` and ``source_timestamp`` as RFC 3339 with milliseconds (seed 002's
+- ``read_timestamp`` and ``source_timestamp`` as RFC 3339 with milliseconds (Datastream's
   examples), ``source_metadata.commit_timestamp`` with microseconds; other numbers as numbers.
 
 A reader types column values by the table version the event names (``object`` and
@@ -133,7 +133,7 @@ def version_from_record(key: str, value: bytes) -> TableSchema:
 
 
 def _millis_text(millis: int) -> str:
-    """RFC 3339 with milliseconds, as seed 002's examples write ``read_timestamp``."""
+    """RFC 3339 with milliseconds, as Datastream's examples write ``read_timestamp``."""
     return format_timestamp_micros(millis * 1000)[:-4] + "Z"
 
 

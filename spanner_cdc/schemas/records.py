@@ -1,4 +1,4 @@
-"""The change-stream record model (seed 000): data change, heartbeat and child partitions records.
+"""The change-stream record model : data change, heartbeat and child partitions records.
 
 Both dialects end up here: the PostgreSQL dialect returns each ChangeRecord as JSON, and the
 producer turns GoogleSQL's STRUCT rows into the same JSON form (``spanner_cdc.producer.rows``),

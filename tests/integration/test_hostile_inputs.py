@@ -1,4 +1,4 @@
-"""Hostile and malformed input through the real consumer, against both replicas (issue 13).
+"""Hostile and malformed input through the real consumer, against both replicas.
 
 Anyone who can produce to the event or schema topics — or a buggy producer — can publish what
 is below. Each case is published between good events; the consumer must keep running, deliver

@@ -1,4 +1,4 @@
-"""Topics for generic Kafka readers (issue 19): a tombstone after each delete so that compacted
+"""Topics for generic Kafka readers: a tombstone after each delete so that compacted
 topics forget deleted rows, and no watermark records — produced from the emulator, then read by
 the consumer, which skips the tombstones and, without watermarks, applies batches as they come."""
 

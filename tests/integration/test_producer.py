@@ -286,7 +286,7 @@ def test_postgresql_dialect_end_to_end(stack: EmbeddedStack) -> None:
 
 
 def test_commit_timestamp_columns_carry_the_commit_timestamp(stack: EmbeddedStack) -> None:
-    """PENDING_COMMIT_TIMESTAMP() columns (seed 001): the emulator reports 9999-12-31; events don't."""
+    """PENDING_COMMIT_TIMESTAMP() columns : the emulator reports 9999-12-31; events don't."""
     database = create_database(stack.endpoint("spanner"), ACCOUNTS_DDL)
     start = now_micros()
     commits = []

@@ -1,4 +1,4 @@
-"""The Schema Registry wire format (issue 19): what the producer writes, confluent-kafka's own
+"""The Schema Registry wire format: what the producer writes, confluent-kafka's own
 deserializer reads; what confluent-kafka's own serializer writes, the consumer reads.
 
 No registry server can be installed on this machine (Confluent's and Apicurio's need Maven or

@@ -1,4 +1,4 @@
-"""The schema topic under a flood of garbage (issue 13), on the real broker: read one record at a
+"""The schema topic under a flood of garbage, on the real broker: read one record at a
 time, refusals remembered and logged up to a bound, the real schemas behind the flood still found;
 a read that stops early resumes where it stopped instead of losing what it had read."""
 

@@ -1,4 +1,4 @@
-"""Credentials reach no screen, log, state file or metrics page (issue 13).
+"""Credentials reach no screen, log, state file or metrics page.
 
 The two long-running commands run for real against the embedded stack with a password in the
 PostgreSQL connection string (the server's real one, so the consumer connects with it) and a

@@ -437,7 +437,7 @@ def test_the_command_line_works_while_the_consumer_runs_on_the_duckdb_file(
 
 
 def test_the_seed_004_session_from_spanner(spark: Any, stack: EmbeddedStack, tmp_path: Path) -> None:
-    """The seed's standard-stream steps as a user runs them: SQL-ish writes to Spanner, the
+    """Databend's documented standard-stream steps as a user runs them: SQL-ish writes to Spanner, the
     producer running, each step waiting until the replica's cut passes the write's commit."""
     database = create_database(
         stack.endpoint("spanner"),

@@ -1,1 +1,1 @@
-"""Snowflake/Databend-style streams and CHANGES over the replica (seeds 003 and 004)."""
+"""Snowflake/Databend-style streams and CHANGES over the replica."""

@@ -1,6 +1,6 @@
 """The change of one replicated table between two cuts, as SQL (consumer.sinks.replica.history).
 
-Three modes, after Snowflake (seed 003) and Databend (seed 004):
+Three modes, after Snowflake and Databend:
 
 - ``standard``: the net change of each row. A row present at the end and not at the start is an
   INSERT; present at the start and not at the end, a DELETE of its image at the start; present

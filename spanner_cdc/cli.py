@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import logging
 import os
 import shutil
@@ -66,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="spanner-cdc",
         description="Change data capture from Cloud Spanner change streams to Kafka and Spark sinks.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {importlib.metadata.version('spanner-cdc')}"
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

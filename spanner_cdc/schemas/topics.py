@@ -30,6 +30,9 @@ CONTROL_NAMESPACE = "_spanner-cdc"
 
 @dataclass(frozen=True)
 class Topics:
+    """The names of every topic of one topic prefix: ``{prefix}.{table}`` for events, and the
+    control topics under ``_spanner-cdc.{prefix}.``."""
+
     prefix: str
 
     @property

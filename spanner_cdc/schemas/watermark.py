@@ -27,6 +27,7 @@ from spanner_cdc.schemas.table import load_avsc
 from spanner_cdc.schemas.timestamps import micros_from_datetime
 from spanner_cdc.schemas.wire import WriterSchema, encode
 
+#: The Kafka header that marks a watermark record, and its value (events carry no such header).
 KIND_HEADER = "spanner-cdc-kind"
 WATERMARK_KIND = b"watermark"
 WATERMARK_SCHEMA: dict[str, Any] = load_avsc("watermark.avsc")
@@ -61,6 +62,7 @@ class Watermark:
 
 
 def is_watermark(writer: WriterSchema) -> bool:
+    """Whether a message written with ``writer`` is a watermark record (not an event)."""
     return writer.fingerprint == WATERMARK_WRITER.fingerprint
 
 

@@ -117,6 +117,7 @@ def registry_header(schema_id: int) -> bytes:
 
 
 def is_registry_framed(message: bytes) -> bool:
+    """Whether ``message`` carries the Schema Registry's header (else the single-object one)."""
     return message[:1] == REGISTRY_MAGIC
 
 

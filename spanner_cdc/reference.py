@@ -1,6 +1,6 @@
-"""The README's configuration reference, generated from the option declarations.
+"""docs/reference.md's option reference, generated from the option declarations.
 
-``python -m spanner_cdc.reference`` prints it; a test checks that the README holds exactly
+``python -m spanner_cdc.reference`` prints it; a test checks that docs/reference.md holds exactly
 this text and that every option in it is the one ``--help`` shows, so the two cannot drift.
 """
 

@@ -231,7 +231,7 @@ def run_pipeline(
 
 def save_sample_event(config: ConsumerConfig, table: str) -> Path:
     """The newest event of ``table``'s topic, decoded, as JSON in the output directory (the
-    README's example event comes from here)."""
+    example event of docs/guarantees.md comes from here)."""
     schemas = SchemaTopic(config.client_config, config.topic_prefix)
     schemas.refresh()
     reader = Consumer({**READER_SETTINGS, **config.client_config, "group.id": "spanner-cdc-demo"})

@@ -13,7 +13,7 @@ from typing import Any
 from spanner_cdc.common.config import ConfigError, Option, positive_float
 from spanner_cdc.producer.config import PRODUCE_OPTIONS, PublishSettings, table_pattern, timestamp_or_now
 
-#: What polling cannot see, in ``--help`` and the README.
+#: What polling cannot see, in ``--help`` and docs/reference.md.
 POLL_LIMITS = (
     "Polling cannot see deleted rows, nor versions of a row overwritten between two polls (only "
     "the newest is read), nor rows whose column is not set to the commit timestamp."

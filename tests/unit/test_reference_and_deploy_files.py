@@ -1,6 +1,6 @@
 """Documentation and deployment files that must stay in step with the code.
 
-The README's configuration reference must be what the option declarations generate and name
+docs/reference.md's option reference must be what the option declarations generate and name
 exactly the options ``--help`` shows; docker/compose.yml must be valid for Docker Compose and
 set only variables the services read.
 """
@@ -24,9 +24,9 @@ COMPOSE_FILE = ROOT / "docker" / "compose.yml"
 OPTION = re.compile(r"--[a-z][a-z0-9-]+")
 
 
-def test_the_readme_holds_the_generated_configuration_reference() -> None:
-    assert reference() in (ROOT / "README.md").read_text(), (
-        "README.md's configuration reference is stale: paste the output of python -m spanner_cdc.reference"
+def test_the_docs_hold_the_generated_option_reference() -> None:
+    assert reference() in (ROOT / "docs" / "reference.md").read_text(), (
+        "docs/reference.md's option reference is stale: paste the output of python -m spanner_cdc.reference"
     )
 
 

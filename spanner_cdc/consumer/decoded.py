@@ -22,7 +22,7 @@ class DecodedEvent:
 
     Not frozen: nothing changes an event once the gate made it, and a frozen dataclass sets each
     field through ``object.__setattr__`` — 1.6 µs an event against 0.3 µs, for every event a
-    task reads (measured 2026-11-28)."""
+    task reads."""
 
     topic: str
     partition: int

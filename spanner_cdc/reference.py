@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from spanner_cdc.common.config import ENV_PREFIX, Option
+from spanner_cdc.common.config import ENV_PREFIX, Option, default_text
 from spanner_cdc.consumer.config import CONSUME_OPTIONS
 from spanner_cdc.producer.config import PRODUCE_OPTIONS
 from spanner_cdc.producer.poll_config import POLL_OPTIONS
@@ -23,22 +23,28 @@ END = "<!-- end of generated reference -->"
 
 
 def option_table(options: Sequence[Option]) -> str:
+    """The options as ``--help`` groups them: a row naming each topic, then its options."""
     rows = ["| option | environment | default | meaning |", "|---|---|---|---|"]
+    topics: dict[str, list[Option]] = {}
     for option in options:
-        if option.required:
-            default = "required"
-        elif option.default in (None, [], ()):
-            default = ""
-        else:
-            default = f"`{_text(option.default)}`"
-        meaning = option.help.replace("|", "\\|")
-        flags = ", ".join(f"`{flag}`" for flag in option.flags)
-        rows.append(f"| {flags} | `{option.env_var}` | {default} | {meaning} |")
+        topics.setdefault(option.topic, []).append(option)
+    for topic, listed in topics.items():
+        if topic:
+            rows.append(f"| **{topic}** | | | |")
+        rows += [_row(option) for option in listed]
     return "\n".join(rows)
 
 
-def _text(value: object) -> str:
-    return ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+def _row(option: Option) -> str:
+    if option.required:
+        default = "required"
+    elif option.default in (None, [], ()):
+        default = ""
+    else:
+        default = f"`{default_text(option.default)}`"
+    meaning = option.help.replace("|", "\\|")
+    flags = ", ".join(f"`{flag}`" for flag in option.flags)
+    return f"| {flags} | `{option.env_var}` | {default} | {meaning} |"
 
 
 def reference() -> str:

@@ -11,7 +11,7 @@ import argparse
 import os
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,8 @@ class Option:
     sensitive: bool = False
     #: Other spellings users bring from other tools (``--bootstrap-server``).
     aliases: tuple[str, ...] = ()
+    #: The heading ``--help`` lists it under (:func:`on_topic`); empty: the command's own.
+    topic: str = ""
 
     @property
     def dest(self) -> str:
@@ -64,40 +66,61 @@ class Option:
         return ENV_PREFIX + self.dest.upper()
 
 
+def on_topic(topic: str, *options: Option) -> tuple[Option, ...]:
+    """``options`` listed under ``topic`` in ``--help``."""
+    return tuple(replace(option, topic=topic) for option in options)
+
+
 def add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> None:
-    """Declare ``options`` on ``parser``; values are resolved later by :func:`resolve`."""
+    """Declare ``options`` on ``parser``, under a heading per topic (in the order topics first
+    appear); values are resolved later by :func:`resolve`. A choice shows its values, a default
+    its value."""
     parser.add_argument(
         "--config",
         type=Path,
         default=None,
         help=f"TOML file with a [{parser.prog.split()[-1]}] table of these options (env {ENV_PREFIX}CONFIG)",
     )
+    groups: dict[str, Any] = {}
     for option in options:
+        group = groups.get(option.topic)
+        if group is None:
+            group = groups[option.topic] = parser.add_argument_group(option.topic) if option.topic else parser
         extra = f"; env {option.env_var}"
         if option.default is not None:
-            extra += f"; default {option.default}"
+            extra += f"; default {default_text(option.default)}"
         if option.required:
             extra += "; required"
         main, *aliases = [flag for flag in option.flags if not flag.startswith("--no-")]
         if option.is_switch:
-            parser.add_argument(
+            group.add_argument(
                 main, *aliases, dest=option.dest, nargs="?", const="true", default=None,
                 metavar="true|false", help=option.help + extra,
             )  # fmt: skip
-            parser.add_argument(
+            group.add_argument(
                 f"--no-{option.name}", dest=option.dest, action="store_const", const="false",
                 help=f"the same as {main} false",
             )  # fmt: skip
             continue
-        parser.add_argument(
+        allowed = option.parse.allowed if isinstance(option.parse, Choice) else None
+        group.add_argument(
             main,
             *aliases,
             dest=option.dest,
             action="append" if option.repeated else "store",
             default=None,
-            metavar=option.metavar,
+            metavar=option.metavar or ("{" + ",".join(allowed) + "}" if allowed else None),
             help=option.help + extra,
         )
+
+
+def default_text(default: Any) -> str:
+    """A default as a user writes it: a list comma-separated, true/false in lower case."""
+    if isinstance(default, bool):
+        return str(default).lower()
+    if isinstance(default, list | tuple):
+        return ",".join(map(str, default))
+    return str(default)
 
 
 def resolve(args: argparse.Namespace, options: Sequence[Option], section: str) -> dict[str, Any]:
@@ -234,13 +257,20 @@ def settings_option(name: str, what: str, detail: str = "") -> Option:
     )
 
 
-def choice(*allowed: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        if text not in allowed:
-            raise ValueError(f"choose from {', '.join(allowed)}")
+@dataclass(frozen=True)
+class Choice:
+    """Parses one of ``allowed``; ``--help`` shows them."""
+
+    allowed: tuple[str, ...]
+
+    def __call__(self, text: str) -> str:
+        if text not in self.allowed:
+            raise ValueError(f"choose from {', '.join(self.allowed)}")
         return text
 
-    return parse
+
+def choice(*allowed: str) -> Choice:
+    return Choice(allowed)
 
 
 #: How long services may take to answer a command's first requests (``--connect-timeout-seconds``).

@@ -15,6 +15,7 @@ from spanner_cdc.common.config import (
     boolean,
     choice,
     integer_in,
+    on_topic,
     positive_float,
     settings_option,
 )
@@ -44,106 +45,131 @@ MAX_WRITER_SCHEMAS = 20_000
 FETCH_WAIT_MS = 10
 
 CONSUME_OPTIONS = (
-    Option("kafka-bootstrap", "Kafka bootstrap servers", required=True, aliases=("bootstrap-server",)),
-    settings_option("kafka-config", "librdkafka"),
-    *REGISTRY_OPTIONS,
-    Option("topic-prefix", "the producer's topic prefix (its change stream name unless set)", required=True),
-    Option(
-        "tables",
-        "only these tables (comma-separated; default: every {prefix}.<table> topic)",
-        _table,
-        repeated=True,
+    *on_topic(
+        "Kafka",
+        Option("kafka-bootstrap", "Kafka bootstrap servers", required=True, aliases=("bootstrap-server",)),
+        settings_option("kafka-config", "librdkafka"),
+        *REGISTRY_OPTIONS,
+        Option(
+            "topic-prefix", "the producer's topic prefix (its change stream name unless set)", required=True
+        ),
+        Option(
+            "tables",
+            "only these tables (comma-separated; default: every {prefix}.<table> topic)",
+            _table,
+            repeated=True,
+        ),
     ),
-    Option(
-        "output-dir",
-        "where the changelog, quarantine, DuckDB replica and the replica's staged rows go",
-        Path,
-        default="spanner-cdc-data",
+    *on_topic(
+        "sinks",
+        Option(
+            "output-dir",
+            "where the changelog, quarantine, DuckDB replica and the replica's staged rows go",
+            Path,
+            default="spanner-cdc-data",
+        ),
+        Option(
+            "checkpoint-dir", "Spark checkpoint and dedupe memory (default: <output-dir>/checkpoint)", Path
+        ),
+        Option(
+            "sinks", "comma-separated subset of changelog,replica", _sink, repeated=True, default=list(SINKS)
+        ),
+        Option(
+            "replica",
+            "duckdb (a file in --output-dir) or postgres",
+            choice("duckdb", "postgres"),
+            default="duckdb",
+        ),
+        Option("postgres-dsn", "PostgreSQL connection string when --replica postgres"),
+        Option(
+            "postgres-staging",
+            "who loads a batch's rows into the PostgreSQL replica before the driver merges them: tasks "
+            "(each task its share, in parallel; the executors must reach the database) or driver",
+            choice("tasks", "driver"),
+            default="tasks",
+        ),
+        Option(
+            "whole-transactions",
+            "hold each transaction until the producer's watermarks say it is complete, then apply it "
+            "whole, so the replica is a consistent cut (--no-whole-transactions applies every batch as "
+            "it comes, for throughput)",
+            boolean,
+            default=True,
+        ),
+        Option(
+            "history-retention-hours",
+            "how long, in commit time, the replica keeps earlier row versions and inserts for streams "
+            "(a stream not consumed for longer goes stale; kept only with whole transactions)",
+            integer_in(1, 90 * 24),
+            default=24,
+        ),
+        Option(
+            "on-bad-message",
+            "quarantine (write it to <output-dir>/quarantine with the reason) or fail (stop the query)",
+            choice("quarantine", "fail"),
+            default="quarantine",
+        ),
+        Option(
+            "dedupe-horizon-seconds",
+            "how far back in commit time delivered uuids are remembered for dropping duplicates",
+            integer_in(1, 30 * 86400),
+            default=3600,
+        ),
     ),
-    Option("checkpoint-dir", "Spark checkpoint and dedupe memory (default: <output-dir>/checkpoint)", Path),
-    Option("sinks", "comma-separated subset of changelog,replica", _sink, repeated=True, default=list(SINKS)),
-    Option(
-        "replica",
-        "duckdb (a file in --output-dir) or postgres",
-        choice("duckdb", "postgres"),
-        default="duckdb",
+    *on_topic(
+        "micro-batches",
+        Option(
+            "max-events-per-batch",
+            "most Kafka messages per micro-batch (and held events per slice when the cut releases them)",
+            integer_in(1, 10_000_000),
+            default=50_000,
+        ),
+        Option(
+            "max-writer-schemas",
+            "most writer schemas kept from the schema topic (two per table version: event and key); "
+            "further ones are ignored with a warning and their events quarantined as unknown-fingerprint",
+            integer_in(100, 10_000_000),
+            default=MAX_WRITER_SCHEMAS,
+        ),
+        Option("trigger-seconds", "seconds between micro-batches", positive_float, default=1.0),
+        Option("available-now", "process what is in Kafka now, then exit", boolean, default=False),
     ),
-    Option("postgres-dsn", "PostgreSQL connection string when --replica postgres"),
-    Option(
-        "postgres-staging",
-        "who loads a batch's rows into the PostgreSQL replica before the driver merges them: tasks "
-        "(each task its share, in parallel; the executors must reach the database) or driver",
-        choice("tasks", "driver"),
-        default="tasks",
+    *on_topic(
+        "Kafka",
+        Option(
+            "starting-offsets",
+            "earliest or latest, for a new checkpoint",
+            choice("earliest", "latest"),
+            default="earliest",
+        ),
+        Option(
+            "fail-on-data-loss",
+            "stop when Kafka lost records not read yet (retention, a topic deleted or created again); "
+            "false: go on from the earliest records Kafka has (the source's failOnDataLoss)",
+            boolean,
+            default=True,
+        ),
+        settings_option(
+            "source-option",
+            "Spark Kafka source",
+            " (e.g. startingTimestamp=…, minPartitions=4, kafka.security.protocol=SASL_SSL; these win "
+            "over what the other options set)",
+        ),
     ),
-    Option(
-        "whole-transactions",
-        "hold each transaction until the producer's watermarks say it is complete, then apply it "
-        "whole, so the replica is a consistent cut (--no-whole-transactions applies every batch as "
-        "it comes, for throughput)",
-        boolean,
-        default=True,
-    ),
-    Option(
-        "history-retention-hours",
-        "how long, in commit time, the replica keeps earlier row versions and inserts for streams "
-        "(a stream not consumed for longer goes stale; kept only with whole transactions)",
-        integer_in(1, 90 * 24),
-        default=24,
-    ),
-    Option(
-        "on-bad-message",
-        "quarantine (write it to <output-dir>/quarantine with the reason) or fail (stop the query)",
-        choice("quarantine", "fail"),
-        default="quarantine",
-    ),
-    Option(
-        "dedupe-horizon-seconds",
-        "how far back in commit time delivered uuids are remembered for dropping duplicates",
-        integer_in(1, 30 * 86400),
-        default=3600,
-    ),
-    Option(
-        "max-events-per-batch",
-        "most Kafka messages per micro-batch (and held events per slice when the cut releases them)",
-        integer_in(1, 10_000_000),
-        default=50_000,
-    ),
-    Option(
-        "max-writer-schemas",
-        "most writer schemas kept from the schema topic (two per table version: event and key); "
-        "further ones are ignored with a warning and their events quarantined as unknown-fingerprint",
-        integer_in(100, 10_000_000),
-        default=MAX_WRITER_SCHEMAS,
-    ),
-    Option("trigger-seconds", "seconds between micro-batches", positive_float, default=1.0),
-    Option("available-now", "process what is in Kafka now, then exit", boolean, default=False),
-    Option(
-        "starting-offsets",
-        "earliest or latest, for a new checkpoint",
-        choice("earliest", "latest"),
-        default="earliest",
-    ),
-    Option(
-        "fail-on-data-loss",
-        "stop when Kafka lost records not read yet (retention, a topic deleted or created again); "
-        "false: go on from the earliest records Kafka has (the source's failOnDataLoss)",
-        boolean,
-        default=True,
-    ),
-    settings_option(
-        "source-option",
-        "Spark Kafka source",
-        " (e.g. startingTimestamp=…, minPartitions=4, kafka.security.protocol=SASL_SSL; these win "
-        "over what the other options set)",
-    ),
-    Option("spark-master", "Spark master URL", default="local[2]"),
-    settings_option(
-        "spark-conf",
+    *on_topic(
         "Spark",
-        "; launch-time ones too (spark.driver.memory, spark.jars.packages, spark.driver.extraJavaOptions)",
+        Option("spark-master", "Spark master URL", default="local[2]"),
+        settings_option(
+            "spark-conf",
+            "Spark",
+            "; launch-time ones too (spark.driver.memory, spark.jars.packages, "
+            "spark.driver.extraJavaOptions)",
+        ),
     ),
-    *SERVICE_OPTIONS,
+    *on_topic(
+        "timeouts, metrics and logs",
+        *SERVICE_OPTIONS,
+    ),
 )
 
 
@@ -240,8 +266,8 @@ class ConsumerConfig:
             # aborted producer transactions.
             "kafka.isolation.level": "read_committed",
             # A task whose offset range ends with a transaction's marker (never handed over)
-            # polls past the last record and waits for the broker's answer: 525 ms with the
-            # client's default 500 ms (seen in Spark's log, every such task of every batch).
+            # polls past the last record and waits for the broker's answer, the client's default
+            # 500 ms (seen in Spark's log, every such task of every batch).
             "kafka.fetch.max.wait.ms": str(FETCH_WAIT_MS),
             "startingOffsets": self.starting_offsets,
             "maxOffsetsPerTrigger": str(self.max_events_per_batch),

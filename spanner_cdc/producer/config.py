@@ -17,6 +17,7 @@ from spanner_cdc.common.config import (
     boolean,
     choice,
     integer_in,
+    on_topic,
     positive_float,
     settings_option,
 )
@@ -76,167 +77,199 @@ def table_pattern(text: str) -> str:
 
 
 PRODUCE_OPTIONS = (
-    Option("project", "Google Cloud project id", _resource_id, required=True),
-    Option("instance", "Spanner instance id", _resource_id, required=True),
-    Option("database", "Spanner database id", _resource_id, required=True),
-    Option("change-stream", "change stream to read (a plain identifier)", _stream_name, required=True),
-    Option("emulator-host", "host:port of a Spanner emulator (also read from SPANNER_EMULATOR_HOST)"),
-    Option(
-        "credentials-file",
-        "Google Cloud credentials for Spanner: a service account key or user credentials file "
-        "(default: application default credentials)",
-        _existing_file,
+    *on_topic(
+        "Spanner",
+        Option("project", "Google Cloud project id", _resource_id, required=True),
+        Option("instance", "Spanner instance id", _resource_id, required=True),
+        Option("database", "Spanner database id", _resource_id, required=True),
+        Option("change-stream", "change stream to read (a plain identifier)", _stream_name, required=True),
+        Option("emulator-host", "host:port of a Spanner emulator (also read from SPANNER_EMULATOR_HOST)"),
+        Option(
+            "credentials-file",
+            "Google Cloud credentials for Spanner: a service account key or user credentials file "
+            "(default: application default credentials)",
+            _existing_file,
+        ),
+        Option(
+            "spanner-endpoint",
+            "Spanner API endpoint as host[:port], e.g. a regional endpoint or Private Service Connect "
+            "(default: spanner.googleapis.com)",
+            _endpoint,
+        ),
+        Option("database-role", "database role the queries run as (fine-grained access control)", _role_name),
+        Option(
+            "rpc-priority",
+            "priority of the producer's Spanner queries: low, medium or high (default: Spanner's, high)",
+            choice("low", "medium", "high"),
+        ),
     ),
-    Option(
-        "spanner-endpoint",
-        "Spanner API endpoint as host[:port], e.g. a regional endpoint or Private Service Connect "
-        "(default: spanner.googleapis.com)",
-        _endpoint,
+    *on_topic(
+        "change stream",
+        Option(
+            "start-timestamp",
+            "RFC 3339 commit timestamp to start from, or 'now'; ignored once checkpoints exist",
+            timestamp_or_now,
+            default="now",
+        ),
+        Option(
+            "end-timestamp",
+            "RFC 3339 timestamp to stop at; exit 0 once every partition finished",
+            timestamp_or_now,
+        ),
+        Option(
+            "heartbeat-ms",
+            "heartbeat interval of the change-stream queries: with --release-order commit, commit → "
+            "Kafka waits up to one interval (shorter: less latency, more heartbeat rows per partition)",
+            integer_in(MIN_HEARTBEAT_MS, MAX_HEARTBEAT_MS),
+            default=2000,
+        ),
+        Option(
+            "release-order",
+            "commit: every key's changes reach Kafka in commit order, each change waiting until every "
+            "partition has read past it (up to one heartbeat interval); partition: each partition's "
+            "changes as soon as read, in commit order within the partition only (a key's changes "
+            "from two partitions may arrive out of order; sort_keys order them)",
+            choice(*RELEASE_ORDERS),
+            default="commit",
+        ),
+        Option(
+            "include-tables",
+            "only these tables (comma-separated names or globs)",
+            table_pattern,
+            repeated=True,
+        ),
+        Option(
+            "exclude-tables",
+            "never these tables (comma-separated names or globs)",
+            table_pattern,
+            repeated=True,
+        ),
+        Option(
+            "payload",
+            "captured (what the change record holds: under some value capture types an UPDATE has only "
+            "the changed columns, a DELETE only the key) or whole-row (the rest read from Spanner at the "
+            "commit: one read per such record)",
+            choice("captured", "whole-row"),
+            default="captured",
+        ),
     ),
-    Option("database-role", "database role the queries run as (fine-grained access control)", _role_name),
-    Option(
-        "rpc-priority",
-        "priority of the producer's Spanner queries: low, medium or high (default: Spanner's, high)",
-        choice("low", "medium", "high"),
-    ),
-    Option(
-        "start-timestamp",
-        "RFC 3339 commit timestamp to start from, or 'now'; ignored once checkpoints exist",
-        timestamp_or_now,
-        default="now",
-    ),
-    Option(
-        "end-timestamp",
-        "RFC 3339 timestamp to stop at; exit 0 once every partition finished",
-        timestamp_or_now,
-    ),
-    Option(
-        "heartbeat-ms",
-        "heartbeat interval of the change-stream queries: with --release-order commit, commit → "
-        "Kafka waits up to one interval (shorter: less latency, more heartbeat rows per partition)",
-        integer_in(MIN_HEARTBEAT_MS, MAX_HEARTBEAT_MS),
-        default=2000,
-    ),
-    Option(
-        "release-order",
-        "commit: every key's changes reach Kafka in commit order, each change waiting until every "
-        "partition has read past it (up to one heartbeat interval); partition: each partition's "
-        "changes as soon as read, in commit order within the partition only (a key's changes "
-        "from two partitions may arrive out of order; sort_keys order them)",
-        choice(*RELEASE_ORDERS),
-        default="commit",
-    ),
-    Option(
-        "include-tables", "only these tables (comma-separated names or globs)", table_pattern, repeated=True
-    ),
-    Option(
-        "exclude-tables", "never these tables (comma-separated names or globs)", table_pattern, repeated=True
-    ),
-    Option(
-        "payload",
-        "captured (what the change record holds: under some value capture types an UPDATE has only "
-        "the changed columns, a DELETE only the key) or whole-row (the rest read from Spanner at the "
-        "commit: one read per such record)",
-        choice("captured", "whole-row"),
-        default="captured",
-    ),
-    Option(
+    *on_topic(
         "backfill",
-        "publish the rows the watched tables hold at the start as INSERT events (read_method "
-        "spanner-backfill), once per topic prefix and table; a started backfill always finishes",
-        boolean,
-        default=False,
+        Option(
+            "backfill",
+            "publish the rows the watched tables hold at the start as INSERT events (read_method "
+            "spanner-backfill), once per topic prefix and table; a started backfill always finishes",
+            boolean,
+            default=False,
+        ),
+        Option(
+            "backfill-tables",
+            "with --backfill, only these tables (comma-separated names or globs; default: every "
+            "watched table)",
+            table_pattern,
+            repeated=True,
+        ),
+        Option(
+            "backfill-snapshot",
+            "with --backfill, the RFC 3339 time to read tables at, and backfill again a table whose last "
+            "backfill under this prefix read another time (default: once per table, at the start)",
+            parse_timestamp_micros,
+        ),
+        Option("backfill-parallelism", "tables a backfill reads at once", integer_in(1, 256), default=4),
     ),
-    Option(
-        "backfill-tables",
-        "with --backfill, only these tables (comma-separated names or globs; default: every watched table)",
-        table_pattern,
-        repeated=True,
+    *on_topic(
+        "Kafka",
+        Option("topic-prefix", "Kafka topic prefix (default: the change stream name)"),
+        Option(
+            "format",
+            "avro (single-object encoding, or the registry's wire format) or json (the same envelope as "
+            "JSON documents, column values by name in Spanner's JSON form); one format per topic prefix",
+            choice("avro", "json"),
+            default="avro",
+        ),
+        Option("stream-name", "stream_name in events (default: projects/…/changeStreams/<stream>)"),
+        Option("kafka-bootstrap", "Kafka bootstrap servers", required=True, aliases=("bootstrap-server",)),
+        settings_option("kafka-config", "librdkafka"),
+        *REGISTRY_OPTIONS,
+        Option(
+            "topic-partitions", "partitions of each event topic it creates", integer_in(1, 10_000), default=6
+        ),
+        Option(
+            "replication-factor",
+            "replication factor of the topics it creates (-1: the broker's default)",
+            integer_in(-1, 100),
+            default=-1,
+        ),
     ),
-    Option(
-        "backfill-snapshot",
-        "with --backfill, the RFC 3339 time to read tables at, and backfill again a table whose last "
-        "backfill under this prefix read another time (default: once per table, at the start)",
-        parse_timestamp_micros,
+    *on_topic(
+        "several processes (--group)",
+        Option(
+            "group",
+            "share the change stream with the other processes started with this group name: each reads "
+            "the partitions of the checkpoint-topic shards Kafka's consumer group assigns it "
+            "(docs/scale-out.md); default: this process reads every partition",
+            _resource_id,
+        ),
+        Option(
+            "group-shards",
+            "shards of the checkpoint topic when a --group creates it: the most processes that can "
+            "share the work (fixed once created)",
+            integer_in(2, 256),
+            default=12,
+        ),
+        Option(
+            "group-session-timeout",
+            "seconds a --group process may go unheard before the group hands its shards to the others",
+            positive_float,
+            default=10.0,
+        ),
     ),
-    Option("backfill-parallelism", "tables a backfill reads at once", integer_in(1, 256), default=4),
-    Option("topic-prefix", "Kafka topic prefix (default: the change stream name)"),
-    Option(
-        "format",
-        "avro (single-object encoding, or the registry's wire format) or json (the same envelope as "
-        "JSON documents, column values by name in Spanner's JSON form); one format per topic prefix",
-        choice("avro", "json"),
-        default="avro",
+    *on_topic(
+        "reading and checkpoints",
+        Option(
+            "max-queries", "most change-stream queries running at once", integer_in(1, 10_000), default=200
+        ),
+        Option("query-start-rate", "most new queries started per second", positive_float, default=50.0),
+        Option(
+            "stall-heartbeats",
+            "restart a partition query silent for this many heartbeat intervals (and at least 5 s)",
+            integer_in(2, 1000),
+            default=10,
+        ),
+        Option("checkpoint-interval", "seconds between checkpoint writes", positive_float, default=1.0),
+        Option(
+            "watermark-interval",
+            "seconds between watermark records on every event-topic partition (when it advanced)",
+            positive_float,
+            default=1.0,
+        ),
+        Option(
+            "watermark-records",
+            "write watermark records to the event topics: the consumer's whole transactions need them; "
+            "off for topics that only generic sinks read",
+            boolean,
+            default=True,
+        ),
+        Option(
+            "delete-tombstones",
+            "after each delete, a record with the row's key and no value, so that compacted topics "
+            "forget deleted rows",
+            boolean,
+            default=False,
+        ),
+        Option(
+            "on-oversize-event",
+            "an event larger than Kafka accepts: dead-letter (its identity and the reason to "
+            "_spanner-cdc.{prefix}.dead_letters, then go on) or fail (stop with one line)",
+            choice("dead-letter", "fail"),
+            default="dead-letter",
+        ),
     ),
-    Option("stream-name", "stream_name in events (default: projects/…/changeStreams/<stream>)"),
-    Option("kafka-bootstrap", "Kafka bootstrap servers", required=True, aliases=("bootstrap-server",)),
-    settings_option("kafka-config", "librdkafka"),
-    *REGISTRY_OPTIONS,
-    Option("topic-partitions", "partitions of each event topic it creates", integer_in(1, 10_000), default=6),
-    Option(
-        "replication-factor",
-        "replication factor of the topics it creates (-1: the broker's default)",
-        integer_in(-1, 100),
-        default=-1,
+    *on_topic(
+        "timeouts, metrics and logs",
+        *SERVICE_OPTIONS,
+        Option("progress", "show a live progress line", boolean, default=True),
     ),
-    Option(
-        "group",
-        "share the change stream with the other processes started with this group name: each reads "
-        "the partitions of the checkpoint-topic shards Kafka's consumer group assigns it "
-        "(docs/scale-out.md); default: this process reads every partition",
-        _resource_id,
-    ),
-    Option(
-        "group-shards",
-        "shards of the checkpoint topic when a --group creates it: the most processes that can "
-        "share the work (fixed once created)",
-        integer_in(2, 256),
-        default=12,
-    ),
-    Option(
-        "group-session-timeout",
-        "seconds a --group process may go unheard before the group hands its shards to the others",
-        positive_float,
-        default=10.0,
-    ),
-    Option("max-queries", "most change-stream queries running at once", integer_in(1, 10_000), default=200),
-    Option("query-start-rate", "most new queries started per second", positive_float, default=50.0),
-    Option(
-        "stall-heartbeats",
-        "restart a partition query silent for this many heartbeat intervals (and at least 5 s)",
-        integer_in(2, 1000),
-        default=10,
-    ),
-    Option("checkpoint-interval", "seconds between checkpoint writes", positive_float, default=1.0),
-    Option(
-        "watermark-interval",
-        "seconds between watermark records on every event-topic partition (when it advanced)",
-        positive_float,
-        default=1.0,
-    ),
-    Option(
-        "watermark-records",
-        "write watermark records to the event topics: the consumer's whole transactions need them; "
-        "off for topics that only generic sinks read",
-        boolean,
-        default=True,
-    ),
-    Option(
-        "delete-tombstones",
-        "after each delete, a record with the row's key and no value, so that compacted topics "
-        "forget deleted rows",
-        boolean,
-        default=False,
-    ),
-    Option(
-        "on-oversize-event",
-        "an event larger than Kafka accepts: dead-letter (its identity and the reason to "
-        "_spanner-cdc.{prefix}.dead_letters, then go on) or fail (stop with one line)",
-        choice("dead-letter", "fail"),
-        default="dead-letter",
-    ),
-    *SERVICE_OPTIONS,
-    Option("progress", "show a live progress line", boolean, default=True),
 )
 
 

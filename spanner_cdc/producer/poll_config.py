@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spanner_cdc.common.config import ConfigError, Option, positive_float
+from spanner_cdc.common.config import ConfigError, Option, on_topic, positive_float
 from spanner_cdc.producer.config import PRODUCE_OPTIONS, PublishSettings, table_pattern, timestamp_or_now
 
 #: What polling cannot see, in ``--help`` and docs/reference.md.
@@ -46,25 +46,34 @@ POLL_OPTIONS = (
         "database-role",
         "rpc-priority",
     ),
-    Option(
-        "table", "the table to poll (a schema-qualified name in a named schema)", table_pattern, required=True
+    *on_topic(
+        "polling",
+        Option(
+            "table",
+            "the table to poll (a schema-qualified name in a named schema)",
+            table_pattern,
+            required=True,
+        ),
+        Option(
+            "commit-timestamp-column",
+            "the table's TIMESTAMP column with allow_commit_timestamp=true that every write sets to the "
+            "commit timestamp",
+            _column_name,
+            required=True,
+        ),
+        Option("interval", "seconds between polls", positive_float, default=1.0),
+        Option(
+            "start-timestamp",
+            "RFC 3339 timestamp: only rows stamped at or after it, or 'now' (default: every stamped row); "
+            "ignored once the table has a position under this prefix",
+            timestamp_or_now,
+        ),
     ),
-    Option(
-        "commit-timestamp-column",
-        "the table's TIMESTAMP column with allow_commit_timestamp=true that every write sets to the "
-        "commit timestamp",
-        _column_name,
-        required=True,
+    *on_topic(
+        "Kafka",
+        Option("topic-prefix", "Kafka topic prefix of its own (default: poll-<table>)"),
+        Option("stream-name", "stream_name in events (default: projects/…/tables/<table>)"),
     ),
-    Option("interval", "seconds between polls", positive_float, default=1.0),
-    Option(
-        "start-timestamp",
-        "RFC 3339 timestamp: only rows stamped at or after it, or 'now' (default: every stamped row); "
-        "ignored once the table has a position under this prefix",
-        timestamp_or_now,
-    ),
-    Option("topic-prefix", "Kafka topic prefix of its own (default: poll-<table>)"),
-    Option("stream-name", "stream_name in events (default: projects/…/tables/<table>)"),
     *_shared(
         "kafka-bootstrap",
         "format",

@@ -7,6 +7,7 @@ set only variables the services read.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import re
 import shutil
@@ -44,6 +45,29 @@ def test_the_reference_names_exactly_the_options_of_help(command: str) -> None:
     first_cells = re.findall(r"^\| (`--[^|]*) \|", section, re.MULTILINE)
     in_reference = {flag for cell in first_cells for flag in re.findall(r"`(--[a-z0-9-]+)`", cell)}
     assert in_help == in_reference
+
+
+def _help(*command: str) -> str:
+    return subprocess.run(
+        [sys.executable, "-m", "spanner_cdc.cli", *command],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"COLUMNS": "400", "PATH": ""},
+    ).stdout
+
+
+def test_help_lists_options_under_their_topics_with_choices_and_defaults() -> None:
+    shown = _help("consume", "--help")
+    for topic in ("Kafka", "sinks", "micro-batches", "Spark", "timeouts, metrics and logs"):
+        assert f"\n{topic}:\n" in shown, topic
+    sinks = shown.split("\nsinks:\n", 1)[1].split("\nmicro-batches:\n", 1)[0]
+    assert "--replica {duckdb,postgres}" in sinks
+    assert "default duckdb" in shown and "default changelog,replica" in shown and "default true" in shown
+
+
+def test_version_is_the_installed_package_s() -> None:
+    assert _help("--version").strip() == f"spanner-cdc {importlib.metadata.version('spanner-cdc')}"
 
 
 def compose() -> list[str]:

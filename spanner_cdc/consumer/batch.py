@@ -67,11 +67,9 @@ log = logging.getLogger("spanner_cdc.consumer")
 #: Held events the driver reads again itself when the consistent cut passes them (those whose
 #: stage rows were not kept from the batch that held them: sinks.replica.held_rows, after a
 #: restart); more are read by Spark tasks, so the driver's share stays this small however fast
-#: events come. Below it a job gains nothing: a consumer run releasing 2,000 / 5,000 / 20,000 /
-#: 50,000 held events took 1.49-1.65 / 1.49-1.54 / 1.89-2.01 / 3.50-3.60 s read on the driver,
-#: 1.39-1.53 / 1.46-1.57 / 1.93-1.99 / 2.79-2.91 s by tasks (2-core machine, local[2], two runs
-#: each); with it at 2,000, the bench's DuckDB replica with whole transactions (batches holding
-#: up to 5,000) was slower in both of two alternating pairs.
+#: events come. Below it a job gains nothing: up to 20,000 held events the driver read them as
+#: fast as tasks did, at 50,000 tasks were faster; with this at 2,000, the bench's DuckDB
+#: replica with whole transactions was slower.
 DRIVER_READS_HELD = 10_000
 
 
@@ -122,9 +120,8 @@ class ContextBroadcast:
     versions, refused fingerprints, registry ids) broadcast by Spark, once to each executor,
     and sent again only when the driver has learnt something. With thousands of tables the
     lookups are tens of MB; in the task's closure they were pickled again for every batch
-    (Spark broadcasts a closure over 1 MB once per job) and unpickled by every task. Measured
-    on local[2] with 10,000 texts of 6 KB and 8 tasks a batch: 0.80-1.11 s a batch in the
-    closure, 0.47-0.69 s broadcast (a scratch script, two rounds of three batches)."""
+    (Spark broadcasts a closure over 1 MB once per job) and unpickled by every task, which
+    made a batch about half as slow again as broadcast."""
 
     _sent: Any = None
     _lookups: DecodeContext | None = None

@@ -228,8 +228,8 @@ class TableChanges:
     def sort_key_arrays(self) -> tuple[pa.Array, ...]:
         """The four parts of each event's sort key as columns, once for both sinks: taken from
         ``source_metadata``'s columns, which every event's sort keys equal (the gate quarantines
-        one whose do not: event_rules), a missing transaction id or record sequence as "". From
-        each event's sort key tuple they cost 0.5 µs an event."""
+        one whose do not: event_rules), a missing transaction id or record sequence as "", rather
+        than from each event's sort key tuple, per event."""
         return (
             pc.cast(self._described("commit_timestamp"), pa.int64()),
             pc.fill_null(self._described("tx_id"), ""),
@@ -265,8 +265,8 @@ class TableChanges:
         ``positions``, as their records hold them: from the key columns where Arrow's Python
         values of them are exactly those (the version's own scalar types; timestamps and dates
         as their numbers), else from the records. The columnar gate's events have none until
-        asked (decoded.DecodedEvent), and a record read for each key cost 1.3 µs an event where
-        most keys are new (a scratch script, 25,000 events of 14,243 keys)."""
+        asked (decoded.DecodedEvent), and reading a record for each key costs more than the rest of
+        the row id where most keys are new."""
         columns = [arrays[name] for name in version.key]
         own = {column.name: column.type.arrow for column in version.columns}
         if not columns:
@@ -283,8 +283,7 @@ class TableChanges:
         """``set$<column>`` per value column: did the event name the column (its own version's
         field) in ``changed_columns``. Deletes set nothing: their changed_columns name the old
         values they carry. Compared in Arrow over every event's names at once, as
-        :attr:`record_arrays` holds them; a Python test per column and event took 5.9 µs an event
-        at 30 columns."""
+        :attr:`record_arrays` holds them, not by a Python test per column and event."""
         named = self._described("changed_columns")
         names, owner = named.flatten(), pc.list_parent_indices(named)
         counted = pc.invert(deleted.take(owner))
@@ -330,8 +329,8 @@ def event_type(values: pa.StructType) -> pa.StructType:
 def _as_arrow(version: TableVersion, events: list[DecodedEvent], event_type: pa.StructType) -> pa.StructArray:
     """The events' records as one struct array of ``event_type``, read again from their bytes
     straight into Arrow's buffers (``TableVersion.columns_reader``): the gate read each already,
-    with the same schema, so what the bytes hold is known to read. Arrow converting the gate's
-    records took 3.23 µs an event where this reads 1.37. The records
+    with the same schema, so what the bytes hold is known to read, in less than half the time
+    Arrow takes to convert the gate's records. The records
     are converted where the bytes are not Avro (JSON events) or the type is not one the reader
     makes or holds (a decimal of another scale than the contract's, a value too large for its
     column): there Arrow decides, as it always did."""

@@ -3,9 +3,9 @@ into Arrow columns and checked by Arrow, not record by record.
 
 The record gate (consumer.message_reader) makes a Python record of every message and checks
 its rules (consumer.event_rules) one event at a time, and the outline is then made from those
-records: 9.7 µs an event in one process, where reading only what the rules and the outline need
-into columns (``avro_steps.ColumnsReader``), checking them with Arrow and outlining from the
-same columns takes 3.2, events made included.
+records; reading only what the rules and the outline need into columns
+(``avro_steps.ColumnsReader``), checking them with Arrow and outlining from the same columns
+takes a third of that time, events made included.
 
 This path only ever *accepts*: a message it accepts is one the record gate accepts, with the
 same table version and sort key; everything else — a message it cannot read, a rule it sees

@@ -57,8 +57,8 @@ def partition_counts(client_config: dict[str, str]) -> dict[str, int]:
 class BrokerPartitions:
     """Topic → partition count on the broker, for checking watermarks (event_rules).
 
-    Reading the broker's metadata takes a client and a round trip — about 24 ms of every
-    micro-batch in the demo's profile — and counts seldom change, so they are kept for up to
+    Reading the broker's metadata takes a client and a round trip — visible in every
+    micro-batch of the demo's profile — and counts seldom change, so they are kept for up to
     ``max_age_seconds``. A watermark the kept counts refuse is checked again against counts read
     afresh, at most once per batch: a topic created or grown since is seen at once, and a flood
     of forged watermarks costs one read per batch, not one each.

@@ -109,9 +109,9 @@ def outline(
 def drop_from_staged(duplicates: pa.Table) -> ArrowTask:
     """The ``mapInArrow`` function that removes ``duplicates`` (``topic``, ``partition``,
     ``offset``) from the staged changelog files named in its rows (column ``file``). It yields no
-    rows: its work is the files. (``mapInArrow`` rather than ``foreachPartition``: measured on a
-    2-core machine, the first ``foreachPartition`` of a session took 3.2 s where the first such
-    ``mapInArrow`` took 0.4 s; why was not investigated.)"""
+    rows: its work is the files. (``mapInArrow`` rather than ``foreachPartition``: the first
+    ``foreachPartition`` of a session took seconds where the first such ``mapInArrow`` took a
+    fraction of one; why was not investigated.)"""
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for files in batches:

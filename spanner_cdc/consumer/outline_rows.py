@@ -68,8 +68,8 @@ OUTLINE_SCHEMA = pa.schema(
 def outline_batch(decoded: DecodedBatch) -> pa.RecordBatch:
     """One row per message of ``decoded``; the columns a kind does not use stay null.
 
-    Events are outlined column by column (a dict per event, then Arrow's conversion of the
-    dicts, cost 0.3 s per 50,000 events), the few other messages row by row (:func:`_rows_of_others`)."""
+    Events are outlined column by column (not a dict per event converted by Arrow), the few
+    other messages row by row (:func:`_rows_of_others`)."""
     others = pa.RecordBatch.from_pylist(_rows_of_others(decoded), schema=OUTLINE_SCHEMA)
     outlined = decoded.outlined_events  # the columnar gate outlined these (consumer.columnar_gate)
     return pa.concat_batches([*decoded.outlined, _event_batch(decoded.events[outlined:]), others])

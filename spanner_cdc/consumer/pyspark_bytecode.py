@@ -3,9 +3,8 @@
 Spark starts its Python processes (the worker daemon, and for every streaming query the Python
 source's runner and planners) with ``$SPARK_HOME/python/lib/pyspark.zip`` and py4j's zip first
 on ``PYTHONPATH``, ahead of the installed PySpark. Those zips hold source only, and Python never
-writes bytecode for what it imports from a zip — so every such process compiled PySpark again:
-1.7-1.8 s of one core to import what a query's source runner needs, against 0.59-0.80 s once the
-zip holds bytecode (docs/consumer.md, Performance). A consumer pays it when
+writes bytecode for what it imports from a zip — so every such process compiled PySpark again,
+which took longer than the import itself once the zip holds bytecode. A consumer pays it when
 it starts and for each query; the test suite, which starts hundreds, paid it every time.
 
 :func:`add_bytecode` rewrites such a zip with a ``.pyc`` beside every ``.py`` (test modules

@@ -4,14 +4,13 @@ Two costs, both measured in the workers of a warm changelog query:
 
 - *During a task.* The collector walks every young object each few hundred allocations, and
   the oldest generation whenever it has grown by a quarter — here the decoded events a task
-  holds, so a task's cost grew with its share (50,000 events in one process: decoding 2.5-3.0 s
-  with it, 1.7 s without). Decoded events and Kafka messages hold no reference cycles: what a
+  holds, so a task's cost grew with its share (decoding a large share took half as long again
+  with it). Decoded events and Kafka messages hold no reference cycles: what a
   task allocates is freed by reference counting, and the collector is off while it runs.
 - *After every task.* PySpark's forking daemon runs a full collection in a reused worker after
   each task (``pyspark/daemon.py``), and a full collection walks everything the worker holds —
-  PySpark, pyarrow, NumPy and the rest it imported: 86 ms a task, about a second of a core per
-  query of the bench's 110,000 messages. What a worker holds by its first task of this
-  project is there for its life, so it is frozen then (``gc.freeze``): later collections,
+  PySpark, pyarrow, NumPy and the rest it imported, at every task. What a worker holds by its
+  first task of this project is there for its life, so it is frozen then (``gc.freeze``): later collections,
   PySpark's included, skip it. An object of those that became garbage in a reference cycle
   later would never be collected; they are the worker's modules and the first task's context,
   once per worker, not per task.

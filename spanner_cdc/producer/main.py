@@ -45,8 +45,8 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
     The event topics of every table the stream watches (and the filters keep) are created here,
     not at a table's first change: that change then waits for no topic, and the watermark
     records cover every partition from the first round, so a consumer's consistent cut moves
-    before any change arrives (created lazily, the first changes of the demo took 0.6 s longer
-    to reach the replica).
+    before any change arrives (created lazily, the demo's first changes reached the replica
+    later).
     """
     source = await SpannerSource.open(config)
     await source.check_change_stream(config.change_stream)

@@ -57,7 +57,8 @@ class ShardHandover:
     async def take_shards(self, shards: list[int]) -> None:
         """The group assigned ``shards`` to this process: fence their previous owner's writer,
         read their checkpoints as it left them, and run their partitions."""
-        await asyncio.gather(*(self.kafka.take_over(shard) for shard in shards))  # 0.5 s each, measured
+        # In parallel: each takeover (init_transactions) waits for the broker's fencing.
+        await asyncio.gather(*(self.kafka.take_over(shard) for shard in shards))
         records = await asyncio.to_thread(self.checkpoints.read)
         self.scheduler.apply_records(records)
         for shard in shards:

@@ -15,11 +15,11 @@ and the errors the generated reader's, message for message (``tests/unit/test_av
 - a logical type's converter (fastavro's own) raises what it raises.
 
 Timestamps (``timestamp-micros``, ``timestamp-millis``) and dates are made here, in C, as
-fastavro's converters make them (``datetime`` in UTC, ``date``): those converters cost some
-0.7 µs a value, and every event carries three timestamps. A step made ``as_number`` keeps the
-number the bytes hold instead (micros, millis or days since the epoch), which is what an Arrow
-column of the type stores: the consumer's tasks convert every event's timestamps to Arrow, and
-a ``datetime`` costs 0.32 µs a value there against 0.03 for an int.
+fastavro's converters make them (``datetime`` in UTC, ``date``): those converters are slow in
+Python, and every event carries three timestamps. A step made ``as_number`` keeps the number
+the bytes hold instead (micros, millis or days since the epoch), which is what an Arrow column
+of the type stores: the consumer's tasks convert every event's timestamps to Arrow, where a
+``datetime`` costs ten times an int.
 Either way, a value outside the years 1-9999 is handed to fastavro's converter, so that its
 error is fastavro's, word for word.
 

@@ -4,8 +4,8 @@ fastavro's ``schemaless_writer`` interprets the schema for every record it write
 union by trying its branches; for the event envelope (about thirty fields, most in unions) that
 took longer than building the event. Compiling the schema once — first into a tree of small
 writer functions, now into one straight-line function per record, with the large longs every
-event repeats (its times) encoded once — cuts the cost per event from about 27 µs to under half
-of it (docs/producer.md, Performance: figures, profile).
+event repeats (its times) encoded once — cuts the cost per event to under half (the bench's
+producer part has fastavro beside it).
 
 Values must already be in Avro's primitive forms — what ``schemas.spanner_types``' converters
 and the event builder produce: ints for timestamps and dates, bytes for decimals, text for JSON —

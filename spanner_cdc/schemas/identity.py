@@ -15,14 +15,14 @@ from typing import Any
 import uuid_utils
 
 #: Fixed namespace for every uuid this project derives; changing it would break dedupe.
-#: uuid5 as the standard defines it, from ``uuid_utils`` (in Rust): 0.8 µs per uuid here against
-#: the standard library's 6.9 µs, and every event needs one (docs/producer.md, Performance).
+#: uuid5 as the standard defines it, from ``uuid_utils`` (in Rust): several times faster than the
+#: standard library's, and every event needs one.
 EVENT_NAMESPACE = uuid_utils.uuid5(
     uuid_utils.NAMESPACE_URL, "https://github.com/spanner-cdc/spanner-cdc/event"
 )
 _SEPARATOR = "\x1f"
-#: One encoder for every key: ``json.dumps`` with options builds a new one per call, 2.5 µs of a
-#: row id's 3.9 (1.9 µs with this one; the same text).
+#: One encoder for every key: ``json.dumps`` with options builds a new one per call, most of a
+#: row id's time (the same text).
 _CANONICAL_JSON = json.JSONEncoder(separators=(",", ":"), sort_keys=True, default=str)
 
 SortKeys = list[str | int]
@@ -59,8 +59,7 @@ def row_id(table: str, key: Mapping[str, Any]) -> str:
 def _canonical_key(key: Mapping[str, Any]) -> str:
     """``key`` as JSON, names sorted, no spaces, ASCII, what JSON lacks as its ``str()`` — the
     text :data:`_CANONICAL_JSON` makes of it, built here per item: the encoder sets itself up on
-    every call — 1.36 µs for a key of one text where this takes 0.75, 1.6 against 1.1 for an
-    integer and a text; the consumer makes an id per new key.
+    every call, which costs more than the key's text; the consumer makes an id per new key.
     ``tests/unit/test_wire_and_identity.py`` checks the ids against ``json.dumps``'s text."""
     items = ",".join(
         f"{encode_basestring_ascii(name)}:{_json_value(value)}" for name, value in sorted(key.items())

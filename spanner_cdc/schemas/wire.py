@@ -127,8 +127,8 @@ def body_start(message: bytes) -> int:
 
 
 def body_starts(messages: Sequence[bytes]) -> list[int]:
-    """:func:`body_start` of each message, with no call per message (the calls cost the
-    consumer's tasks 1.2 µs an event under a profiler)."""
+    """:func:`body_start` of each message, with no call per message (the calls showed in the
+    consumer's tasks' profile)."""
     return [
         REGISTRY_HEADER_LENGTH if message[:1] == REGISTRY_MAGIC else HEADER_LENGTH for message in messages
     ]

@@ -179,9 +179,8 @@ def open_backend(replica: str, duckdb_path: Path, postgres_dsn: str | None) -> S
 
 class DuckDbBackend:
     dialect = "duckdb"
-    #: No: maintaining the key's index was most of a batch's commit (0.6-0.9 s at 32,000 rows, more
-    #: as the replica grows), and the DuckDB replica with whole transactions ran at 13,826 events/s
-    #: with it and 20,650 without over the bench's 440,000.
+    #: No: maintaining the key's index was most of a batch's commit, more as the replica grows,
+    #: and the bench's DuckDB replica ran half as fast again without it.
     declares_primary_keys = False
 
     def __init__(self, path: Path, lock_wait_seconds: float = DUCKDB_LOCK_WAIT_SECONDS) -> None:
@@ -286,10 +285,8 @@ class DuckDbBackend:
         """The rows written anew: the matched rows with the assignments applied (``t.* REPLACE``
         keeps every other column, those of older table versions too) are copied aside, deleted
         and inserted again, in the caller's transaction. DuckDB's UPDATE of rows spread over the
-        table is slow: 20,000 of a 32,000-row replica (three columns, a VARCHAR key) took 1.0-3.4 s
-        a batch, growing from batch to batch, and 0.06-0.14 s this way, plus 0.6-0.9 s at the
-        commit for the primary key's index (a scratch script, DuckDB 2.0.1). Over the bench's
-        440,000 events the replica's transactions took 15.2-17.3 s against 28.2-30.0 s with
+        table is slow, and slower from batch to batch; this way is an order of magnitude faster
+        per batch, and the bench's replica transactions take about half the time they took with
         UPDATE."""
         replaced = ", ".join(f"{expression} AS {quote(column)}" for column, expression in assignments)
         updated = quote(UPDATED_ROWS)
@@ -391,8 +388,8 @@ class PostgresBackend:
         self.execute(f"CREATE UNIQUE INDEX ON {quote(table)} ({columns}){nulls}")
 
     def null_safe_equal(self, left: str, right: str) -> str:
-        # IS NOT DISTINCT FROM is neither hashed nor looked up in an index by PostgreSQL (a
-        # 300,000-row table: 6.3 s against 26 ms for this form, which uses the index).
+        # IS NOT DISTINCT FROM is neither hashed nor looked up in an index by PostgreSQL: on a
+        # large table it scans where this form uses the index.
         return f"({left} = {right} OR ({left} IS NULL AND {right} IS NULL))"
 
     def recoded(self, value: str, to: TextOrBytes) -> str:

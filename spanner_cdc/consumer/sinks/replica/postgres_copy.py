@@ -28,8 +28,8 @@ def csv_loadable(schema: pa.Schema) -> bool:
 
 def copy_rows(cursor: psycopg.Cursor[Any], table: str, rows: pa.Table) -> None:
     """COPY ``rows`` into ``table``: rendered as CSV by pyarrow (C++, no Python per row) when
-    every column's type allows it (:func:`csv_loadable`), else row by row through psycopg.
-    Measured for 50,000 stage rows of 13 columns: 0.19-0.44 s against 0.78-0.99 s."""
+    every column's type allows it (:func:`csv_loadable`), else row by row through psycopg
+    (about half as fast)."""
     names = quote_all(rows.column_names)
     if csv_loadable(rows.schema):
         rendered = io.BytesIO()

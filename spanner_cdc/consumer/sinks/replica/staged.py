@@ -152,8 +152,8 @@ def rows_of_events(
 
     A row carries its event's commit time, so the rows committed within ``events``' commit times
     include every one of theirs; when they are no more than ``events``, they are exactly theirs.
-    That is a filter on one column, where taking them by coordinates is a join over every row
-    (0.05-0.1 s a batch of 50,000); when other rows fall in that range — a duplicate, or an
+    That is a filter on one column, where taking them by coordinates is a join over every row;
+    when other rows fall in that range — a duplicate, or an
     event held back — the coordinates decide."""
     if sum(t.num_rows for t in tables) == events.num_rows:
         return list(tables)

@@ -41,11 +41,10 @@ from spanner_cdc.consumer.sinks.replica.staged import STAGED_ROW, StagedPart
 
 #: Every table a task loads begins with it.
 STAGED_TABLE_PREFIX = "cdc$staged$"
-#: A part of fewer rows is left to the driver: a task's connection, table and commit cost some
-#: 20 ms whatever the rows (a scratch script, local PostgreSQL: 60 rows 22.7 ms, 1,000 rows 32.2
-#: ms, 5,000 rows 48.2 ms), where the driver's COPY costs about 5 µs a row (2.6, 10.3 and 26.7
-#: ms). Below this the task would lengthen a small batch more than it spares the driver, and a
-#: batch over many tables would create a table per table and task.
+#: A part of fewer rows is left to the driver: a task's connection, table and commit cost a fixed
+#: time whatever the rows, about what the driver's COPY takes for this many. Below this the task
+#: would lengthen a small batch more than it spares the driver, and a batch over many tables
+#: would create a table per table and task.
 TASKS_LOAD_FROM_ROWS = 4_000
 #: The tasks' connections name themselves so (``pg_stat_activity``, the server's log).
 APPLICATION_NAME = "spanner-cdc stage task"

@@ -139,19 +139,39 @@ def group_of(stack: EmbeddedStack, spanner: str, directory: Path) -> Iterator[Gr
     group = Group(kafka, prefix, command, directory, AccountWriter(database), source_log)
     try:
         yield group
-    finally:
-        # One by one: the others take each leaver's shards and resume its tokens — queries of
-        # the stop, not of the run, which the checks below leave out.
-        group.stopping_at = time.time()
-        for member in group.live():
-            if member.process.poll() is None:
-                stop_with_sigterm(member.process, 90, member.log)
+    except BaseException:
+        _stop_members(group)  # the test's own failure is the one to show
+        raise
+    failures = _stop_members(group)
+    if failures:
+        raise failures[0]
     for member in group.live():
         text = member.log.read_text()
         assert member.process.returncode == 0, (
             f"{member.name} exited {member.process.returncode}: {text[-3000:]}"
         )
         assert "Traceback" not in text, text[-3000:]
+
+
+def _stop_members(group: Group) -> list[AssertionError]:
+    """Stop every process the test left running, also when it failed: each live one with SIGTERM,
+    one by one (the others take each leaver's shards and resume its tokens — queries of the stop,
+    not of the run, which the checks leave out); one the test killed or froze (SIGSTOP) and did
+    not wait for, with SIGKILL. The live ones that did not stop in time."""
+    group.stopping_at = time.time()
+    failures = []
+    for member in group.members:
+        if member.process.poll() is not None:
+            continue
+        if member.killed_at is not None:
+            member.process.kill()  # delivered to a stopped process too
+            member.process.wait(30)
+            continue
+        try:
+            stop_with_sigterm(member.process, 90, member.log)
+        except AssertionError as exc:
+            failures.append(exc)
+    return failures
 
 
 def kill_one_reading(group: Group) -> ProducerProcess:

@@ -202,6 +202,15 @@ def merged(table: str, columns: Iterable[PayloadColumn]) -> tuple[PayloadColumn,
     return tuple(seen.values())
 
 
+def merged_or_none(table: str, columns: Iterable[PayloadColumn]) -> tuple[PayloadColumn, ...] | None:
+    """:func:`merged`, or None where one table cannot hold ``columns``' types (a table dropped
+    and created again under its name with other types: consumer.sinks.contents.by_table)."""
+    try:
+        return merged(table, columns)
+    except ColumnTypeChangeError:
+        return None
+
+
 def _wider(table: str, known: PayloadColumn, other: PayloadColumn) -> PayloadColumn:
     kinds = known.type.text_or_bytes, other.type.text_or_bytes
     if kinds[0] is None or kinds[1] is None or not kinds[0].is_other_of(kinds[1]):

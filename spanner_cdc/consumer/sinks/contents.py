@@ -5,11 +5,11 @@ Python worker that imported DuckDB and psycopg for it paid for them at every sta
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from spanner_cdc.consumer.change_rows import TableChanges
 from spanner_cdc.consumer.decoded import DecodedEvent
-from spanner_cdc.consumer.table_version import ColumnTypeChangeError, PayloadColumn, merged
+from spanner_cdc.consumer.table_version import PayloadColumn, merged_or_none
 
 
 def by_table(events: Sequence[DecodedEvent]) -> list[TableChanges]:
@@ -26,27 +26,22 @@ def by_table(events: Sequence[DecodedEvent]) -> list[TableChanges]:
 
 
 def _by_column_types(changes: TableChanges) -> list[TableChanges]:
-    if len(changes.versions) == 1 or holds_together(changes.table, [v.columns for v in changes.versions]):
+    every = (column for version in changes.versions for column in version.columns)
+    if len(changes.versions) == 1 or merged_or_none(changes.table, every) is not None:
         return [changes]
     runs: list[list[DecodedEvent]] = []
-    columns: tuple[PayloadColumn, ...] | None = None
+    columns: tuple[PayloadColumn, ...] = ()
+    version = None
     for event in changes.events:
-        if columns is not None and holds_together(changes.table, [columns, event.version.columns]):
-            columns = merged(changes.table, (*columns, *event.version.columns))
-        else:
-            runs.append([])
-            columns = event.version.columns
+        if event.version is not version:  # the types change only where the version does
+            version = event.version
+            joined = merged_or_none(changes.table, (*columns, *version.columns)) if runs else None
+            if joined is None:
+                runs.append([])
+                joined = version.columns
+            columns = joined
         runs[-1].append(event)
     return [TableChanges(changes.table, run) for run in runs]
-
-
-def holds_together(table: str, columns: Iterable[Sequence[PayloadColumn]]) -> bool:
-    """Whether one table's column sets ``columns`` can be one table (``table_version.merged``)."""
-    try:
-        merged(table, (c for each in columns for c in each))
-    except ColumnTypeChangeError:
-        return False
-    return True
 
 
 def by_primary_key(changes: TableChanges) -> list[TableChanges]:

@@ -32,8 +32,8 @@ from spanner_cdc.consumer.change_rows import SET_PREFIX, SORT_COLUMNS, TableChan
 from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent
 from spanner_cdc.consumer.outline_rows import outline_batch, row_numbers
 from spanner_cdc.consumer.sinks.changelog import COORDINATES
-from spanner_cdc.consumer.sinks.contents import by_primary_key, by_table, holds_together
-from spanner_cdc.consumer.table_version import ColumnType, PayloadColumn, merged
+from spanner_cdc.consumer.sinks.contents import by_primary_key, by_table
+from spanner_cdc.consumer.table_version import ColumnType, PayloadColumn, merged, merged_or_none
 
 #: A staged event's Kafka message, as the consistent cut holds it (sinks.replica.cut).
 MESSAGES_SCHEMA = pa.schema(
@@ -196,7 +196,11 @@ def combined(parts: Sequence[StagedPart]) -> list[StagedPart]:
     for part in sorted(parts, key=lambda p: p.first_commit if p.rows.num_rows else 0):
         if part.rows.num_rows:
             groups = grouped.setdefault((part.table, part.key), [])
-            fits = (g for g in groups if holds_together(part.table, [p.columns for p in (*g, part)]))
+            fits = (
+                g
+                for g in groups
+                if merged_or_none(part.table, (c for p in (*g, part) for c in p.columns)) is not None
+            )
             group = next(fits, None)
             if group is None:
                 groups.append([part])

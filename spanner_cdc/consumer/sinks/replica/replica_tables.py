@@ -36,10 +36,8 @@ log = logging.getLogger("spanner_cdc.consumer")
 @dataclass
 class ReplicaTables:
     backend: SqlBackend
-    #: Table → its columns, by catalog key (ReplicaNames.catalog_key), as the catalog has them.
-    _known_columns: dict[str, dict[str, StoredColumn]] = field(default_factory=dict)
-    #: Table → its name as the catalog spells it, by catalog key, for the tables in _known_columns.
-    _spellings: dict[str, str] = field(default_factory=dict)
+    #: Each table the catalog has, by catalog key (ReplicaNames.catalog_key), as it has it.
+    _known: dict[str, CatalogTable] = field(default_factory=dict)
     #: (Spanner table, Spanner column or '', replica name) rows this process knows are in cdc$names.
     _recorded_names: set[tuple[str, str, str]] = field(default_factory=set)
     #: SQL type → the catalog's name for it (SqlBackend.catalog_type).
@@ -81,13 +79,13 @@ class ReplicaTables:
         consumer since its last batch (the way to start a table over: docs/consumer.md,
         Guarantees) — so this batch finds them gone and starts the table over, as a restart
         would, rather than failing on a table it thought it had. One catalog query a batch."""
-        if not self._known_columns:
+        if not self._known:
             return
         catalog_key = self.names.catalog_key
         present = self.backend.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
         )
-        if not self._known_columns.keys() <= {catalog_key(str(name)) for (name,) in present}:
+        if not self._known.keys() <= {catalog_key(str(name)) for (name,) in present}:
             self._forget_tables()
 
     def name_refusal(self, changes: ReplicaTable) -> str | None:
@@ -232,8 +230,17 @@ class ReplicaTables:
 
     def columns(self, table: str) -> dict[str, StoredColumn]:
         """The table's columns by catalog key; empty when there is no such table."""
+        found = self._catalog_table(table)
+        return found.columns if found is not None else {}
+
+    def spelling(self, table: str) -> str | None:
+        """The name of ``table`` as the catalog spells it; None when there is no such table."""
+        found = self._catalog_table(table)
+        return found.name if found is not None else None
+
+    def _catalog_table(self, table: str) -> CatalogTable | None:
         catalog_key = self.names.catalog_key
-        known = self._known_columns.get(catalog_key(table))
+        known = self._known.get(catalog_key(table))
         if known is None:
             rows = self.backend.execute(
                 f"SELECT table_name, column_name, is_nullable, {TYPE_COLUMNS} FROM "
@@ -242,22 +249,24 @@ class ReplicaTables:
                 [table],
             )
             own = [row for row in rows if catalog_key(str(row[0])) == catalog_key(table)]
-            known = {
-                catalog_key(str(column)): StoredColumn(nullable == "YES", catalog_type(data_type, udt))
-                for _, column, nullable, data_type, udt in own
-            }
-            if known:
-                self._known_columns[catalog_key(table)] = known
-                self._spellings[catalog_key(table)] = str(own[0][0])
+            if own:
+                columns = {
+                    catalog_key(str(column)): StoredColumn(nullable == "YES", catalog_type(data_type, udt))
+                    for _, column, nullable, data_type, udt in own
+                }
+                known = self._known[catalog_key(table)] = CatalogTable(str(own[0][0]), columns)
         return known
 
-    def spelling(self, table: str) -> str | None:
-        """The name of ``table`` as the catalog spells it; None when there is no such table."""
-        return self._spellings.get(self.names.catalog_key(table)) if self.columns(table) else None
-
     def _forget_table(self, table: str) -> None:
-        self._known_columns.pop(self.names.catalog_key(table), None)
+        self._known.pop(self.names.catalog_key(table), None)
 
     def _forget_tables(self) -> None:
-        self._known_columns.clear()
-        self._spellings.clear()
+        self._known.clear()
+
+
+@dataclass
+class CatalogTable:
+    """A replica table as the catalog has it: its name as spelled there, its columns by catalog key."""
+
+    name: str
+    columns: dict[str, StoredColumn]

@@ -19,7 +19,8 @@ on the topics (a backfill brings the rows back).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend
 from spanner_cdc.consumer.sinks.replica.names import quote
@@ -37,13 +38,6 @@ class StoppedTable:
     skipped_events: int
 
 
-def create_stopped_table(backend: SqlBackend) -> None:
-    backend.execute(
-        f"CREATE TABLE IF NOT EXISTS {quote(STOPPED_TABLE)} (source_table VARCHAR PRIMARY KEY, "
-        "reason VARCHAR NOT NULL, since_micros BIGINT NOT NULL, skipped_events BIGINT NOT NULL)"
-    )
-
-
 def stopped_tables(backend: SqlBackend) -> dict[str, StoppedTable]:
     """Every stopped table, by its Spanner name."""
     rows = backend.execute(
@@ -59,10 +53,13 @@ class StoppedTables:
     backend: SqlBackend
     _known: dict[str, StoppedTable] | None = None
     #: Events skipped in the current batch, by table, for :meth:`skipped_in_batch`.
-    _batch: dict[str, int] = field(default_factory=dict)
+    _batch: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
-        create_stopped_table(self.backend)
+        self.backend.execute(
+            f"CREATE TABLE IF NOT EXISTS {quote(STOPPED_TABLE)} (source_table VARCHAR PRIMARY KEY, "
+            "reason VARCHAR NOT NULL, since_micros BIGINT NOT NULL, skipped_events BIGINT NOT NULL)"
+        )
 
     @property
     def known(self) -> dict[str, StoppedTable]:
@@ -81,7 +78,7 @@ class StoppedTables:
             f"INSERT INTO {quote(STOPPED_TABLE)} VALUES (?, ?, ?, ?)", [table, reason, since_micros, events]
         )
         self.known[table] = StoppedTable(table, reason, since_micros, events)
-        self._batch[table] = self._batch.get(table, 0) + events
+        self._batch[table] += events
         log.error("table %s is stopped in the replica, the other tables go on: %s", table, reason)
 
     def skip(self, table: str, events: int) -> None:
@@ -91,10 +88,8 @@ class StoppedTables:
             [events, table],
         )
         stopped = self.known[table]
-        self.known[table] = StoppedTable(
-            table, stopped.reason, stopped.since_micros, stopped.skipped_events + events
-        )
-        self._batch[table] = self._batch.get(table, 0) + events
+        self.known[table] = replace(stopped, skipped_events=stopped.skipped_events + events)
+        self._batch[table] += events
 
     def start_again(self, table: str) -> None:
         """``table`` is no longer stopped (its replica table is gone: it starts over)."""
@@ -110,5 +105,5 @@ class StoppedTables:
 
     def skipped_in_batch(self) -> dict[str, int]:
         """Changes of stopped tables the batch did not apply, by table; cleared by the call."""
-        skipped, self._batch = self._batch, {}
-        return skipped
+        skipped, self._batch = self._batch, Counter()
+        return dict(skipped)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from spanner_cdc.errors import SpannerCdcError
 from spanner_cdc.producer.checkpoints import CheckpointStore
@@ -24,20 +25,13 @@ from spanner_cdc.producer.partitions import PartitionScheduler, PartitionState, 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
 class CheckpointRounds:
-    def __init__(
-        self,
-        kafka: KafkaClient,
-        checkpoints: CheckpointStore,
-        scheduler: PartitionScheduler,
-        runner: PartitionRunner,
-        gauges: Gauges,
-    ) -> None:
-        self.kafka = kafka
-        self.checkpoints = checkpoints
-        self.scheduler = scheduler
-        self.runner = runner
-        self.gauges = gauges
+    kafka: KafkaClient
+    checkpoints: CheckpointStore
+    scheduler: PartitionScheduler
+    runner: PartitionRunner
+    gauges: Gauges
 
     async def periodically(
         self, interval: float, shards: Callable[[], set[int]], on_failure: Callable[[SpannerCdcError], None]

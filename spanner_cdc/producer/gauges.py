@@ -4,20 +4,19 @@ partitions this process owns, and how far the low and the published watermarks l
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.partitions import PartitionScheduler
 from spanner_cdc.schemas.timestamps import seconds_behind
 
 
+@dataclass(frozen=True)
 class Gauges:
-    def __init__(
-        self, metrics: ProducerMetrics, scheduler: PartitionScheduler, published: Callable[[], int | None]
-    ) -> None:
-        self.metrics = metrics
-        self.scheduler = scheduler
-        #: The last watermark record's time (None: none published, or no watermark records).
-        self.published = published
+    metrics: ProducerMetrics
+    scheduler: PartitionScheduler
+    #: The last watermark record's time (None: none published, or no watermark records).
+    published: Callable[[], int | None]
 
     def update(self) -> None:
         metrics, scheduler = self.metrics, self.scheduler

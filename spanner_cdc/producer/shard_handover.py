@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 
 from spanner_cdc.errors import SpannerCdcError
 from spanner_cdc.producer.checkpoint_rounds import CheckpointRounds
@@ -28,31 +29,19 @@ from spanner_cdc.producer.release import CommitOrderRelease
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
 class ShardHandover:
-    def __init__(
-        self,
-        kafka: KafkaClient,
-        checkpoints: CheckpointStore,
-        scheduler: PartitionScheduler,
-        *,
-        runner: PartitionRunner,
-        release: CommitOrderRelease,
-        tasks: PartitionTasks,
-        rounds: CheckpointRounds,
-        gauges: Gauges,
-        stopping: Callable[[], bool],
-        on_failure: Callable[[SpannerCdcError], None],
-    ) -> None:
-        self.kafka = kafka
-        self.checkpoints = checkpoints
-        self.scheduler = scheduler
-        self.runner = runner
-        self.release = release
-        self.tasks = tasks
-        self.rounds = rounds
-        self.gauges = gauges
-        self.stopping = stopping
-        self.on_failure = on_failure
+    kafka: KafkaClient
+    checkpoints: CheckpointStore
+    scheduler: PartitionScheduler
+    _: KW_ONLY
+    runner: PartitionRunner
+    release: CommitOrderRelease
+    tasks: PartitionTasks
+    rounds: CheckpointRounds
+    gauges: Gauges
+    stopping: Callable[[], bool]
+    on_failure: Callable[[SpannerCdcError], None]
 
     async def take_shards(self, shards: list[int]) -> None:
         """The group assigned ``shards`` to this process: fence their previous owner's writer,

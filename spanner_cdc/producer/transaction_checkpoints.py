@@ -18,6 +18,8 @@ event, which stays pending).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from confluent_kafka import KafkaError, Message
 
 from spanner_cdc.producer.checkpoints import CheckpointStore
@@ -28,20 +30,14 @@ from spanner_cdc.producer.release import CommitOrderRelease
 from spanner_cdc.producer.transactions import ClosingRecord, DeliveryCallback
 
 
+@dataclass(frozen=True)
 class TransactionCheckpoints:
     """``KafkaClient.close_transactions_with``'s function: a shard's closing checkpoint records."""
 
-    def __init__(
-        self,
-        scheduler: PartitionScheduler,
-        runner: PartitionRunner,
-        release: CommitOrderRelease,
-        checkpoints: CheckpointStore,
-    ) -> None:
-        self.scheduler = scheduler
-        self.runner = runner
-        self.release = release
-        self.checkpoints = checkpoints
+    scheduler: PartitionScheduler
+    runner: PartitionRunner
+    release: CommitOrderRelease
+    checkpoints: CheckpointStore
 
     def __call__(self, shard: int) -> list[ClosingRecord]:
         records = []

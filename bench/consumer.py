@@ -64,12 +64,12 @@ from bench.cpus import pinned
 from bench.memory import PeakRss
 from bench.producer import Figure
 from spanner_cdc.consumer.config import ConsumerConfig
-from spanner_cdc.consumer.graceful_stop import StopRequest
-from spanner_cdc.consumer.kafka_rows import DECODE_COLUMNS
+from spanner_cdc.consumer.decode.gate import DecodeContext, MessageReader
+from spanner_cdc.consumer.decode.kafka_rows import DECODE_COLUMNS
+from spanner_cdc.consumer.decode.outline_rows import OUTLINE_SCHEMA
 from spanner_cdc.consumer.main import ConsumerJob, drain, source_options
-from spanner_cdc.consumer.message_reader import DecodeContext, MessageReader
-from spanner_cdc.consumer.outline_rows import OUTLINE_SCHEMA
-from spanner_cdc.consumer.spark_session import spark_session
+from spanner_cdc.consumer.spark.graceful_stop import StopRequest
+from spanner_cdc.consumer.spark.session import spark_session
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.wire import HEADER_LENGTH, WriterSchema, encode, read_body
 from testkit.consumer_run import consumer_config, fresh_postgres_database, unique_prefix
@@ -173,7 +173,7 @@ def raw_read(
 def decoder_figures(changes: int) -> tuple[Figure, Figure]:
     """The bench's events decoded by fastavro and by the compiled reader as the consumer's tasks
     read them (one pass each after a pass of both that is not timed); the same values come out,
-    but timestamps as numbers, not ``datetime`` (tests/unit/test_avro_reader.py)."""
+    but timestamps as numbers, not ``datetime`` (tests/unit/schemas/test_avro_reader.py)."""
     events = random_history(ChangeFactory(), changes, keys=max(10, changes // 5))
     writer = WriterSchema.from_schema(events[0].table.event_schema)
     messages = [encode(writer, event.value) for event in events]
@@ -202,7 +202,7 @@ CORRUPT_EVERY = (100, 10)
 
 
 def gate_figures(changes: int) -> list[Figure]:
-    """The gate (consumer.message_reader) over the bench's events as one task's share, clean and
+    """The gate (consumer.decode.gate) over the bench's events as one task's share, clean and
     with every Nth message cut short: what damaged messages among good ones cost the rest."""
     events = random_history(ChangeFactory(), changes, keys=max(10, changes // 5))
     table = events[0].table

@@ -27,7 +27,7 @@ from confluent_kafka import Consumer
 
 from bench.producer import Figure, accounts_database, bench_config, read_backlog_alone, timed
 from spanner_cdc.common.kafka_offsets import READER_SETTINGS
-from spanner_cdc.producer.partitions import shard_of
+from spanner_cdc.producer.lineage.partitions import shard_of
 from spanner_cdc.schemas.timestamps import format_timestamp_micros
 from spanner_cdc.stack.services import EMULATOR_PROJECT
 from testkit.producer_group import ProducerProcess

@@ -23,12 +23,12 @@ from collections.abc import Iterator
 from bench.memory import PeakRss
 from bench.producer import offline_publisher
 from spanner_cdc.producer.change_stream_rules import GOOGLE_STANDARD_SQL
-from spanner_cdc.producer.checkpoints import CheckpointStore
 from spanner_cdc.producer.config import ProducerConfig
-from spanner_cdc.producer.kafka import KafkaClient
-from spanner_cdc.producer.partitions import ROOT, PartitionScheduler
-from spanner_cdc.producer.query import ChangeStreamQuery
-from spanner_cdc.producer.service import ProducerService
+from spanner_cdc.producer.lineage.partitions import ROOT, PartitionScheduler
+from spanner_cdc.producer.main import wire_service
+from spanner_cdc.producer.publish.checkpoints import CheckpointStore
+from spanner_cdc.producer.publish.kafka import KafkaClient
+from spanner_cdc.producer.spanner.query import ChangeStreamQuery
 from spanner_cdc.schemas.records import (
     ChangeStreamRecord,
     ChildPartition,
@@ -84,7 +84,7 @@ def run(bootstrap: str, partitions: int, seconds: float) -> dict[str, float]:
     )  # fmt: skip
     kafka = KafkaClient(bootstrap, config.topic_prefix, {}, 6, 1)
     publisher = offline_publisher(kafka, config.stream_name)
-    service = ProducerService(
+    service = wire_service(
         config,
         source=SyntheticStream(partitions, start),
         dialect=GOOGLE_STANDARD_SQL,

@@ -34,19 +34,19 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from google.cloud import spanner as spanner_lib
 from google.cloud.spanner_v1 import KeySet
 
-from spanner_cdc.producer.acks import AckTracker
-from spanner_cdc.producer.catalog import CatalogColumn, TableCatalog
 from spanner_cdc.producer.change_stream_rules import GOOGLE_STANDARD_SQL
 from spanner_cdc.producer.config import ProducerConfig
-from spanner_cdc.producer.kafka import GUARANTEED_SETTINGS, TUNED_DEFAULTS, KafkaClient
+from spanner_cdc.producer.lineage.acks import AckTracker
 from spanner_cdc.producer.main import build_service
 from spanner_cdc.producer.metrics import ProducerMetrics
-from spanner_cdc.producer.poll_config import PollConfig
-from spanner_cdc.producer.poll_main import build_poller
-from spanner_cdc.producer.publisher import EventPublisher, EventSender
-from spanner_cdc.producer.query import ChangeStreamQuery
-from spanner_cdc.producer.rows import records_from_googlesql_row
-from spanner_cdc.producer.snapshot_read import rows_stamped_since
+from spanner_cdc.producer.poll.config import PollConfig
+from spanner_cdc.producer.poll.main import build_poller
+from spanner_cdc.producer.publish.kafka import GUARANTEED_SETTINGS, TUNED_DEFAULTS, KafkaClient
+from spanner_cdc.producer.publish.publisher import EventPublisher, EventSender
+from spanner_cdc.producer.spanner.catalog import CatalogColumn, TableCatalog
+from spanner_cdc.producer.spanner.query import ChangeStreamQuery
+from spanner_cdc.producer.spanner.rows import records_from_googlesql_row
+from spanner_cdc.producer.spanner.snapshot_read import rows_stamped_since
 from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.records import ChildPartitionsRecord, DataChangeRecord
 from spanner_cdc.schemas.timestamps import (

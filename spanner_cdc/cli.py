@@ -23,7 +23,7 @@ from spanner_cdc.consumer.config import CONSUME_OPTIONS, ConsumerConfig, require
 from spanner_cdc.demo import DEFAULT_TRANSFERS_PER_SECOND
 from spanner_cdc.errors import EXIT_FAILURE, EXIT_USAGE, SpannerCdcError
 from spanner_cdc.producer.config import PRODUCE_OPTIONS, ProducerConfig
-from spanner_cdc.producer.poll_config import POLL_LIMITS, POLL_OPTIONS, PollConfig
+from spanner_cdc.producer.poll.config import POLL_LIMITS, POLL_OPTIONS, PollConfig
 from spanner_cdc.stack import SERVICES, EmbeddedStack, ServiceError, stop_on_signals
 
 #: The consumer's own declarations of where the replica is (stream, changes, replica status).
@@ -356,7 +356,7 @@ def _run_produce(args: argparse.Namespace) -> int:
 
 
 def _run_poll(args: argparse.Namespace) -> int:
-    from spanner_cdc.producer.poll_main import poll
+    from spanner_cdc.producer.poll.main import poll
 
     config = PollConfig.from_options(resolve(args, POLL_OPTIONS, "poll"))
     configure_logging(config.log_format, config.log_level)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from spanner_cdc.common.config import ENV_PREFIX, Option, default_text
 from spanner_cdc.consumer.config import CONSUME_OPTIONS
 from spanner_cdc.producer.config import PRODUCE_OPTIONS
-from spanner_cdc.producer.poll_config import POLL_OPTIONS
+from spanner_cdc.producer.poll.config import POLL_OPTIONS
 
 COMMANDS: dict[str, Sequence[Option]] = {
     "produce": PRODUCE_OPTIONS,

@@ -12,10 +12,10 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from spanner_cdc.consumer.config import ConsumerConfig
-from spanner_cdc.consumer.graceful_stop import StopRequest
 from spanner_cdc.consumer.main import ConsumerJob, drain
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit
+from spanner_cdc.consumer.spark.graceful_stop import StopRequest
 
 REPLICAS = ("duckdb", "postgres")
 #: The ``configure`` fixture: keyword overrides → a consumer configuration for this test.

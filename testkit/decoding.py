@@ -7,9 +7,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from spanner_cdc.consumer.decode import BatchDecoder
-from spanner_cdc.consumer.decoded import DecodedBatch, DecodedEvent
-from spanner_cdc.consumer.outline_rows import outline_batch
+from spanner_cdc.consumer.decode.decoded import DecodedBatch, DecodedEvent
+from spanner_cdc.consumer.decode.driver import BatchDecoder
+from spanner_cdc.consumer.decode.outline_rows import outline_batch
 from spanner_cdc.schemas.events import Event
 from spanner_cdc.schemas.wire import WriterSchema, encode
 from testkit.synthetic import ChangeFactory
@@ -59,5 +59,5 @@ def decoded_from_events(
 
 
 def event_rows(events: list[DecodedEvent]) -> pa.Table:
-    """The outline rows (consumer.outline_rows) the tasks would send the driver for ``events``."""
+    """The outline rows (consumer.decode.outline_rows) the tasks would send the driver for ``events``."""
     return pa.Table.from_batches([outline_batch(DecodedBatch(events, [], []))])

@@ -20,7 +20,7 @@ SHARDS_LINE = re.compile(
     r"(?:of \d+ are this process's now|(?P<back>handed back))",
     re.MULTILINE,
 )
-#: "2026-11-27 14:55:01,123 DEBUG spanner_cdc.producer.partition_run: partition T: query started at 1"
+#: "... DEBUG spanner_cdc.producer.changestream.partition_run: partition T: query started at 1"
 QUERY_LINE = re.compile(
     r"^(?P<at>\S+ \S+) DEBUG \S+: partition (?P<token>\S+): query (?P<what>started|stopped)", re.MULTILINE
 )

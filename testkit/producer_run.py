@@ -8,10 +8,10 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 
-from spanner_cdc.producer.checkpoints import CheckpointStore
 from spanner_cdc.producer.errors import ProducerError
-from spanner_cdc.producer.kafka import KafkaClient
-from spanner_cdc.producer.partitions import Partition
+from spanner_cdc.producer.lineage.partitions import Partition
+from spanner_cdc.producer.publish.checkpoints import CheckpointStore
+from spanner_cdc.producer.publish.kafka import KafkaClient
 from spanner_cdc.producer.service import ProducerService
 
 

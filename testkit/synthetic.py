@@ -13,12 +13,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spanner_cdc.producer.acks import AckTracker
-from spanner_cdc.producer.framing import Framing
-from spanner_cdc.producer.kafka import KafkaClient
+from spanner_cdc.producer.lineage.acks import AckTracker
 from spanner_cdc.producer.metrics import ProducerMetrics
-from spanner_cdc.producer.publisher import EventSender
-from spanner_cdc.producer.watermarks import WatermarkEmitter
+from spanner_cdc.producer.publish.framing import Framing
+from spanner_cdc.producer.publish.kafka import KafkaClient
+from spanner_cdc.producer.publish.publisher import EventSender
+from spanner_cdc.producer.publish.watermarks import WatermarkEmitter
 from spanner_cdc.schemas.events import Event, EventBuilder
 from spanner_cdc.schemas.records import DataChangeRecord
 

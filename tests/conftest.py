@@ -120,7 +120,7 @@ def _spark_starts_from_the_class_archive(request: pytest.FixtureRequest) -> None
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One local[2] Spark session per test run, with Spark's Kafka connector on its classpath."""
-    from spanner_cdc.consumer.spark_session import spark_session
+    from spanner_cdc.consumer.spark.session import spark_session
 
     session = spark_session("local[2]", "spanner-cdc-tests", log_dir=tmp_path_factory.mktemp("spark-logs"))
     try:

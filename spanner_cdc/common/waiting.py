@@ -6,7 +6,7 @@ same turn of the event loop as the result arrives, and the cancellation is gone
 cancellation goes on running: the producer's shutdown, which holds the release lock until its
 partition tasks end, waited forever for a partition that had read on and was waiting for that
 lock. ``asyncio.timeout`` (3.11) lets a cancellation from outside through, so the project waits
-with it and never with ``wait_for`` (``tests/unit/test_query_stream.py`` shows the race).
+with it and never with ``wait_for`` (``tests/unit/producer/spanner/test_query_stream.py`` shows the race).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """One micro-batch, start to finish: decode, quarantine, dedupe, order, write every sink.
 
-Spark's executors do the per-event work (consumer.executor_tasks): every task reads its share of
-the batch's Kafka rows through the one gate (consumer.message_reader), writes the changelog's
+Spark's executors do the per-event work (consumer.tasks): every task reads its share of
+the batch's Kafka rows through the one gate (consumer.decode.gate), writes the changelog's
 files and the replica's stage rows of what it read, and hands the driver an outline — one
-narrow row per message (consumer.outline_rows). The driver deduplicates on it, checks
+narrow row per message (consumer.decode.outline_rows). The driver deduplicates on it, checks
 watermarks, publishes the changelog's files and hands the kept stage rows to the replica's one
 database transaction (docs/consumer.md, "Where the work runs").
 
@@ -36,16 +36,11 @@ import pyarrow.compute as pc
 from pyspark import cloudpickle
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from spanner_cdc.consumer.data_loss import DataLossCounter
-from spanner_cdc.consumer.decode import BatchDecoder
-from spanner_cdc.consumer.decoded import DecodedBatch, Quarantined, Unknown
-from spanner_cdc.consumer.dedupe import DeliveredChanges
-from spanner_cdc.consumer.errors import BadMessageError, ChangelogShortfallError
-from spanner_cdc.consumer.executor_tasks import drop_from_staged, outline
-from spanner_cdc.consumer.kafka_rows import DECODE_COLUMNS, DECODE_SCHEMA
-from spanner_cdc.consumer.message_reader import DecodeContext, MessageReader
-from spanner_cdc.consumer.metrics import ConsumerMetrics
-from spanner_cdc.consumer.outline_rows import (
+from spanner_cdc.consumer.decode.decoded import DecodedBatch, Quarantined, Unknown
+from spanner_cdc.consumer.decode.driver import BatchDecoder
+from spanner_cdc.consumer.decode.gate import DecodeContext, MessageReader
+from spanner_cdc.consumer.decode.kafka_rows import DECODE_COLUMNS, DECODE_SCHEMA
+from spanner_cdc.consumer.decode.outline_rows import (
     COORDINATES,
     EVENT,
     OUTLINE_SCHEMA,
@@ -55,17 +50,22 @@ from spanner_cdc.consumer.outline_rows import (
     WATERMARK,
     unknown_from_columns,
 )
+from spanner_cdc.consumer.dedupe import DeliveredChanges
+from spanner_cdc.consumer.errors import BadMessageError, ChangelogShortfallError
+from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
 from spanner_cdc.consumer.sinks.replica.sink import BatchContents, ReplicaSink
-from spanner_cdc.consumer.sinks.replica.staged import ReplicaStaging, StagedEvents
-from spanner_cdc.consumer.sinks.replica.staged_tables import StagedTables
+from spanner_cdc.consumer.sinks.replica.stage.loaded import StagedTables
+from spanner_cdc.consumer.sinks.replica.stage.rows import ReplicaStaging, StagedEvents
+from spanner_cdc.consumer.spark.data_loss import DataLossCounter
 from spanner_cdc.consumer.status import BatchSeen
+from spanner_cdc.consumer.tasks import drop_from_staged, outline
 from spanner_cdc.schemas.timestamps import now_micros, seconds_behind
 
 log = logging.getLogger("spanner_cdc.consumer")
 #: Held events the driver reads again itself when the consistent cut passes them (those whose
-#: stage rows were not kept from the batch that held them: sinks.replica.held_rows, after a
+#: stage rows were not kept from the batch that held them: sinks.replica.stage.held, after a
 #: restart); more are read by Spark tasks, so the driver's share stays this small however fast
 #: events come. Below it a job gains nothing: up to 20,000 held events the driver read them as
 #: fast as tasks did, at 50,000 tasks were faster; with this at 2,000, the bench's DuckDB
@@ -75,7 +75,7 @@ DRIVER_READS_HELD = 10_000
 
 @dataclass(frozen=True)
 class Outline:
-    """A batch as its tasks outlined it (``executor_tasks.OUTLINE_SCHEMA``), on the driver."""
+    """A batch as its tasks outlined it (``decode.outline_rows.OUTLINE_SCHEMA``), on the driver."""
 
     rows: pa.Table
 

@@ -39,7 +39,7 @@ def _table(text: str) -> str:
 #: Writer schemas kept at most from the schema topic, by default (``--max-writer-schemas``):
 #: Spanner allows 5,000 tables a database and each version of a table publishes two (event and
 #: key). A schema costs the consumer its text without docs (6 KB with 32 columns of every type);
-#: the text kept is also capped in all (consumer.schema_topic.MAX_KEPT_SCHEMA_BYTES).
+#: the text kept is also capped in all (consumer.decode.schema_topic.MAX_KEPT_SCHEMA_BYTES).
 MAX_WRITER_SCHEMAS = 20_000
 #: How long the broker may hold a fetch of Spark's Kafka source open when it has nothing new.
 FETCH_WAIT_MS = 10

@@ -15,19 +15,11 @@ from confluent_kafka import Consumer, KafkaException
 from spanner_cdc.common.schema_registry import SchemaRegistry
 from spanner_cdc.consumer.batch import BatchProcessor
 from spanner_cdc.consumer.config import ConsumerConfig
-from spanner_cdc.consumer.data_loss import DataLossCounter
-from spanner_cdc.consumer.decode import BatchDecoder, BrokerPartitions, partition_counts
+from spanner_cdc.consumer.decode.driver import BatchDecoder, BrokerPartitions, partition_counts
+from spanner_cdc.consumer.decode.schema_topic import SchemaTopic
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import ConsumerError
-from spanner_cdc.consumer.graceful_stop import (
-    POLL_SECONDS,
-    BatchGate,
-    StopRequest,
-    stop_between_batches,
-    stop_requested,
-)
 from spanner_cdc.consumer.metrics import ConsumerMetrics
-from spanner_cdc.consumer.schema_topic import SchemaTopic
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, open_backend
@@ -35,7 +27,16 @@ from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut
 from spanner_cdc.consumer.sinks.replica.history import RowHistory
 from spanner_cdc.consumer.sinks.replica.merge import ReplicaMerge
 from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit, ReplicaSink
-from spanner_cdc.consumer.spark_session import spark_session
+from spanner_cdc.consumer.spark.data_loss import DataLossCounter
+from spanner_cdc.consumer.spark.graceful_stop import (
+    POLL_SECONDS,
+    BatchGate,
+    StopRequest,
+    stop_between_batches,
+    stop_requested,
+)
+from spanner_cdc.consumer.spark.session import spark_session
+from spanner_cdc.consumer.streams.catalog import streams_seen
 from spanner_cdc.schemas.timestamps import MICROS_PER_SECOND
 
 log = logging.getLogger("spanner_cdc.consumer")
@@ -157,6 +158,7 @@ class ConsumerJob:
                 cut,
                 on_replica_commit,
                 tasks_load_with=config.postgres_dsn if tasks_load else None,
+                streams_seen=lambda: streams_seen(backend),
             )
             backend.release()  # until the first batch: stream commands may use a DuckDB replica
         processor = BatchProcessor(

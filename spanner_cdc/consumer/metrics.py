@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import time
 from collections import Counter as CounterOf
-from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from spanner_cdc.common.metrics import ServedMetrics
 from spanner_cdc.consumer.status import BatchSeen, ConsumerStatus, StreamSeen
-
-if TYPE_CHECKING:
-    from spanner_cdc.consumer.sinks.replica.cut import Release
 
 BATCH_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
@@ -110,10 +106,13 @@ class ConsumerMetrics(ServedMetrics):
         """The streams over the replica as of the batch being committed."""
         self.status.streams = streams
 
-    def observe_release(self, release: Release) -> None:
-        self.status.released(release.cut_micros, release.held)
-        self.held_events.set(release.held)
-        self.incomplete_transactions.inc(release.incomplete_transactions)
-        self.behind_cut.inc(release.behind_cut)
-        if release.cut_micros is not None:
-            self.cut_lag.set(max(0.0, time.time() - release.cut_micros / 1_000_000))
+    def observe_release(
+        self, cut_micros: int | None, held: int, incomplete_transactions: int, behind_cut: int
+    ) -> None:
+        """What the replica's consistent cut released of a batch (``sinks.replica.cut.Release``)."""
+        self.status.released(cut_micros, held)
+        self.held_events.set(held)
+        self.incomplete_transactions.inc(incomplete_transactions)
+        self.behind_cut.inc(behind_cut)
+        if cut_micros is not None:
+            self.cut_lag.set(max(0.0, time.time() - cut_micros / 1_000_000))

@@ -30,16 +30,17 @@ from spanner_cdc.common.kafka_offsets import READER_SETTINGS, read_to_end
 from spanner_cdc.common.progress import show_progress
 from spanner_cdc.common.spanner_client import create_emulator_database
 from spanner_cdc.consumer.config import ConsumerConfig
-from spanner_cdc.consumer.graceful_stop import StopRequest
+from spanner_cdc.consumer.decode.schema_topic import SchemaTopic
 from spanner_cdc.consumer.main import ConsumerJob, wait_until_started
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
-from spanner_cdc.consumer.schema_topic import SchemaTopic
 from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit
-from spanner_cdc.consumer.spark_session import spark_session
+from spanner_cdc.consumer.spark.graceful_stop import StopRequest
+from spanner_cdc.consumer.spark.session import spark_session
 from spanner_cdc.demo.bank import DDL, STREAM, TABLE_COLUMNS, TOTAL, BalanceWatch, BankWorkload
 from spanner_cdc.producer.config import ProducerConfig
-from spanner_cdc.producer.main import build_service, describe
+from spanner_cdc.producer.main import build_service
 from spanner_cdc.producer.service import ProducerService
+from spanner_cdc.producer.status import describe
 from spanner_cdc.schemas.timestamps import timestamp_micros
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.services import EMULATOR_PROJECT

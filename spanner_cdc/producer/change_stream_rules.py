@@ -1,7 +1,7 @@
 """What Spanner accepts in a change-stream query (dialects, stream names, heartbeat intervals),
 and which change streams the producer can read.
 
-Kept apart from the query itself (``producer.query``, which needs the Spanner client's types) so
+Kept apart from the query itself (``producer.spanner.query``, which needs the Spanner client's types) so
 that option parsing can check these without the client library installed.
 """
 

@@ -277,7 +277,7 @@ PRODUCE_OPTIONS = (
 class PublishSettings:
     """What ``produce`` and ``poll`` share: where the database is, where events go, how the
     service runs. The options behind them are declared once, in PRODUCE_OPTIONS; ``poll`` takes
-    them by name (``producer.poll_config``)."""
+    them by name (``producer.poll.config``)."""
 
     project: str
     instance: str
@@ -341,7 +341,7 @@ class ProducerConfig(PublishSettings):
     start_timestamp_micros: int
     end_timestamp_micros: int | None = None
     heartbeat_ms: int = 2000
-    #: commit or partition (producer.release).
+    #: commit or partition (producer.changestream.release).
     release_order: str = "commit"
     include_tables: tuple[str, ...] = ()
     exclude_tables: tuple[str, ...] = ()
@@ -363,7 +363,8 @@ class ProducerConfig(PublishSettings):
 
     @property
     def in_commit_order(self) -> bool:
-        """``--release-order commit``: every change waits for the low watermark (producer.release)."""
+        """``--release-order commit``: every change waits for the low watermark
+        (producer.changestream.release)."""
         return self.release_order == "commit"
 
     @property

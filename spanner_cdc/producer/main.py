@@ -11,26 +11,40 @@ from spanner_cdc.common.blocking import call_with_deadline
 from spanner_cdc.common.progress import show_progress
 from spanner_cdc.common.schema_registry import SchemaRegistry
 from spanner_cdc.errors import UsageError
-from spanner_cdc.producer.actions import TableFilter
-from spanner_cdc.producer.backfill import Backfill, BackfillTable
-from spanner_cdc.producer.backfill_store import TablePlan, backfill_store
-from spanner_cdc.producer.catalog import TableCatalog
+from spanner_cdc.producer.backfill.runner import Backfill, BackfillTable
+from spanner_cdc.producer.backfill.store import TablePlan, backfill_store
 from spanner_cdc.producer.change_stream_rules import POSTGRESQL
-from spanner_cdc.producer.checkpoints import OPEN_TRANSACTION_WAIT_SECONDS, CheckpointStore
+from spanner_cdc.producer.changestream.actions import (
+    ChildPartitionsAction,
+    DataChangeAction,
+    HeartbeatAction,
+    RecordActions,
+    TableFilter,
+)
+from spanner_cdc.producer.changestream.gauges import Gauges
+from spanner_cdc.producer.changestream.partition_run import ChangeStreamSource, PartitionRunner
+from spanner_cdc.producer.changestream.partition_tasks import PartitionTasks
+from spanner_cdc.producer.changestream.release import CommitOrderRelease
 from spanner_cdc.producer.config import ProducerConfig, PublishSettings
-from spanner_cdc.producer.framing import Framing, RegistryFraming, SingleObjectFraming
-from spanner_cdc.producer.group import ShardGroup
-from spanner_cdc.producer.kafka import KafkaClient
+from spanner_cdc.producer.lineage.partitions import PartitionScheduler
 from spanner_cdc.producer.metrics import ProducerMetrics
-from spanner_cdc.producer.partitions import PartitionScheduler, PartitionState
-from spanner_cdc.producer.publisher import EventPublisher, EventSender
-from spanner_cdc.producer.service import ProducerService
-from spanner_cdc.producer.spanner_source import SpannerSource
-from spanner_cdc.producer.status import publish_status_periodically
-from spanner_cdc.producer.topic_move import move_control_topics
-from spanner_cdc.producer.whole_rows import RowFiller, partial_payloads
+from spanner_cdc.producer.publish.checkpoints import OPEN_TRANSACTION_WAIT_SECONDS, CheckpointStore
+from spanner_cdc.producer.publish.framing import Framing, RegistryFraming, SingleObjectFraming
+from spanner_cdc.producer.publish.kafka import KafkaClient
+from spanner_cdc.producer.publish.publisher import EventPublisher, EventSender
+from spanner_cdc.producer.publish.topic_move import move_control_topics
+from spanner_cdc.producer.publish.watermarks import WatermarkEmitter
+from spanner_cdc.producer.service import Lifecycle, ProducerService
+from spanner_cdc.producer.shards.checkpoint_rounds import CheckpointRounds
+from spanner_cdc.producer.shards.group import ShardGroup
+from spanner_cdc.producer.shards.handover import ShardHandover
+from spanner_cdc.producer.shards.transaction_checkpoints import TransactionCheckpoints
+from spanner_cdc.producer.spanner.catalog import TableCatalog
+from spanner_cdc.producer.spanner.query import ChangeStreamQuery
+from spanner_cdc.producer.spanner.source import SpannerSource
+from spanner_cdc.producer.spanner.whole_rows import RowFiller, partial_payloads
+from spanner_cdc.producer.status import describe, publish_status_periodically
 from spanner_cdc.schemas.events import EventBuilder
-from spanner_cdc.schemas.timestamps import clock_text, seconds_behind
 
 log = logging.getLogger(__name__)
 #: How long restoring the checkpoints may take: reading them, after a wait for a transaction
@@ -92,7 +106,7 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
             f"a backfill of {backfill_tables[0].name} under this prefix is unfinished; it runs in one "
             "process: run the producer without --group until it finished"
         )
-    return ProducerService(
+    return wire_service(
         config,
         source=source,
         dialect=source.dialect,
@@ -117,10 +131,65 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
     )
 
 
+def wire_service(
+    config: ProducerConfig,
+    *,
+    source: ChangeStreamSource,
+    dialect: str,
+    publisher: EventPublisher,
+    checkpoints: CheckpointStore,
+    scheduler: PartitionScheduler,
+    metrics: ProducerMetrics,
+    backfill: Backfill | None = None,
+    group: ShardGroup | None = None,
+) -> ProducerService:
+    """The service's parts from both ends already open: the actions per record type, the
+    partitions' runner and tasks, the commit-order release, the checkpoints (with each
+    transaction, in rounds, at a handover) and the watermark records."""
+    lifecycle = Lifecycle(scheduler, backfill, config.end_timestamp_micros)
+    release = CommitOrderRelease(scheduler, publisher, across_partitions=config.in_commit_order)
+    actions = RecordActions(
+        DataChangeAction(release, TableFilter(config.include_tables, config.exclude_tables), metrics),
+        HeartbeatAction(),
+        ChildPartitionsAction(scheduler, checkpoints),
+    )
+    query = ChangeStreamQuery(config.change_stream, dialect, config.heartbeat_ms, config.end_timestamp_micros)
+    runner = PartitionRunner(
+        source,
+        query,
+        scheduler=scheduler,
+        actions=actions,
+        release=release,
+        checkpoints=checkpoints,
+        metrics=metrics,
+        max_queries=config.max_queries,
+        query_start_rate=config.query_start_rate,
+        stall_seconds=config.stall_seconds,
+    )
+    publisher.kafka.close_transactions_with(TransactionCheckpoints(scheduler, runner, release, checkpoints))
+    sender = publisher.sender
+    watermarks = (
+        WatermarkEmitter(publisher.kafka, config.stream_name, sender.framing, sender.json_events)
+        if config.watermark_records
+        else None
+    )
+    gauges = Gauges(metrics, scheduler, lambda: None if watermarks is None else watermarks.published_micros)
+    tasks = PartitionTasks(scheduler, runner, lifecycle.fail, lifecycle.stop_when_done)
+    rounds = CheckpointRounds(publisher.kafka, checkpoints, scheduler, runner, gauges)
+    handover = ShardHandover(
+        publisher.kafka, checkpoints, scheduler, runner=runner, release=release, tasks=tasks,
+        rounds=rounds, gauges=gauges, stopping=lifecycle.stop.is_set, on_failure=lifecycle.fail,
+    )  # fmt: skip
+    return ProducerService(
+        config, publisher, checkpoints, scheduler, metrics, release, runner, tasks, rounds, handover,
+        gauges, lifecycle, watermarks, backfill, group,
+    )  # fmt: skip
+
+
 def check_shards(config: ProducerConfig, kafka: KafkaClient, shards: int, existing: set[str]) -> None:
     """A group needs a checkpoint topic of several shards, one process the topic of one: the
     number is fixed when the topic is created (a token's shard is its hash modulo it). Version
-    0.1's checkpoints are moved by a producer on its own (``producer.topic_move``)."""
+    0.1's checkpoints are moved by a producer on its own (``producer.publish.topic_move``)."""
     topic = kafka.topics.checkpoints
     if config.group is not None and existing & set(kafka.topics.moved):
         raise UsageError(
@@ -163,7 +232,7 @@ async def open_kafka(settings: PublishSettings) -> tuple[KafkaClient, set[str]]:
 
 def refuse_polled_prefix(kafka: KafkaClient, existing: set[str]) -> None:
     """A prefix ``spanner-cdc poll`` writes to is not the producer's: each writes watermark
-    records that promise every event topic of its prefix (producer.poll_main)."""
+    records that promise every event topic of its prefix (producer.poll.main)."""
     if kafka.topics.polls in existing:
         raise UsageError(
             f"--topic-prefix {kafka.topics.prefix} belongs to spanner-cdc poll: give the producer a "
@@ -252,30 +321,6 @@ async def open_framing(registry_url: str | None, registry_settings: dict[str, st
     await asyncio.to_thread(registry.check_reachable)
     log.info("schema registry at %s: messages in its wire format", registry.url)
     return RegistryFraming(registry)
-
-
-def describe(service: ProducerService, started_at: float) -> str:
-    """The progress line: events/s, lag, partitions running/finished, low watermark (and with
-    ``--group`` the shards this process owns)."""
-    elapsed = max(1e-9, time.monotonic() - started_at)
-    counts = service.scheduler.count_by_state()
-    low = service.scheduler.low_watermark_micros()
-    if low is None:
-        watermark, lag = "all partitions finished", "-"
-    else:
-        watermark, lag = clock_text(low), f"{seconds_behind(low):.1f}s"
-    acked = service.publisher.sender.acknowledged
-    backfill = service.backfill
-    tail = ""
-    if backfill is not None and not backfill.finished:
-        tail = f"  backfill {backfill.rows_published} rows"
-    if service.group is not None:  # the partition counts are the whole group's
-        tail += f"  shards {len(service.scheduler.owned)}/{service.scheduler.shards}"
-    return (
-        f"events {acked} ({acked / elapsed:,.0f}/s)  lag {lag}  "
-        f"partitions running {counts[PartitionState.RUNNING]} waiting {counts[PartitionState.CREATED]} "
-        f"finished {counts[PartitionState.FINISHED]}  low watermark {watermark}{tail}"
-    )
 
 
 async def produce(config: ProducerConfig) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from spanner_cdc.common.status_page import StatusDocument
 from spanner_cdc.common.waiting import set_within
-from spanner_cdc.producer.partitions import ROOT, Partition, PartitionState
+from spanner_cdc.producer.lineage.partitions import ROOT, Partition, PartitionState
 from spanner_cdc.schemas.timestamps import clock_text, format_timestamp_micros, seconds_behind
 
 if TYPE_CHECKING:
@@ -91,3 +91,27 @@ async def publish_status_periodically(service: ProducerService, stop: asyncio.Ev
         before, acknowledged_before = now, acknowledged
         service.metrics.publish_status(producer_status(service, per_second))
         await set_within(stop, PUBLISH_EVERY_SECONDS)
+
+
+def describe(service: ProducerService, started_at: float) -> str:
+    """The progress line: events/s, lag, partitions running/finished, low watermark (and with
+    ``--group`` the shards this process owns)."""
+    elapsed = max(1e-9, time.monotonic() - started_at)
+    counts = service.scheduler.count_by_state()
+    low = service.scheduler.low_watermark_micros()
+    if low is None:
+        watermark, lag = "all partitions finished", "-"
+    else:
+        watermark, lag = clock_text(low), f"{seconds_behind(low):.1f}s"
+    acked = service.publisher.sender.acknowledged
+    backfill = service.backfill
+    tail = ""
+    if backfill is not None and not backfill.finished:
+        tail = f"  backfill {backfill.rows_published} rows"
+    if service.group is not None:  # the partition counts are the whole group's
+        tail += f"  shards {len(service.scheduler.owned)}/{service.scheduler.shards}"
+    return (
+        f"events {acked} ({acked / elapsed:,.0f}/s)  lag {lag}  "
+        f"partitions running {counts[PartitionState.RUNNING]} waiting {counts[PartitionState.CREATED]} "
+        f"finished {counts[PartitionState.FINISHED]}  low watermark {watermark}{tail}"
+    )

@@ -10,7 +10,7 @@ a length, a UTF-8 string, a float in C (``make bench`` measures it beside fastav
 The output is fastavro's: the same dicts, lists and values; logical types made by fastavro's own
 converters (``fastavro.read.LOGICAL_READERS``: ``Decimal``, ``UUID``), except timestamps and
 dates, which the C steps make equal to the converters' ``datetime`` and ``date``; unknown logical
-types left as their primitive (``tests/unit/test_avro_reader.py`` compares both over generated
+types left as their primitive (``tests/unit/schemas/test_avro_reader.py`` compares both over generated
 events of every column type). Bytes that are not a record of the schema raise what fastavro
 raises for them — ``EOFError`` when they end too early, ``ValueError`` (or
 ``UnicodeDecodeError``, ``OverflowError``) when they say something impossible — and

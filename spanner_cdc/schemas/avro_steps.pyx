@@ -6,7 +6,7 @@ process; :class:`CompiledReader` then walks that tree over each message's bytes.
 bytes by position (varints, lengths, UTF-8, floats) is what the consumer's tasks spent most of
 their decoding time on in the generated-Python reader this replaces; in C it takes a quarter of
 that time. The records are fastavro's, value for value,
-and the errors the generated reader's, message for message (``tests/unit/test_avro_reader.py``):
+and the errors the generated reader's, message for message (``tests/unit/schemas/test_avro_reader.py``):
 
 - the message ends early: ``EOFError`` (a string or bytes announcing more than is left says how
   much);

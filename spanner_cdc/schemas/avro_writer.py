@@ -10,7 +10,7 @@ producer part has fastavro beside it).
 Values must already be in Avro's primitive forms — what ``schemas.spanner_types``' converters
 and the event builder produce: ints for timestamps and dates, bytes for decimals, text for JSON —
 so a logical type is written as its underlying type. For such values the output is
-byte-identical to fastavro's (``tests/unit/test_avro_writer.py`` compares them over generated
+byte-identical to fastavro's (``tests/unit/schemas/test_avro_writer.py`` compares them over generated
 events of every column type). Types the project's schemas never use (enum, fixed) are refused
 when the schema is compiled, not guessed at.
 """

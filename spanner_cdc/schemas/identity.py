@@ -60,7 +60,7 @@ def _canonical_key(key: Mapping[str, Any]) -> str:
     """``key`` as JSON, names sorted, no spaces, ASCII, what JSON lacks as its ``str()`` — the
     text :data:`_CANONICAL_JSON` makes of it, built here per item: the encoder sets itself up on
     every call, which costs more than the key's text; the consumer makes an id per new key.
-    ``tests/unit/test_wire_and_identity.py`` checks the ids against ``json.dumps``'s text."""
+    ``tests/unit/schemas/test_wire_and_identity.py`` checks the ids against ``json.dumps``'s text."""
     items = ",".join(
         f"{encode_basestring_ascii(name)}:{_json_value(value)}" for name, value in sorted(key.items())
     )

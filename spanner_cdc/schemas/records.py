@@ -1,7 +1,7 @@
 """The change-stream record model : data change, heartbeat and child partitions records.
 
 Both dialects end up here: the PostgreSQL dialect returns each ChangeRecord as JSON, and the
-producer turns GoogleSQL's STRUCT rows into the same JSON form (``spanner_cdc.producer.rows``),
+producer turns GoogleSQL's STRUCT rows into the same JSON form (``spanner_cdc.producer.spanner.rows``),
 so one parser and one set of types serve both, and the event builder sees one record type.
 """
 

@@ -6,7 +6,7 @@ namespace, under ``_spanner-cdc.{prefix}.``: writer schemas (``.schemas``), the 
 checkpoints (``.checkpoints``) and backfills (``.backfills``), the poller's positions
 (``.polls``), and events Kafka refused for their size (``.dead_letters``).
 Version 0.1 kept them as ``{prefix}._schemas`` and so on; :attr:`Topics.moved` names
-those that a producer moves (``producer/topic_move.py``).
+those that a producer moves (``producer/publish/topic_move.py``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class Topics:
 
     def writer_transactional_id(self, shard: int, shards: int) -> str:
         """The Kafka transactional id of the writer of one shard of the checkpoint topic
-        (producer.transactions): the prefix's one writer when there is one shard."""
+        (producer.publish.transactions): the prefix's one writer when there is one shard."""
         writer = f"{CONTROL_NAMESPACE}.{self.prefix}.writer"
         return writer if shards == 1 else f"{writer}.shard-{shard}"
 
@@ -55,12 +55,12 @@ class Topics:
 
     @property
     def backfills(self) -> str:
-        """The producer's backfill plans and progress (``producer/backfill_store.py``)."""
+        """The producer's backfill plans and progress (``producer/backfill/store.py``)."""
         return f"{CONTROL_NAMESPACE}.{self.prefix}.backfills"
 
     @property
     def polls(self) -> str:
-        """Where ``spanner-cdc poll`` stands per table (``producer/poll_store.py``)."""
+        """Where ``spanner-cdc poll`` stands per table (``producer/poll/store.py``)."""
         return f"{CONTROL_NAMESPACE}.{self.prefix}.polls"
 
     @property

@@ -18,7 +18,7 @@ from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.wire import HEADER_LENGTH, WriterSchema, encode
 from testkit.records import STREAM_NAME, account_transfer_records
-from tests.unit.test_wire_and_identity import all_types_event_value
+from tests.unit.schemas.test_wire_and_identity import all_types_event_value
 
 pytestmark = pytest.mark.integration
 

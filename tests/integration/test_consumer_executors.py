@@ -17,12 +17,12 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from spanner_cdc.consumer.batch import ContextBroadcast
 from spanner_cdc.consumer.config import ConsumerConfig
+from spanner_cdc.consumer.decode.gate import DecodeContext
 from spanner_cdc.consumer.errors import ConsumerError
-from spanner_cdc.consumer.message_reader import DecodeContext
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.replica.cut import PENDING
-from spanner_cdc.consumer.sinks.replica.staged_tables import (
+from spanner_cdc.consumer.sinks.replica.stage.loaded import (
     APPLICATION_NAME,
     STAGED_TABLE_PREFIX,
     query_prefix,

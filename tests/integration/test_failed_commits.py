@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from spanner_cdc.producer.transactions import DeliveryCallback, TransactionalWriter
+from spanner_cdc.producer.publish.transactions import DeliveryCallback, TransactionalWriter
 from spanner_cdc.stack import EmbeddedStack
 from tests.support.kafka_read import read_all
 

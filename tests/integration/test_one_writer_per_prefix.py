@@ -1,6 +1,6 @@
 """Two producers started on one topic prefix (a rolling deploy's overlap, a second run by
 mistake): the second fences the first, which stops with one line and writes nothing more; the
-second carries on, and nothing is lost (producer/transactions.py)."""
+second carries on, and nothing is lost (producer/publish/transactions.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from spanner_cdc.producer.transactions import COMMIT_ATTEMPTS, TRANSACTION_TIMEOUT_SECONDS
+from spanner_cdc.producer.publish.transactions import COMMIT_ATTEMPTS, TRANSACTION_TIMEOUT_SECONDS
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
 from testkit.scrape import scrape
@@ -59,7 +59,7 @@ def test_a_second_producer_on_a_prefix_fences_the_first(stack: EmbeddedStack) ->
             first.send_signal(signal.SIGUSR1)
             time.sleep(REPORT_SECONDS)
     finally:
-        # Up to two transaction timeouts (30 s each, producer.transactions): seen once in CI, the
+        # Up to two transaction timeouts (30 s each, producer.publish.transactions): seen once in CI, the
         # embedded broker's transaction coordinator dropped its connection while the last commit
         # ran, and that commit and the next one each waited their whole timeout.
         first_stderr = stop_with_sigterm(first, 120)

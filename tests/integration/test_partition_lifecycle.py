@@ -15,16 +15,23 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from spanner_cdc.producer.catalog import CatalogContents, TableCatalog
 from spanner_cdc.producer.change_stream_rules import GOOGLE_STANDARD_SQL
-from spanner_cdc.producer.checkpoints import CheckpointStore
 from spanner_cdc.producer.config import ProducerConfig
-from spanner_cdc.producer.kafka import KafkaClient
+from spanner_cdc.producer.lineage.partitions import (
+    ROOT,
+    Partition,
+    PartitionScheduler,
+    PartitionState,
+    shard_of,
+)
+from spanner_cdc.producer.main import wire_service
 from spanner_cdc.producer.metrics import ProducerMetrics
-from spanner_cdc.producer.partitions import ROOT, Partition, PartitionScheduler, PartitionState, shard_of
-from spanner_cdc.producer.publisher import EventPublisher, EventSender
-from spanner_cdc.producer.query import ChangeStreamQuery
+from spanner_cdc.producer.publish.checkpoints import CheckpointStore
+from spanner_cdc.producer.publish.kafka import KafkaClient
+from spanner_cdc.producer.publish.publisher import EventPublisher, EventSender
 from spanner_cdc.producer.service import ProducerService
+from spanner_cdc.producer.spanner.catalog import CatalogContents, TableCatalog
+from spanner_cdc.producer.spanner.query import ChangeStreamQuery
 from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.records import (
     ChangeStreamRecord,
@@ -80,7 +87,7 @@ def service_for(
     metrics = ProducerMetrics()
     catalog = TableCatalog(GOOGLE_STANDARD_SQL, load_catalog)
     publisher = EventPublisher(EventSender(kafka, metrics), catalog, EventBuilder(config.stream_name, "d"))
-    return ProducerService(
+    return wire_service(
         config,
         source=source,
         dialect=GOOGLE_STANDARD_SQL,

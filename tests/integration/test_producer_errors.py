@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.producer.kafka import KafkaClient
+from spanner_cdc.producer.publish.kafka import KafkaClient
 from spanner_cdc.schemas.timestamps import format_timestamp_micros, now_micros
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
@@ -271,7 +271,7 @@ def test_a_forged_finished_checkpoint_does_not_skip_changes(stack: EmbeddedStack
 
 def test_a_database_role_and_an_rpc_priority_are_accepted(stack: EmbeddedStack, bank: Any) -> None:
     """The emulator ignores both (it has no fine-grained access control), so this proves only that
-    the queries carry them without error; tests/unit/test_spanner_access.py covers the rest."""
+    the queries carry them without error; tests/unit/common/test_spanner_access.py covers the rest."""
     prefix = f"access-{uuid.uuid4().hex[:6]}"
     run_until_published(
         stack, bank, prefix, "with-role", "--database-role", "cdc_reader", "--rpc-priority", "low"

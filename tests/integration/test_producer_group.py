@@ -1,6 +1,6 @@
 """Several producer processes sharing one change stream (``--group``) against the churning
 emulator and the embedded broker: every change once and in per-key order with three of them, and
-nothing lost when one is killed and another joins later (producer/group.py, docs/scale-out.md)."""
+nothing lost when one is killed and another joins later (producer/shards/group.py, docs/scale-out.md)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.producer.partitions import PartitionState, shard_of
+from spanner_cdc.producer.lineage.partitions import PartitionState, shard_of
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
 from testkit.producer_group import ProducerProcess

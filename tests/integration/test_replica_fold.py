@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from spanner_cdc.consumer.decode import BatchDecoder, BrokerPartitions
-from spanner_cdc.consumer.schema_topic import SchemaTopic
+from spanner_cdc.consumer.decode.driver import BatchDecoder, BrokerPartitions
+from spanner_cdc.consumer.decode.schema_topic import SchemaTopic
 from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend, PostgresBackend, SqlBackend
 from spanner_cdc.consumer.sinks.replica.merge import ReplicaMerge
 from spanner_cdc.consumer.sinks.replica.names import quote
-from spanner_cdc.consumer.sinks.replica.staged import combined, staged_parts
+from spanner_cdc.consumer.sinks.replica.stage.rows import combined, staged_parts
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import fresh_postgres_database

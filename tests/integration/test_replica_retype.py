@@ -19,14 +19,14 @@ from spanner_cdc.consumer.sinks.replica.backends import DuckDbBackend, PostgresB
 from spanner_cdc.consumer.sinks.replica.history import RowHistory
 from spanner_cdc.consumer.sinks.replica.merge import ReplicaMerge
 from spanner_cdc.consumer.sinks.replica.names import quote
-from spanner_cdc.consumer.sinks.replica.staged import StagedPart, combined, staged_parts
-from spanner_cdc.consumer.sinks.replica.staged_tables import StagedTables
+from spanner_cdc.consumer.sinks.replica.stage.loaded import StagedTables
+from spanner_cdc.consumer.sinks.replica.stage.rows import StagedPart, combined, staged_parts
 from spanner_cdc.consumer.sinks.replica.stopped import stopped_tables
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import fresh_postgres_database
 from testkit.decoding import decoded_events
 from testkit.synthetic import ChangeFactory
-from tests.unit.test_replica_staging import TOPIC, new_decoder
+from tests.unit.consumer.sinks.replica.test_replica_staging import TOPIC, new_decoder
 
 pytestmark = pytest.mark.integration
 
@@ -253,11 +253,11 @@ def _every_type() -> dict[str, str]:
 
 
 def test_stage_tables_a_task_loaded_before_the_change_are_taken_as_bytes(stack: EmbeddedStack) -> None:
-    """PostgreSQL, stage rows loaded by the tasks (staged_tables.py): task 0 loaded the table's
+    """PostgreSQL, stage rows loaded by the tasks (stage/loaded.py): task 0 loaded the table's
     events of STRING (a stage table of TEXT), task 1 those after the change to BYTES. The merge
     converts task 0's values as it takes them."""
     dsn = fresh_postgres_database(stack.endpoint("postgres"))
-    keys = 5_000  # enough for a task to load its part (staged_tables.TASKS_LOAD_FROM_ROWS)
+    keys = 5_000  # enough for a task to load its part (stage.loaded.TASKS_LOAD_FROM_ROWS)
     tables = StagedTables(dsn, "query", 3)
     texts = [record("STRING", "INSERT", f"k{k:05d}", "é", ["a"]) for k in range(keys)]
     data = [record("BYTES", "INSERT", f"m{k:05d}", b"\xff", [b"\x00"]) for k in range(keys)]

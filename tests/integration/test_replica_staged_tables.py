@@ -1,4 +1,4 @@
-"""Stage rows the tasks loaded into the PostgreSQL replica (sinks.replica.staged_tables): the
+"""Stage rows the tasks loaded into the PostgreSQL replica (sinks.replica.stage.loaded): the
 merge takes exactly the rows the driver kept of them, by their numbers, beside rows only a file
 holds, across two table versions. No Spark: the tasks' loading runs in this process."""
 
@@ -11,16 +11,16 @@ import pytest
 
 from spanner_cdc.consumer.sinks.replica.backends import PostgresBackend
 from spanner_cdc.consumer.sinks.replica.merge import ReplicaMerge
-from spanner_cdc.consumer.sinks.replica.staged import StagedPart, combined, staged_parts
-from spanner_cdc.consumer.sinks.replica.staged_tables import StagedTables
+from spanner_cdc.consumer.sinks.replica.stage.loaded import StagedTables
+from spanner_cdc.consumer.sinks.replica.stage.rows import StagedPart, combined, staged_parts
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import fresh_postgres_database
 from testkit.decoding import decoded_events
 from testkit.synthetic import ACCOUNT_COLUMNS, ChangeFactory
-from tests.unit.test_replica_staging import TOPIC, new_decoder
+from tests.unit.consumer.sinks.replica.test_replica_staging import TOPIC, new_decoder
 
 pytestmark = pytest.mark.integration
-#: Rows of each task's part: enough for a task to load them (staged_tables.TASKS_LOAD_FROM_ROWS).
+#: Rows of each task's part: enough for a task to load them (stage.loaded.TASKS_LOAD_FROM_ROWS).
 KEYS = 5000
 
 

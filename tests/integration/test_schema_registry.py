@@ -18,10 +18,10 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from spanner_cdc.common.schema_registry import SchemaRegistry, SchemaRegistryUnreachableError
-from spanner_cdc.consumer.decode import BatchDecoder, BrokerPartitions, partition_counts
-from spanner_cdc.consumer.kafka_rows import DECODE_SCHEMA
-from spanner_cdc.consumer.schema_topic import SchemaTopic
-from spanner_cdc.producer.framing import RegistryFraming
+from spanner_cdc.consumer.decode.driver import BatchDecoder, BrokerPartitions, partition_counts
+from spanner_cdc.consumer.decode.kafka_rows import DECODE_SCHEMA
+from spanner_cdc.consumer.decode.schema_topic import SchemaTopic
+from spanner_cdc.producer.publish.framing import RegistryFraming
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark
 from spanner_cdc.schemas.wire import REGISTRY_HEADER_LENGTH, WriterSchema, read_body

@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from spanner_cdc.common.kafka_offsets import READER_SETTINGS, read_to_end
-from spanner_cdc.consumer.schema_topic import MAX_REFUSED_SCHEMAS, MAX_SCHEMA_WARNINGS, SchemaTopic
+from spanner_cdc.consumer.decode.schema_topic import MAX_REFUSED_SCHEMAS, MAX_SCHEMA_WARNINGS, SchemaTopic
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import unique_prefix

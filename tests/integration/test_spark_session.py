@@ -1,4 +1,4 @@
-"""The consumer's Spark session (consumer.spark_session) launches its JVM with the caller's
+"""The consumer's Spark session (consumer.spark.session) launches its JVM with the caller's
 settings, logs into the log directory, and starts one JVM per process.
 
 In a child process: a session started here cannot be this run's shared one (``spark``), and the
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 CHILD = """
 import json, os, subprocess, sys
 from pathlib import Path
-from spanner_cdc.consumer.spark_session import spark_session
+from spanner_cdc.consumer.spark.session import spark_session
 
 logs, caller_options = Path(sys.argv[1]), sys.argv[2]
 settings = {

@@ -25,10 +25,10 @@ from google.cloud.spanner_v1 import KeySet
 
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.errors import ConsumerError
-from spanner_cdc.consumer.graceful_stop import StopRequest
 from spanner_cdc.consumer.main import ConsumerJob, drain
 from spanner_cdc.consumer.readers import changelog_rows
 from spanner_cdc.consumer.sinks.replica.backends import Selected, open_backend
+from spanner_cdc.consumer.spark.graceful_stop import StopRequest
 from spanner_cdc.consumer.streams.api import StreamReplica
 from spanner_cdc.consumer.streams.catalog import StreamError
 from spanner_cdc.schemas.timestamps import MICROS_PER_SECOND, micros_from_datetime

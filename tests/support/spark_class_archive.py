@@ -74,7 +74,7 @@ def _exercise(spark: Any, where: Path) -> None:
 
 
 def record(archive: Path) -> None:
-    from spanner_cdc.consumer.spark_session import spark_session
+    from spanner_cdc.consumer.spark.session import spark_session
 
     with tempfile.TemporaryDirectory() as scratch:
         spark = spark_session("local[2]", "class-archive", log_dir=Path(scratch) / "logs")

@@ -77,6 +77,6 @@ def test_each_service_runs_without_the_other_ones_libraries(command: str, absent
 def test_the_executors_tasks_import_no_database_driver() -> None:
     """Every Python worker Spark starts imports the tasks' modules; DuckDB and psycopg, which only
     the driver uses (the replica's merge), cost a worker about 0.3 s more at each start."""
-    tasks = "spanner_cdc.consumer.executor_tasks"
+    tasks = "spanner_cdc.consumer.tasks"
     result = python_without({"duckdb", "psycopg"}, f"import {tasks}\n")
     assert result.returncode == 0, result.stderr

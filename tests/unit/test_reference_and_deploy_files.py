@@ -1,7 +1,8 @@
 """Documentation and deployment files that must stay in step with the code.
 
 docs/reference.md's option reference must be what the option declarations generate and name
-exactly the options ``--help`` shows; docker/compose.yml must be valid for Docker Compose and
+exactly the options ``--help`` shows; docs/design.md's tree of each service must list exactly
+its modules; docker/compose.yml must be valid for Docker Compose and
 set only variables the services read.
 """
 
@@ -80,6 +81,18 @@ def compose() -> list[str]:
     if shutil.which("docker-compose"):
         return ["docker-compose"]
     pytest.fail("no Docker Compose: scripts/system-deps.sh installs docker-compose")
+
+
+@pytest.mark.parametrize("service", ["producer", "consumer"])
+def test_the_design_s_tree_lists_exactly_the_service_s_modules(service: str) -> None:
+    text = (ROOT / "docs" / "design.md").read_text()
+    block = text.split(f"spanner_cdc/{service}/ ", 1)[1].split("```", 1)[0]
+    listed = {line.split()[0] for line in block.splitlines() if line.strip().split(" ", 1)[0].endswith(".py")}
+    package = ROOT / "spanner_cdc" / service
+    modules = {str(p.relative_to(package)) for p in package.rglob("*.py") if p.name != "__init__.py"}
+    assert listed == modules, (
+        f"docs/design.md's tree of {service}: missing {modules - listed}, stale {listed - modules}"
+    )
 
 
 def test_the_compose_stack_is_valid_and_names_every_service() -> None:

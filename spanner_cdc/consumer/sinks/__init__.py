@@ -5,4 +5,7 @@ Parquet files, the replica's stage rows); the driver publishes the files or runs
 transaction once it knows what the batch keeps. Each must make a replay of the same batch id
 harmless: the Parquet sinks replace their batch's files, the replica records the batch id in
 its own transaction.
+
+May import ``decode`` and the consumer's metrics and status; not the streams over the replica,
+the tasks or the batch.
 """

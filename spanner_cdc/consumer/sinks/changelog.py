@@ -4,7 +4,7 @@ Layout (hive-style, readable by Spark, DuckDB, pyarrow, Trino …)::
 
     <root>/object=<table>/commit_date=<YYYY-MM-DD>/batch-<batch id>-part-<task>.parquet
 
-Each file is written by the Spark task that read its events (consumer.executor_tasks): one per
+Each file is written by the Spark task that read its events (consumer.tasks): one per
 table, commit date and task of a batch (two, ``…-part-<task>-1.parquet``, where a table dropped
 and created again with other column types has events of both in one task). Rows within a file
 are in ``sort_keys`` order. A new table version adds columns to new files only; read with
@@ -33,8 +33,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from spanner_cdc.consumer.change_rows import SOURCE_METADATA, TableChanges
-from spanner_cdc.consumer.outline_rows import row_numbers
+from spanner_cdc.consumer.decode.change_rows import SOURCE_METADATA, TableChanges
+from spanner_cdc.consumer.decode.outline_rows import row_numbers
 from spanner_cdc.consumer.sinks.parquet_files import (
     batch_file_name,
     batch_file_patterns,
@@ -95,7 +95,7 @@ class ChangelogSink:
         """Remove from one staged ``file`` the rows of ``messages`` (``topic``, ``partition``,
         ``offset``): the events deduplication dropped. The file is rewritten only when it held
         one, in its row order, and removed when nothing is left. Arrow's join, not Python per
-        row; run by the tasks (consumer.executor_tasks.drop_from_staged)."""
+        row; run by the tasks (consumer.tasks.drop_from_staged)."""
         coordinates = pq.read_table(file, columns=list(COORDINATES))
         kept = row_numbers(coordinates, COORDINATES, messages, named=False)
         if len(kept) == coordinates.num_rows:

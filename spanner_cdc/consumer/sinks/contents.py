@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from spanner_cdc.consumer.change_rows import TableChanges
-from spanner_cdc.consumer.decoded import DecodedEvent
-from spanner_cdc.consumer.table_version import PayloadColumn, merged_or_none
+from spanner_cdc.consumer.decode.change_rows import TableChanges
+from spanner_cdc.consumer.decode.decoded import DecodedEvent
+from spanner_cdc.consumer.decode.table_version import PayloadColumn, merged_or_none
 
 
 def by_table(events: Sequence[DecodedEvent]) -> list[TableChanges]:

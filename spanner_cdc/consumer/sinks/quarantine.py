@@ -3,11 +3,11 @@
 Files under ``<output-dir>/quarantine/``, named by batch id, replaced whole on a replay; nothing
 undecodable is ever dropped:
 
-- ``batch-<id>-part-<task>.parquet`` — what a task's gate refused (consumer.executor_tasks): the
+- ``batch-<id>-part-<task>.parquet`` — what a task's gate refused (consumer.tasks): the
   task writes its messages, bytes and all, to ``_staging/batch-<id>/`` and only their
   coordinates and reasons reach the driver, so a flood of garbage costs the driver a narrow row
   per message, not its bytes;
-- ``batch-<id>.parquet`` — watermarks the driver refuted against the broker (consumer.decode).
+- ``batch-<id>.parquet`` — watermarks the driver refuted against the broker (consumer.decode.driver).
 
 The driver publishes a batch's quarantine after its checks (:meth:`QuarantineSink.publish`):
 the staged files are moved into place. As for the changelog, the first batch after a start —
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from spanner_cdc.consumer.decoded import Quarantined
+from spanner_cdc.consumer.decode.decoded import Quarantined
 from spanner_cdc.consumer.sinks.parquet_files import (
     batch_file_name,
     batch_file_patterns,

@@ -15,6 +15,7 @@ from typing import Any
 from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table
 from spanner_cdc.consumer.sinks.replica.names import quote
+from spanner_cdc.consumer.status import StreamSeen
 from spanner_cdc.schemas.timestamps import datetime_from_micros, now_micros
 
 STREAMS = "cdc$streams"
@@ -87,6 +88,11 @@ class StreamCatalog:
 def existing_streams(backend: SqlBackend) -> list[Stream]:
     """Every stream, without creating the catalog (the consumer's status page reads it)."""
     return _select(backend, "ORDER BY name") if find_table(backend, STREAMS) is not None else []
+
+
+def streams_seen(backend: SqlBackend) -> list[StreamSeen]:
+    """Every stream as the consumer's status page shows it."""
+    return [StreamSeen(s.name, s.table_on, s.mode, s.offset_micros) for s in existing_streams(backend)]
 
 
 def _select(backend: SqlBackend, rest: str, params: Sequence[Any] = ()) -> list[Stream]:

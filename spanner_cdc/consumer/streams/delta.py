@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from spanner_cdc.consumer.change_rows import REPLICA_ROW_ID, ROW_ID, SORT_COLUMNS
+from spanner_cdc.consumer.decode.change_rows import REPLICA_ROW_ID, ROW_ID, SORT_COLUMNS
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend
 from spanner_cdc.consumer.sinks.replica.history import INSERT_CUT, VALID_FROM, VALID_TO
 from spanner_cdc.consumer.sinks.replica.names import quote

@@ -26,11 +26,11 @@ import psycopg
 import pyarrow as pa
 
 from spanner_cdc.common.secrets import redact
+from spanner_cdc.consumer.decode.table_version import PayloadColumn, TextOrBytes
 from spanner_cdc.consumer.errors import ReplicaConflictError, ReplicaConnectionError, ReplicaQueryError
 from spanner_cdc.consumer.sinks.replica.names import ReplicaNames, quote, quote_all
 from spanner_cdc.consumer.sinks.replica.postgres_copy import copy_rows
 from spanner_cdc.consumer.sinks.replica.postgres_text import Cleaned, without_nul
-from spanner_cdc.consumer.table_version import PayloadColumn, TextOrBytes
 
 #: A table's copy while DuckDB rebuilds it (:meth:`DuckDbBackend.allow_null_keys`, ``retype``).
 REBUILT_TABLE = "cdc$rebuilt"

@@ -13,7 +13,7 @@ Per micro-batch, inside the replica's transaction (so a replay repeats it exactl
    the newest record's topic list names, and those expected before whose topic is still on the
    broker) and compute the cut;
 2. events committed after the cut are held in ``cdc$pending``: their Kafka messages, as the
-   tasks staged them (sinks.replica.staged), so nothing is decoded to hold them;
+   tasks staged them (sinks.replica.stage.rows), so nothing is decoded to hold them;
 3. events committed at or before it — from this batch and from ``cdc$pending`` — are applied
    together, so every transaction up to the cut lands whole, in one database transaction, and
    none after it lands at all. They are handed to the merge in commit-time order, in slices of
@@ -21,7 +21,7 @@ Per micro-batch, inside the replica's transaction (so a replay repeats it exactl
    transaction): a backlog held for hours is not brought into memory at once. This batch's
    events are named by their outline rows (the tasks staged their stage rows); held ones are
    staged by the function the batch gives: the rows kept from the batch that held them
-   (sinks.replica.held_rows), and what is not kept staged again from its bytes (consumer.batch:
+   (sinks.replica.stage.held), and what is not kept staged again from its bytes (consumer.batch:
    Spark tasks, or the driver for a few);
 4. ``cdc$consistent_cut`` records the cut: the replica equals the source as of that commit
    timestamp.
@@ -41,12 +41,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spanner_cdc.consumer.decoded import WatermarkSeen
+from spanner_cdc.consumer.decode.decoded import WatermarkSeen
+from spanner_cdc.consumer.decode.outline_rows import COORDINATES, EVENT
 from spanner_cdc.consumer.errors import ConsumerError
-from spanner_cdc.consumer.outline_rows import COORDINATES, EVENT
 from spanner_cdc.consumer.sinks.replica.backends import REBUILT_TABLE, SqlBackend, find_table
 from spanner_cdc.consumer.sinks.replica.names import quote, quote_all
-from spanner_cdc.consumer.sinks.replica.staged import MESSAGES_SCHEMA, StagedEvents, rows_of_events
+from spanner_cdc.consumer.sinks.replica.stage.rows import MESSAGES_SCHEMA, StagedEvents, rows_of_events
 from spanner_cdc.schemas.timestamps import datetime_from_micros
 
 log = logging.getLogger("spanner_cdc.consumer")
@@ -68,7 +68,7 @@ _PENDING_COLUMNS = (
 @dataclass(frozen=True)
 class Slice:
     """Events the cut lets through together: this batch's, as outline rows
-    (consumer.outline_rows), and held ones brought back, staged again."""
+    (consumer.decode.outline_rows), and held ones brought back, staged again."""
 
     fresh: pa.Table
     held: StagedEvents | None = None
@@ -108,7 +108,7 @@ class ConsistentCut:
         self.slice_events = slice_events
         self.subscribed = subscribed
         #: Topic → partition count on the broker: a partition stops being waited for only when
-        #: its topic is gone from there (consumer.decode.BrokerPartitions.counts).
+        #: its topic is gone from there (consumer.decode.driver.BrokerPartitions.counts).
         self.on_broker = on_broker
         with backend.transaction():
             backend.execute(f"CREATE TABLE IF NOT EXISTS {quote(PENDING)} ({_PENDING_COLUMNS})")
@@ -131,10 +131,10 @@ class ConsistentCut:
         stage: Callable[[pa.Table], StagedEvents],
     ) -> Release:
         """Call inside the replica transaction of the batch that delivered ``fresh`` (outline
-        rows of its kept events); ``messages`` (``staged.MESSAGES_SCHEMA``) has their Kafka
+        rows of its kept events); ``messages`` (``stage.rows.MESSAGES_SCHEMA``) has their Kafka
         messages, and maybe others', for the ones held. ``apply`` is called with each slice of
         what may be applied now, oldest commits first, and the cut they are applied up to;
-        ``stage`` stages held events again from their messages (``staged.MESSAGES_SCHEMA``)
+        ``stage`` stages held events again from their messages (``stage.rows.MESSAGES_SCHEMA``)
         when the cut passes them."""
         previous, topics_from = self._stored()
         computed, topics_from = self._merge_watermarks(watermarks, topics_from)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from spanner_cdc.consumer.change_rows import IS_INSERT, REPLICA_ROW_ID, SET_PREFIX
+from spanner_cdc.consumer.decode.change_rows import IS_INSERT, REPLICA_ROW_ID, SET_PREFIX
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, find_table
 from spanner_cdc.consumer.sinks.replica.names import quote, quote_all
 

@@ -4,7 +4,7 @@ Per micro-batch, in one transaction:
 
 1. skip the batch if ``cdc$batches`` says this query already committed it (a replay);
 2. per table: create it, add new columns or follow a column from STRING to BYTES or back
-   (schema evolution: replica_tables.py), stage the batch's events — or, when its tables cannot
+   (schema evolution: tables.py), stage the batch's events — or, when its tables cannot
    hold them, stop that table and go on with the others (stopped.py);
 3. drop staged events whose sort key is not newer than the row's stored one, or than the key's
    tombstone (so duplicates and out-of-order events change nothing);
@@ -34,12 +34,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spanner_cdc.consumer.change_rows import (
+from spanner_cdc.consumer.decode.change_rows import (
     IS_DELETE,
     REPLICA_ROW_ID,
     SET_PREFIX,
     SORT_COLUMNS,
 )
+from spanner_cdc.consumer.decode.table_version import TextOrBytes
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend
 from spanner_cdc.consumer.sinks.replica.generations import (
     Generation,
@@ -52,14 +53,13 @@ from spanner_cdc.consumer.sinks.replica.history import (
     RowHistory,
 )
 from spanner_cdc.consumer.sinks.replica.names import REPLICA_PREFIX, ReplicaNames, quote, quote_all
-from spanner_cdc.consumer.sinks.replica.replica_tables import ReplicaTables
-from spanner_cdc.consumer.sinks.replica.stage_table import (
+from spanner_cdc.consumer.sinks.replica.stage.rows import STAGED_IN, STAGED_ROW, StagedPart
+from spanner_cdc.consumer.sinks.replica.stage.table import (
     ORDER_COLUMNS,
     ReplicaTable,
     stage_definitions,
     stage_layout,
 )
-from spanner_cdc.consumer.sinks.replica.staged import STAGED_IN, STAGED_ROW, StagedPart
 from spanner_cdc.consumer.sinks.replica.stopped import StoppedTables
 from spanner_cdc.consumer.sinks.replica.stored_columns import (
     TYPE_COLUMNS,
@@ -67,7 +67,7 @@ from spanner_cdc.consumer.sinks.replica.stored_columns import (
     needs_recoding,
     text_or_bytes,
 )
-from spanner_cdc.consumer.table_version import TextOrBytes
+from spanner_cdc.consumer.sinks.replica.tables import ReplicaTables
 
 log = logging.getLogger("spanner_cdc.consumer")
 BATCHES_TABLE = "cdc$batches"
@@ -136,7 +136,7 @@ class ReplicaMerge:
             raise
 
     def write(self, parts: Sequence[StagedPart], cut: int | None = None) -> None:
-        """Merge each table's staged changes (staged.combined: one part per table and key, a
+        """Merge each table's staged changes (stage.rows.combined: one part per table and key, a
         table's keys in commit order); call inside :meth:`batch`. ``cut`` is the consistent cut
         the batch applies up to (the new row versions begin there); None without whole transactions."""
         with_history = cut is not None and self.history is not None
@@ -406,7 +406,7 @@ class ReplicaMerge:
         present: dict[str, TextOrBytes | None],
         numbers: pa.Array,
     ) -> None:
-        """Rows a task loaded into ``table`` (staged_tables.py; its columns ``present``), by
+        """Rows a task loaded into ``table`` (stage/loaded.py; its columns ``present``), by
         their numbers there, into the stage table of columns ``layout``: a column the table lacks
         (an older table version's part) is NULL, and not set; one the task loaded as text that the
         batch holds as bytes (``wanted``; a column Spanner changed: table_version.merged) is

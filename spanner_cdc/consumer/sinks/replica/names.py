@@ -25,7 +25,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from spanner_cdc.consumer.change_rows import SET_PREFIX
+from spanner_cdc.consumer.decode.change_rows import SET_PREFIX
 
 #: The replica's own tables and columns begin with it (``$`` cannot occur in a Spanner name).
 REPLICA_PREFIX = "cdc$"

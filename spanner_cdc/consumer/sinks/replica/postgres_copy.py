@@ -1,5 +1,5 @@
 """Arrow rows into a PostgreSQL table by COPY: what the driver's merge and the tasks that stage
-rows (staged_tables.py) both load with."""
+rows (stage/loaded.py) both load with."""
 
 from __future__ import annotations
 

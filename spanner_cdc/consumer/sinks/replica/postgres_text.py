@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spanner_cdc.consumer.table_version import PayloadColumn
+from spanner_cdc.consumer.decode.table_version import PayloadColumn
 
 NUL = "\x00"
 REPLACEMENT = "\ufffd"

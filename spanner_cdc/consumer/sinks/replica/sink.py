@@ -3,9 +3,9 @@
 The transaction records the batch id with the data (``ReplicaMerge.batch``), so a replayed
 batch is skipped; with whole transactions (``cut``) it also holds back events past the
 consistent cut and records the cut, so the replica is always a consistent cut of the source.
-The batch's stage rows were built by the tasks that decoded its events (staged.py); the driver
+The batch's stage rows were built by the tasks that decoded its events (stage/rows.py); the driver
 hands them to the database, or the tasks loaded them into a PostgreSQL replica themselves
-(staged_tables.py: their tables go with the batch's transaction).
+(stage/loaded.py: their tables go with the batch's transaction).
 """
 
 from __future__ import annotations
@@ -20,23 +20,22 @@ from typing import Any
 
 import pyarrow as pa
 
-from spanner_cdc.consumer.decoded import WatermarkSeen
+from spanner_cdc.consumer.decode.decoded import WatermarkSeen
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.sinks.parquet_files import batch_file_name
 from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut, Slice
-from spanner_cdc.consumer.sinks.replica.held_rows import HeldStageRows
 from spanner_cdc.consumer.sinks.replica.merge import ReplicaMerge
 from spanner_cdc.consumer.sinks.replica.names import quote_all
-from spanner_cdc.consumer.sinks.replica.staged import (
+from spanner_cdc.consumer.sinks.replica.stage.held import HeldStageRows
+from spanner_cdc.consumer.sinks.replica.stage.loaded import StagedTables, batch_prefix, query_prefix
+from spanner_cdc.consumer.sinks.replica.stage.rows import (
     ReplicaStaging,
     StagedEvents,
     StagedPart,
     combined,
     parts_of_events,
 )
-from spanner_cdc.consumer.sinks.replica.staged_tables import StagedTables, batch_prefix, query_prefix
 from spanner_cdc.consumer.status import StreamSeen
-from spanner_cdc.consumer.streams.catalog import existing_streams
 
 log = logging.getLogger("spanner_cdc.consumer")
 
@@ -46,11 +45,11 @@ class BatchContents:
     """What one micro-batch hands the replica."""
 
     #: Events delivered for the first time (duplicates dropped): outline rows
-    #: (consumer.outline_rows), which carry no event bytes (those are in ``messages``).
+    #: (consumer.decode.outline_rows), which carry no event bytes (those are in ``messages``).
     fresh: pa.Table
     #: The stage rows the batch's tasks staged: of every event they read, duplicates too.
     staged: list[StagedPart]
-    #: Those events' Kafka messages (``staged.MESSAGES_SCHEMA``), which the cut holds.
+    #: Those events' Kafka messages (``stage.rows.MESSAGES_SCHEMA``), which the cut holds.
     messages: pa.Table
     watermarks: list[WatermarkSeen]
     #: Held events' Kafka rows (``kafka_rows.DECODE_SCHEMA``) staged again, when the cut passes them.
@@ -90,8 +89,11 @@ class ReplicaSink:
     cut: ConsistentCut | None = None
     on_commit: Callable[[ReplicaCommit], None] | None = None
     #: The PostgreSQL replica's connection string when the tasks load the stage rows they built
-    #: (staged_tables.py); None: the driver loads them.
+    #: (stage/loaded.py); None: the driver loads them.
     tasks_load_with: str | None = None
+    #: The streams over the replica, as the status page shows them after each batch (they live in
+    #: the replica database; ``consumer.streams`` reads them).
+    streams_seen: Callable[[], list[StreamSeen]] = list
     _query_id: str | None = None
 
     @property
@@ -174,17 +176,14 @@ class ReplicaSink:
         if self.merge.history is not None and release.cut_micros is not None:
             self.merge.history.record(release.cut_micros, release.previous_cut_micros)
         held_rows.keep(batch_id, release.newly_held, contents.staged)
-        self.metrics.observe_release(release)
-        self.metrics.observe_streams(
-            [
-                StreamSeen(s.name, s.table_on, s.mode, s.offset_micros)
-                for s in existing_streams(self.merge.backend)
-            ]
+        self.metrics.observe_release(
+            release.cut_micros, release.held, release.incomplete_transactions, release.behind_cut
         )
+        self.metrics.observe_streams(self.streams_seen())
         return ReplicaCommit(batch_id, release.cut_micros, applied, release.held, query)
 
     def _drop_staged_tables(self, prefix: str) -> None:
-        """Drop the tables the tasks loaded whose names begin with ``prefix`` (staged_tables.py)."""
+        """Drop the tables the tasks loaded whose names begin with ``prefix`` (stage/loaded.py)."""
         if self.tasks_load_with is None:
             return
         backend = self.merge.backend

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spanner_cdc.consumer.table_version import TextOrBytes
+from spanner_cdc.consumer.decode.table_version import TextOrBytes
 
 #: A column's :func:`catalog_type` → which of text and bytes it holds.
 _TEXT_OR_BYTES = {

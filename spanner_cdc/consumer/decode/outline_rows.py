@@ -1,0 +1,176 @@
+"""The outline of a micro-batch: every Kafka message as one narrow row (``OUTLINE_SCHEMA``).
+
+The executors' tasks outline their share of a batch (consumer.tasks) and only the
+outline crosses to the driver: what a message is (event, watermark, quarantined, tombstone) and,
+for an event, what deduplication, the metrics and the consistent cut decide by (uuid, commit
+time, table, change type, its transaction's counts); for a message naming a schema, registry id
+or table version the batch's context lacks, that name (``decoded.Unknown``). Bytes travel only
+for the few watermarks, which the driver checks: a task stages what else needs its events'
+bytes (the changelog's files, the replica's stage rows and messages: sinks.replica.stage.rows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spanner_cdc.consumer.decode.decoded import DecodedBatch, DecodedEvent, Unknown
+
+#: A message's coordinates: what identifies it across the tasks and attempts of a batch.
+COORDINATES = ("topic", "partition", "offset")
+_ROW = "__row"
+EVENT, WATERMARK, QUARANTINED, TOMBSTONE = "event", "watermark", "quarantined", "tombstone"
+#: What a quarantined message names that the driver may learn (decoded.Unknown; the fingerprint
+#: in hex: Spark has no unsigned 64-bit type).
+UNKNOWN_FIELDS = [
+    pa.field("unknown_fingerprint", pa.string()),
+    pa.field("unknown_schema_id", pa.int64()),
+    pa.field("unknown_table", pa.string()),
+    pa.field("unknown_schema_key", pa.string()),
+]
+UNKNOWN_COLUMNS = [f.name for f in UNKNOWN_FIELDS]
+#: Outline column → the ``source_metadata`` field it holds: an event's change type and where it
+#: stands in its transaction.
+TRANSACTION_FIELDS = {
+    "change_type": "change_type",
+    "tx_id": "tx_id",
+    "record_sequence": "record_sequence",
+    "records_in_transaction": "number_of_records_in_transaction",
+    "mods_in_record": "number_of_mods_in_record",
+}
+OUTLINE_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("kind", pa.string()),
+        ("uuid", pa.string()),
+        ("commit_micros", pa.int64()),
+        ("object", pa.string()),
+        ("change_type", pa.string()),
+        # The transaction's completeness, which the consistent cut checks (sinks.replica.cut).
+        ("tx_id", pa.string()),
+        ("record_sequence", pa.string()),
+        ("records_in_transaction", pa.int64()),
+        ("mods_in_record", pa.int64()),
+        ("reason", pa.string()),
+        ("detail", pa.string()),
+        *UNKNOWN_FIELDS,
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+    ]
+)
+
+
+def outline_batch(decoded: DecodedBatch) -> pa.RecordBatch:
+    """One row per message of ``decoded``; the columns a kind does not use stay null.
+
+    Events are outlined column by column (not a dict per event converted by Arrow), the few
+    other messages row by row (:func:`_rows_of_others`)."""
+    others = pa.RecordBatch.from_pylist(_rows_of_others(decoded), schema=OUTLINE_SCHEMA)
+    outlined = decoded.outlined_events  # the columnar gate outlined these (consumer.decode.columnar)
+    return pa.concat_batches([*decoded.outlined, _event_batch(decoded.events[outlined:]), others])
+
+
+def _event_batch(events: Sequence[DecodedEvent]) -> pa.RecordBatch:
+    metadata = [event.record["source_metadata"] for event in events]
+    columns = {
+        "topic": [event.topic for event in events],
+        "partition": [event.partition for event in events],
+        "offset": [event.offset for event in events],
+        "kind": [EVENT] * len(events),
+        "uuid": [event.record["uuid"] for event in events],
+        "commit_micros": [event.commit_micros for event in events],
+        "object": [event.table for event in events],
+        **{name: [m[field] for m in metadata] for name, field in TRANSACTION_FIELDS.items()},
+    }
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(columns[field.name], field.type)
+            if field.name in columns
+            else pa.nulls(len(events), field.type)
+            for field in OUTLINE_SCHEMA
+        ],
+        schema=OUTLINE_SCHEMA,
+    )
+
+
+def _rows_of_others(decoded: DecodedBatch) -> list[dict[str, object]]:
+    """Outline rows of the messages that are not events.
+
+    A quarantined message's bytes stay with the task (it stages them); what the driver may
+    learn from it travels as its name, so a flood of messages naming new schemas costs the
+    driver a few bytes each, not each message's size."""
+    tombstone: dict[str, object] = {"kind": TOMBSTONE}
+    return [
+        *(
+            {
+                "topic": w.topic,
+                "partition": w.partition,
+                "offset": w.offset,
+                "kind": WATERMARK,
+                "value": w.value,
+            }
+            for w in decoded.watermarks
+        ),
+        *(
+            {
+                "topic": q.topic,
+                "partition": q.partition,
+                "offset": q.offset,
+                "kind": QUARANTINED,
+                "reason": q.reason,
+                "detail": q.detail,
+                **unknown_columns(q.unknown),
+            }
+            for q in decoded.quarantined
+        ),
+        *[tombstone] * decoded.tombstones,
+    ]
+
+
+def unknown_columns(unknown: Unknown | None) -> dict[str, object]:
+    """The outline's ``unknown_*`` columns of a name."""
+    if unknown is None:
+        return {}
+    table, schema_key = unknown.table_version or (None, None)
+    return {
+        "unknown_fingerprint": None if unknown.fingerprint is None else f"{unknown.fingerprint:016x}",
+        "unknown_schema_id": unknown.schema_id,
+        "unknown_table": table,
+        "unknown_schema_key": schema_key,
+    }
+
+
+def unknown_from_columns(row: dict[str, Any]) -> Unknown:
+    """The name an outline row's ``unknown_*`` columns hold (:func:`unknown_columns`)."""
+    fingerprint, table = row["unknown_fingerprint"], row["unknown_table"]
+    return Unknown(
+        None if fingerprint is None else int(fingerprint, 16),
+        row["unknown_schema_id"],
+        None if table is None else (table, row["unknown_schema_key"]),
+    )
+
+
+def row_numbers(
+    rows: pa.Table,
+    coordinates: Sequence[str],
+    messages: pa.Table,
+    *,
+    named: bool,
+    on: Sequence[str] = COORDINATES,
+) -> pa.Array:
+    """The numbers, ascending, of the ``rows`` whose Kafka coordinates (in their columns
+    ``coordinates``) are (``named``) or are not among ``messages`` (columns ``on``: by default
+    :data:`COORDINATES`; ``coordinates`` names the rows' columns of the same values).
+    Arrow's join on the coordinates and a row number — not Python per row; the row number,
+    because Arrow's join carries no list or struct columns and does not keep the rows' order."""
+    numbered = rows.select(list(coordinates)).rename_columns(list(on))
+    numbered = numbered.append_column(_ROW, pa.array(range(rows.num_rows), pa.int64()))
+    join_type = "left semi" if named else "left anti"
+    found = numbered.join(messages.select(list(on)), keys=list(on), join_type=join_type)
+    numbers = found.column(_ROW)
+    return pc.take(numbers, pc.array_sort_indices(numbers))

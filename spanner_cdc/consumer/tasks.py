@@ -1,0 +1,127 @@
+"""The per-event work of a micro-batch, as Spark tasks: each reads its share of the batch's Kafka
+rows through the one gate (consumer.decode.gate) on an executor.
+
+- :func:`outline` — every message as one narrow row (consumer.decode.outline_rows); only this crosses
+  to the driver. The task stages the messages its gate refused, bytes and all, in the batch's
+  quarantine staging directory; with a changelog, its events' changelog files in the
+  changelog's (one file per table, commit date and task); with a replica, its events' stage
+  rows in the replica's (sinks.replica.stage.rows), and into a PostgreSQL replica itself
+  (sinks.replica.stage.loaded). The driver publishes or merges them.
+- :func:`drop_from_staged` — when deduplication dropped events: their rows removed from the
+  staged changelog files, by Kafka coordinates, each file by one task (nothing decoded again).
+
+The outline takes the batch's :class:`DecodeContext`, fixed by the driver for the batch, so
+every task (and a replay) decides exactly as the others. Its lookups (the writer schemas' texts
+and JSON table versions: tens of MB for thousands of tables) reach the executors as a Spark
+broadcast, sent to each executor once while they stay the same, not with every task.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import pyarrow as pa
+from pyspark import TaskContext
+
+from spanner_cdc.consumer.decode.decoded import DecodedEvent, Quarantined
+from spanner_cdc.consumer.decode.gate import DecodeContext, MessageReader
+from spanner_cdc.consumer.decode.outline_rows import outline_batch
+from spanner_cdc.consumer.sinks.changelog import ChangelogSink
+from spanner_cdc.consumer.sinks.contents import by_table
+from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
+from spanner_cdc.consumer.sinks.replica.stage.rows import ReplicaStaging, event_messages, parts_of_tables
+from spanner_cdc.consumer.spark.worker_collector import collector_paused
+
+if TYPE_CHECKING:  # imported where a task unpickles one: psycopg only in a PostgreSQL replica's workers
+    from spanner_cdc.consumer.sinks.replica.stage.loaded import StagedTables
+
+ArrowTask = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+
+class Shared(Protocol):
+    """A value the tasks read where it was sent to their executor (a pyspark ``Broadcast``)."""
+
+    @property
+    def value(self) -> DecodeContext: ...
+
+
+def outline(
+    lookups: Shared,
+    now_micros: int,
+    batch_id: int,
+    *,
+    staging: Path | None,
+    quarantine: Path | None,
+    replica: Path | None,
+    replica_messages: bool,
+    replica_tables: StagedTables | None,
+) -> ArrowTask:
+    """The ``mapInArrow`` function that outlines its share of the batch (see the module
+    docstring), read with the context ``lookups`` holds at the batch's ``now_micros``. With
+    ``quarantine`` it stages what its gate refused, bytes and all, there
+    (``QuarantineSink.stage``; none with ``--on-bad-message fail``, which stops the query
+    instead); with ``staging``, it also writes the changelog of every event it read there, and
+    with ``replica`` their replica stage rows there, and with ``replica_messages`` their Kafka
+    messages (what the consistent cut holds; held events read again need not stage theirs), so a
+    batch is decoded once (consumer.batch). With ``replica_tables`` it also loads the stage rows
+    into the PostgreSQL replica (sinks.replica.stage.loaded)."""
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # Before the pause: loading a broadcast's value turns the collector on (collector_paused).
+        context = replace(lookups.value, now_micros=now_micros)
+        with collector_paused():
+            # The share's events are freed as ``share`` returns, before the collector is back on
+            # (it would otherwise walk them all once, tens of ms a task).
+            yield from share(MessageReader(context), batches)
+
+    def share(reader: MessageReader, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        events: list[DecodedEvent] = []
+        refused: list[Quarantined] = []
+        for rows in batches:
+            decoded = reader.read(rows)
+            refused.extend(decoded.quarantined)
+            if staging is not None or replica is not None:
+                events.extend(decoded.events)
+            yield outline_batch(decoded)
+        part = task_partition()
+        if quarantine is not None:
+            QuarantineSink.stage(quarantine, batch_id, part, refused)
+        tables = by_table(events)
+        if staging is not None:
+            changelog, runs = ChangelogSink(staging), Counter[str]()
+            for changes in tables:
+                changelog.write_table(batch_id, changes, part, runs[changes.table])
+                runs[changes.table] += 1
+        if replica is not None:
+            messages = event_messages(events) if replica_messages else None
+            parts = parts_of_tables(tables)
+            if replica_tables is not None:
+                parts = replica_tables.load(part, parts)
+            ReplicaStaging(replica).write(part, parts, messages)
+
+    return task
+
+
+def drop_from_staged(duplicates: pa.Table) -> ArrowTask:
+    """The ``mapInArrow`` function that removes ``duplicates`` (``topic``, ``partition``,
+    ``offset``) from the staged changelog files named in its rows (column ``file``). It yields no
+    rows: its work is the files. (``mapInArrow`` rather than ``foreachPartition``: the first
+    ``foreachPartition`` of a session took seconds where the first such ``mapInArrow`` took a
+    fraction of one; why was not investigated.)"""
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for files in batches:
+            for file in files.column("file").to_pylist():
+                ChangelogSink.drop_messages(Path(file), duplicates)
+        yield from ()
+
+    return task
+
+
+def task_partition() -> int:
+    """The running Spark task's partition: what its files are named by."""
+    return TaskContext.get().partitionId()  # type: ignore[union-attr]  # set in every task

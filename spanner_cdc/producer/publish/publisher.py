@@ -1,0 +1,318 @@
+"""Publishing one data change record: its events, encoded, produced, their acks tracked.
+
+The one path from a record to Kafka: the producer's partitions and the benchmarks go through
+:meth:`EventPublisher.publish`, the tests' synthetic histories through its
+:meth:`EventSender.send`.
+
+1. the record's table version comes from the catalog (every column listed; read again when the
+   record names a column it does not know — added mid-stream);
+2. each writer schema is on ``_spanner-cdc.{prefix}.schemas``, acknowledged, before its first event
+   (and, with a schema registry, registered under the topic's subjects: producer.publish.framing);
+3. each event is produced keyed by its primary key; its acknowledgement is counted by the
+   partition run's :class:`AckTracker`, which is what checkpoints are computed from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message
+
+from spanner_cdc.common.schema_registry import key_subject, value_subject
+from spanner_cdc.producer.lineage.acks import AckTracker
+from spanner_cdc.producer.metrics import ProducerMetrics
+from spanner_cdc.producer.publish.framing import Framing, SingleObjectFraming
+from spanner_cdc.producer.publish.kafka import KafkaClient
+from spanner_cdc.producer.publish.transactions import DeliveryCallback, client_lost, lost_for_good
+from spanner_cdc.producer.spanner.catalog import TableCatalog
+from spanner_cdc.producer.spanner.whole_rows import RowFiller
+from spanner_cdc.schemas.events import READ_METHOD_BACKFILL, Event, EventBuilder
+from spanner_cdc.schemas.json_events import event_document, key_document, version_record
+from spanner_cdc.schemas.records import DataChangeRecord
+from spanner_cdc.schemas.table import TableSchema
+from spanner_cdc.schemas.timestamps import format_timestamp_micros, seconds_behind
+from spanner_cdc.schemas.wire import WriterSchema, encode
+
+log = logging.getLogger(__name__)
+#: How long the sender may keep the event loop before it lets the other tasks run.
+LOOP_TURN_SECONDS = 0.01
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where the events of one table version go, their writer schemas (both published), and the
+    headers that name those schemas in front of each value and key (producer.publish.framing)."""
+
+    topic: str
+    writer: WriterSchema
+    key_writer: WriterSchema
+    value_header: bytes
+    key_header: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One event on its way: what its delivery report and a dead letter need, and not the
+    event itself — a report waits for its transaction's commit, and thousands of whole events
+    kept that long cost the garbage collector more than the producer's own work (measured)."""
+
+    topic: str
+    key: bytes
+    size: int
+    uuid: str
+    table: str
+    change_type: str
+    commit: int
+    sort_keys: list[Any]
+    changed_live: bool
+
+    @staticmethod
+    def of(event: Event, topic: str, key: bytes, size: int) -> Outgoing:
+        value = event.value
+        metadata = value["source_metadata"]
+        return Outgoing(
+            topic,
+            key,
+            size,
+            value["uuid"],
+            metadata["table"],
+            metadata["change_type"],
+            metadata["commit_timestamp"],
+            value["sort_keys"],
+            value["read_method"] != READ_METHOD_BACKFILL,
+        )
+
+
+class EventSender:
+    """Events → Kafka: writer schemas published first, key and value encoded, acks counted.
+
+    An event larger than Kafka accepts (``message.max.bytes`` of the client or the broker) can
+    never be delivered; retrying would loop forever. ``on_oversize`` decides: ``dead-letter``
+    writes what identifies it (uuid, table, key, commit timestamp, size, reason — not the payload,
+    which is the part too large) to ``_spanner-cdc.{prefix}.dead_letters`` and counts it as delivered;
+    ``fail`` stops the producer with one line.
+
+    With ``delete_tombstones`` every DELETE event is followed by a tombstone: its key and no
+    value, on the same partition (same key), so a compacted topic forgets the row once the
+    broker's ``delete.retention.ms`` has passed. The tombstone counts as part of the change: the
+    partition's checkpoint passes the change only when both are acknowledged.
+    """
+
+    def __init__(
+        self,
+        kafka: KafkaClient,
+        metrics: ProducerMetrics,
+        on_oversize: str = "dead-letter",
+        delete_tombstones: bool = False,
+        framing: Framing | None = None,
+        *,
+        json_events: bool = False,
+    ) -> None:
+        self.kafka = kafka
+        #: JSON documents instead of Avro (schemas.json_events); ``framing`` then unused.
+        self.json_events = json_events
+        self.metrics = metrics
+        self.framing: Framing = framing or SingleObjectFraming()
+        self.on_oversize = on_oversize
+        self.delete_tombstones = delete_tombstones
+        #: Events Kafka acknowledged since start (the progress line).
+        self.acknowledged = 0
+        #: By (table, schema_key): one per table version, however often the catalog is reread.
+        self._routes: dict[tuple[str, str], Route] = {}
+        self._next_turn = 0.0
+
+    async def send(self, events: Sequence[Event], tracker: AckTracker, shard: int | None = None) -> None:
+        """Produce ``events`` through ``shard``'s writer (None: the one writer of a producer on
+        its own); ``tracker`` counts each until Kafka acknowledges it. Nothing once a delivery
+        of the run failed: the run restarts before its failed event and reads these again —
+        sent now, they could commit in a later transaction than the one that failed."""
+        if tracker.failed is not None or tracker.fatal is not None:
+            return
+        for event in events:
+            table = event.table
+            route = self._routes.get((table.table, table.schema_key)) or await self._route(table, shard)
+            commit = event.value["source_metadata"]["commit_timestamp"]
+            tracker.sent(commit)
+            if self.json_events:
+                value, key = event_document(event), key_document(event)
+            else:
+                value = encode(route.writer, event.value, route.value_header)
+                key = encode(route.key_writer, event.key, route.key_header)
+            outgoing = Outgoing.of(event, route.topic, key, len(value))
+            try:
+                self.kafka.produce(
+                    route.topic,
+                    outgoing.key,
+                    value,
+                    self._on_delivery(tracker, outgoing, shard),
+                    shard=shard,
+                    on_staged=functools.partial(tracker.staged, commit),
+                )
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
+                    raise
+                self._too_large(tracker, outgoing, exc.args[0].str(), shard)
+            if self.delete_tombstones and event.value["source_metadata"]["change_type"] == "DELETE":
+                tracker.sent(commit)
+                self.kafka.produce(
+                    route.topic,
+                    outgoing.key,
+                    None,
+                    _acknowledging(tracker, commit),
+                    shard=shard,
+                    on_staged=functools.partial(tracker.staged, commit),
+                )
+        self.kafka.poll()
+        if time.monotonic() >= self._next_turn:
+            # A partition with a backlog never waits for its reader: without a turn of the loop
+            # now and then the transaction's commit (KafkaClient.run_poller) would wait for the
+            # backlog's end. Not at every event: a turn costs about as much as encoding one.
+            await asyncio.sleep(0)
+            self._next_turn = time.monotonic() + LOOP_TURN_SECONDS
+
+    def _too_large(self, tracker: AckTracker, outgoing: Outgoing, reason: str, shard: int | None) -> None:
+        what = (
+            f"event {outgoing.uuid} of table {outgoing.table} ({outgoing.size:,} bytes) "
+            "is larger than Kafka accepts"
+        )
+        if self.on_oversize == "fail":
+            tracker.give_up(
+                f"{what} ({reason}); raise message.max.bytes on the producer (--kafka-config) and the "
+                "broker, or run with --on-oversize-event dead-letter"
+            )
+            return
+        self.metrics.dead_letters.inc()
+        log.warning("%s: written to %s instead", what, self.kafka.topics.dead_letters)
+        letter = {
+            "uuid": outgoing.uuid,
+            "topic": outgoing.topic,
+            "object": outgoing.table,
+            "commit_timestamp": format_timestamp_micros(outgoing.commit),
+            "sort_keys": outgoing.sort_keys,
+            "size_bytes": outgoing.size,
+            "reason": reason,
+        }
+        self.kafka.produce(
+            self.kafka.topics.dead_letters,
+            outgoing.key,
+            json.dumps(letter).encode(),
+            _acknowledging(tracker, outgoing.commit),
+            shard=shard,
+            on_staged=functools.partial(tracker.staged, outgoing.commit),
+        )
+
+    async def _route(self, table: TableSchema, shard: int | None) -> Route:
+        """The table version's topic and writer schemas, published (topic, then schemas) once."""
+        topic = self.kafka.topics.event(table.table)
+        writer = WriterSchema.from_schema(table.event_schema)
+        key_writer = WriterSchema.from_schema(table.key_schema)
+        await self.kafka.ensure_topic(topic)
+        for published in (writer, key_writer):
+            await self.kafka.ensure_schema(published, shard)
+        if self.json_events:  # what JSON readers type the table's values by
+            await self.kafka.produce_acknowledged(
+                self.kafka.topics.schemas, *version_record(table), shard=shard
+            )
+        route = Route(
+            topic,
+            writer,
+            key_writer,
+            await self.framing.header(value_subject(topic), writer),
+            await self.framing.header(key_subject(topic), key_writer),
+        )
+        self._routes[(table.table, table.schema_key)] = route
+        log.info(
+            "table %s: schema %s published (fingerprint %s)",
+            table.table,
+            table.schema_key[:12],
+            route.writer.fingerprint_hex,
+        )
+        return route
+
+    def _on_delivery(self, tracker: AckTracker, outgoing: Outgoing, shard: int | None) -> DeliveryCallback:
+        def delivered(error: KafkaError | None, _message: Message | None) -> None:
+            if error is not None:
+                if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:  # the broker's limit is lower
+                    self._too_large(tracker, outgoing, error.str(), shard)
+                    return
+                self.metrics.delivery_errors.inc()
+                settle_failure(tracker, error)
+                return
+            tracker.acknowledged(outgoing.commit)
+            self.acknowledged += 1
+            self.metrics.events.labels(outgoing.table, outgoing.change_type).inc()
+            if outgoing.changed_live:  # a backfill row's "commit" is its snapshot: no latency
+                self.metrics.observe_commit_to_ack(seconds_behind(outgoing.commit))
+
+        return delivered
+
+
+def _acknowledging(tracker: AckTracker, commit: int) -> DeliveryCallback:
+    """A delivery report that settles one message of the change committed at ``commit``."""
+
+    def delivered(error: KafkaError | None, _message: Message | None) -> None:
+        if error is not None:
+            settle_failure(tracker, error)
+        else:
+            tracker.acknowledged(commit)
+
+    return delivered
+
+
+def settle_failure(tracker: AckTracker, error: KafkaError) -> None:
+    """A failed delivery: retried from the checkpoint, unless the client failed for good (then
+    every retry would fail the same way: the producer stops, see KafkaClientLostError)."""
+    if lost_for_good(error):
+        tracker.give_up(client_lost(error))
+    else:
+        tracker.delivery_failed(error.str())
+
+
+class EventPublisher:
+    """Data change records → events (table versions from the catalog) → :class:`EventSender`."""
+
+    def __init__(
+        self,
+        sender: EventSender,
+        catalog: TableCatalog,
+        builder: EventBuilder,
+        rows: RowFiller | None = None,
+    ) -> None:
+        self.sender = sender
+        self.kafka = sender.kafka
+        self.catalog = catalog
+        self.builder = builder
+        #: With ``--payload whole-row``: completes records that lack whole rows.
+        self.rows = rows
+
+    async def publish(
+        self,
+        record: DataChangeRecord,
+        partition_token: str | None,
+        tracker: AckTracker,
+        shard: int | None = None,
+    ) -> None:
+        """Produce the record's events through ``shard``'s writer (see EventSender.send);
+        ``tracker`` counts them until Kafka acknowledges each."""
+        table = await self._table_schema(record)
+        if self.rows is not None:
+            record = await self.rows.complete(record, table)
+        events = self.builder.build(record, partition_token, int(time.time() * 1000), table)
+        await self.sender.send(events, tracker, shard)
+
+    async def _table_schema(self, record: DataChangeRecord) -> TableSchema:
+        """The record's table version, every column listed (see producer.spanner.catalog)."""
+        table = self.catalog.cached_schema(record.table_name, record.column_types)
+        if table is None:
+            if self.catalog.needs_refresh(record.table_name, record.column_types):
+                log.info("table %s: columns differ from the catalog; reading it again", record.table_name)
+                await asyncio.to_thread(self.catalog.refresh)
+            table = self.catalog.table_schema(record.table_name, record.column_types)
+        return table

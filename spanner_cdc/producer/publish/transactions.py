@@ -1,0 +1,343 @@
+"""Every message of the producer inside a Kafka transaction, so that a second process writing to
+the same topic prefix fences the first (docs/scale-out.md).
+
+The prefix has one transactional id, ``_spanner-cdc.{prefix}.writer``. A process takes it over
+when it starts (``init_transactions``): the broker aborts the previous holder's open transaction
+and refuses whatever that holder sends afterwards — PRODUCER_FENCED, which stops it with one
+line (:func:`lost_for_good`). Messages go into the open transaction, which is committed and a
+new one begun every :data:`TRANSACTION_SECONDS`.
+
+A message counts as delivered — its ``on_delivery`` runs, so acknowledgement trackers, hence
+checkpoints and watermarks, move — only once its transaction committed: the broker's
+acknowledgement of a message inside a transaction (``on_staged``) promises nothing if the
+transaction is then aborted. Once every message of the open transaction is staged, the writer
+asks its ``closing`` function for records the transaction carries too — the checkpoints of what
+it delivers (producer.shards.transaction_checkpoints) — so events and the checkpoint covering them
+commit together. When a commit fails, the transaction is aborted and each of its messages —
+and each message kept for the next one — reports the commit's error (a partition then restarts
+from its checkpoint, as after any failed delivery).
+
+Before a commit the event loop serves the transaction's delivery reports itself (librdkafka
+would otherwise serve them on the commit's thread, one GIL hand-over each); the commit then
+blocks for the broker's round trips, so it runs on a worker thread. From the start of a commit
+to its end librdkafka takes no new messages for the transaction: they are kept, in order, and
+sent into the next one — about :data:`MAX_DEFERRED` at most, then the event loop waits, as it
+waits when librdkafka's own queue is full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from spanner_cdc.producer.errors import KafkaClientLostError
+
+#: A delivery report: the error (None: delivered) and the message — librdkafka's for a failure
+#: it reported, None for what is reported at a commit (delivered, or failed with the commit).
+DeliveryCallback = Callable[[KafkaError | None, Message | None], None]
+#: Called when the broker took a message into the open transaction (before it commits).
+StagedCallback = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class ClosingRecord:
+    """A record a transaction carries with it, made just before it commits: a checkpoint that
+    is true exactly when the transaction's events are delivered."""
+
+    topic: str
+    key: bytes
+    value: bytes
+    partition: int
+    on_delivery: DeliveryCallback
+
+
+#: A message kept while a commit runs: topic, key, value, reports, partition.
+_Deferred = tuple[str, bytes, bytes | None, DeliveryCallback, int, StagedCallback | None]
+#: The records to add to the open transaction right before it commits (see TransactionalWriter).
+ClosingRecords = Callable[[], list[ClosingRecord]]
+#: How often the open transaction is committed: the delay a transaction adds before consumers
+#: reading committed data see an event, and before a checkpoint can move.
+TRANSACTION_SECONDS = 0.1
+#: How long ``init_transactions`` and one commit or abort may take.
+TRANSACTION_TIMEOUT_SECONDS = 30.0
+#: How long the loop sleeps between serving delivery reports while a commit waits for them.
+DRAIN_PAUSE_SECONDS = 0.002
+#: Tries of a commit whose error says it may be retried.
+COMMIT_ATTEMPTS = 3
+#: Messages kept while a commit runs before the event loop waits for it.
+MAX_DEFERRED = 100_000
+#: librdkafka's "no partition given": the partitioner picks one by the key.
+PARTITION_BY_KEY = -1
+#: The broker's and librdkafka's ways of saying another process took the transactional id over.
+FENCED = (KafkaError.PRODUCER_FENCED, KafkaError._FENCED)
+
+
+def lost_for_good(error: KafkaError) -> bool:
+    """Whether the producer's client will deliver nothing more: a fatal error, or fenced —
+    another process took the topic prefix's transactional id over. Fencing is not flagged
+    fatal by librdkafka, so a retry through the same client would fail the same way forever."""
+    return error.fatal() or error.code() in (*FENCED, KafkaError._FATAL)
+
+
+def client_lost(error: KafkaError) -> str:
+    """The one line for a client :func:`lost_for_good` (see KafkaClientLostError)."""
+    if error.code() in FENCED:
+        return (
+            f"another producer took over this topic prefix ({error.str()}): this one stops; "
+            "one producer process per topic prefix"
+        )
+    return (
+        f"Kafka's client failed for good ({error.str()}): run the producer again, it resumes from "
+        "its checkpoints"
+    )
+
+
+class TransactionalWriter:
+    """One transactional producer: messages in, commits every interval, reports after commit.
+
+    Called from the event loop's thread only; the commit's worker thread touches nothing but the
+    client, :attr:`lost` and :attr:`_commit_done`.
+    """
+
+    def __init__(self, producer: Producer, closing: ClosingRecords | None = None) -> None:
+        self.producer = producer
+        #: Asked, once every message of the open transaction is staged, for records the
+        #: transaction carries too (the checkpoints of what it delivers).
+        self.closing = closing
+        self._began = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+        #: Whether messages go to librdkafka; False from the start of a commit to its end.
+        self._open = True
+        #: Cleared while the commit itself runs on its worker thread.
+        self._commit_done = threading.Event()
+        self._commit_done.set()
+        self._deferred: list[_Deferred] = []
+        #: The reports of the open transaction's delivered messages, run once it commits.
+        self._held: list[DeliveryCallback] = []
+        self._sent_in_transaction = 0
+        #: A message of the open transaction failed: it can only abort, and carries no checkpoint.
+        self._failed_in_transaction = False
+        self._commit_lock = asyncio.Lock()
+        #: The error that ended the client, once one did: the reason later failures name.
+        self.lost: KafkaError | None = None
+
+    async def take_over(self) -> None:
+        """Take the transactional id over (fencing its previous holder) and begin a transaction."""
+        if not self._began:
+            await asyncio.to_thread(self._begin)
+
+    def _begin(self) -> None:
+        try:
+            self.producer.init_transactions(TRANSACTION_TIMEOUT_SECONDS)
+            self.producer.begin_transaction()
+        except KafkaException as exc:
+            raise KafkaClientLostError(client_lost(exc.args[0])) from None
+        self._began = True
+
+    def produce(
+        self,
+        topic: str,
+        key: bytes,
+        value: bytes | None,
+        on_delivery: DeliveryCallback,
+        partition: int = PARTITION_BY_KEY,
+        *,
+        on_staged: StagedCallback | None = None,
+    ) -> None:
+        """Queue one message into the open transaction (or the next, while a commit runs);
+        ``on_staged`` runs when the broker took it in, ``on_delivery`` once it committed."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._loop_thread = threading.get_ident()
+        if not self._began:
+            self._begin()  # a client used without take_over (tests, benchmarks): once, blocking
+        if not self._open:
+            if len(self._deferred) >= MAX_DEFERRED:
+                self._wait_for_commit()
+            self._deferred.append((topic, key, value, on_delivery, partition, on_staged))
+            return
+        if self._deferred:
+            self._send_deferred()
+        self._send(topic, key, value, on_delivery, partition, on_staged=on_staged)
+
+    def _wait_for_commit(self) -> None:
+        """Too many messages kept: the event loop waits, as when librdkafka's own queue is full —
+        for the commit's worker thread, or, before the commit starts, serving the transaction's
+        reports itself. The commit goes on at the loop's next turn."""
+        if not self._commit_done.is_set():
+            self._commit_done.wait()
+            return
+        while len(self.producer) > 0 and self.lost is None:
+            self.poll(DRAIN_PAUSE_SECONDS)
+
+    def _send_deferred(self) -> None:
+        deferred, self._deferred = self._deferred, []
+        for topic, key, value, on_delivery, partition, on_staged in deferred:
+            self._send(topic, key, value, on_delivery, partition, on_staged=on_staged)
+
+    def _send(
+        self,
+        topic: str,
+        key: bytes,
+        value: bytes | None,
+        on_delivery: DeliveryCallback,
+        partition: int,
+        *,
+        on_staged: StagedCallback | None = None,
+    ) -> None:
+        """Into librdkafka; when its queue is full, serve delivery reports until it is not."""
+        if self.lost is not None:
+            raise KafkaClientLostError(client_lost(self.lost))
+        report = self._held_until_commit(on_delivery, on_staged)
+        while True:
+            try:
+                self.producer.produce(topic, value=value, key=key, partition=partition, on_delivery=report)
+                self._sent_in_transaction += 1
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+            except KafkaException as exc:
+                if lost_for_good(exc.args[0]):
+                    raise KafkaClientLostError(client_lost(self._lose(exc.args[0]))) from None
+                raise
+
+    def poll(self, timeout: float = 0) -> int:
+        """Serve delivery reports (on the event loop's thread). A fatal error librdkafka raises
+        here is kept as :attr:`lost`: the messages and commits that fail after it report it."""
+        try:
+            served: int = self.producer.poll(timeout)
+        except KafkaException as exc:
+            self._lose(exc.args[0])
+            return 0
+        return served
+
+    def _held_until_commit(
+        self, on_delivery: DeliveryCallback, on_staged: StagedCallback | None
+    ) -> DeliveryCallback:
+        """A failure is reported at once (its partition restarts from its checkpoint); a
+        delivery is held until the transaction commits — the caller's callback alone, not the
+        message: what waits for a commit is kept small, the garbage collector walks it. A report
+        a commit serves on its worker thread is handed to the loop."""
+
+        def delivered(error: KafkaError | None, message: Message | None) -> None:
+            if threading.get_ident() != self._loop_thread and self._loop is not None:
+                self._loop.call_soon_threadsafe(delivered, error, message)
+            elif error is None:
+                if on_staged is not None:
+                    on_staged()
+                self._held.append(on_delivery)
+            else:
+                self._failed_in_transaction = True
+                on_delivery(error, message)
+
+        return delivered
+
+    async def commit(self, deadline: float | None = None, *, checkpoints: bool = False) -> int:
+        """Commit the open transaction and begin the next; then report its messages delivered,
+        or each with the commit's error. Returns how many failed. ``deadline`` (monotonic)
+        bounds the wait for the transaction's delivery reports (at shutdown); the commit then
+        waits for the rest itself, for at most TRANSACTION_TIMEOUT_SECONDS. With
+        ``checkpoints`` a transaction with nothing else in it commits the closing records
+        alone: how progress without events (heartbeats) is recorded."""
+        async with self._commit_lock:
+            if not self._began or (self._sent_in_transaction == 0 and not checkpoints):
+                return 0
+            self._open = False
+            await self._delivered_on_the_loop(deadline)
+            if self.closing is not None and self.lost is None and not self._failed_in_transaction:
+                self._close_with(self.closing())
+                await self._delivered_on_the_loop(deadline)
+            if self._sent_in_transaction == 0:  # no record to carry either
+                self._open = True
+                if self._deferred:
+                    self._send_deferred()
+                return 0
+            self._commit_done.clear()
+            error = await asyncio.to_thread(self._finish)
+            # Reports the worker thread handed over ran before this line (one queue, in order).
+            held, self._held = self._held, []
+            self._sent_in_transaction = 0
+            self._failed_in_transaction = False
+            self._open = True
+            if self.lost is not None:
+                error = self.lost
+            if error is None:
+                if self._deferred:
+                    self._send_deferred()
+            else:
+                # The kept messages fail with the commit: their partitions restart from the
+                # checkpoint the aborted transaction did not move, and would send them again.
+                held += [report for _, _, _, report, _, _ in self._deferred]
+                self._deferred = []
+            for on_delivery in held:
+                on_delivery(error, None)
+            return len(held) if error is not None else 0
+
+    def _close_with(self, records: list[ClosingRecord]) -> None:
+        """Add the closing records to the open transaction. librdkafka refuses them ("Erroneous
+        state") once the transaction failed — a message timed out, its delivery report still
+        on the way: the commit then aborts it, with no checkpoint in it."""
+        for record in records:
+            try:
+                self._send(record.topic, record.key, record.value, record.on_delivery, record.partition)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError._STATE:
+                    raise
+                self._failed_in_transaction = True
+                return
+
+    async def _delivered_on_the_loop(self, deadline: float | None) -> None:
+        """Serve the transaction's delivery reports here before the commit, which would otherwise
+        serve them on its worker thread: a thread that takes the GIL back for every report while
+        the loop runs waits for the interpreter's switch interval each time (measured: 16 commits
+        for 100,000 messages, the producer at 0.6x). Bounded by ``message.timeout.ms``, after
+        which an undelivered message reports its failure, or by ``deadline``. After a failure
+        the rest of the transaction's messages report only once ``transaction.timeout.ms`` passed
+        (docs/producer.md); the abort cannot come sooner — it waits for messages in flight, and
+        given less time than that it fails the client."""
+        while len(self.producer) > 0 and self.lost is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            self.poll()
+            await asyncio.sleep(DRAIN_PAUSE_SECONDS)
+
+    def _finish(self) -> KafkaError | None:
+        """On a worker thread: commit (or abort) and begin the next transaction; the error."""
+        try:
+            error = self._commit()
+            if error is not None and lost_for_good(error):
+                return self._lose(error)
+            if error is not None:
+                self.producer.abort_transaction(TRANSACTION_TIMEOUT_SECONDS)
+            self.producer.begin_transaction()
+            return error
+        except KafkaException as exc:  # the abort or the next begin failed: the client cannot go on
+            return self._lose(exc.args[0])
+        finally:
+            self._commit_done.set()
+
+    def _lose(self, error: KafkaError) -> KafkaError:
+        """The client can send nothing more: from now on every failure reports the first reason,
+        as an error :func:`lost_for_good` recognises whatever its code."""
+        if self.lost is None:
+            fenced = error.code() in FENCED
+            self.lost = error if fenced else KafkaError(KafkaError._FATAL, error.str(), fatal=True)
+        return self.lost
+
+    def _commit(self) -> KafkaError | None:
+        error: KafkaError | None = None
+        for _ in range(COMMIT_ATTEMPTS):
+            try:
+                self.producer.commit_transaction(TRANSACTION_TIMEOUT_SECONDS)
+                return None
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error is None or not error.retriable():
+                    return error
+        return error

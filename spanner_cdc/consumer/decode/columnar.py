@@ -3,9 +3,10 @@ into Arrow columns and checked by Arrow, not record by record.
 
 The record gate (consumer.decode.gate) makes a Python record of every message and checks
 its rules (consumer.decode.rules) one event at a time, and the outline is then made from those
-records; reading only what the rules and the outline need into columns
-(``avro_steps.ColumnsReader``), checking them with Arrow and outlining from the same columns
-takes a third of that time, events made included.
+records; reading the events into columns (``avro_steps.ColumnsReader``), checking them with
+Arrow and outlining from the same columns takes a fraction of that time, events made included,
+and the sinks take the accepted events' rows from the same columns (change_rows): an event read
+here is decoded once.
 
 This path only ever *accepts*: a message it accepts is one the record gate accepts, with the
 same table version and sort key; everything else — a message it cannot read, a rule it sees
@@ -23,8 +24,8 @@ gives the reason. What makes the two agree:
 - tests/unit/consumer/decode/test_columnar_gate.py reads valid and damaged messages both ways and compares the
   events, reasons and outlines.
 
-The events it accepts carry no record (``DecodedEvent.known_record``): the sinks read their
-columns from the bytes (change_rows), and the few that want a record read it when they ask.
+The events it accepts carry no record (``DecodedEvent.known_record``), only their row of the
+columns read (``DecodedEvent.read_into``); the few that want a record read it when they ask.
 """
 
 from __future__ import annotations
@@ -47,9 +48,9 @@ from spanner_cdc.consumer.decode.rules import (
     own_topic,
     value_checked_columns,
 )
-from spanner_cdc.consumer.decode.table_version import TableVersion
+from spanner_cdc.consumer.decode.table_version import TableVersion, payload_columns
 from spanner_cdc.schemas.avro_steps import UNION_BRANCH, ColumnsReader
-from spanner_cdc.schemas.errors import DecodeError
+from spanner_cdc.schemas.errors import ContractError, DecodeError
 from spanner_cdc.schemas.table import table_namespace
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import is_watermark
@@ -63,27 +64,16 @@ SORT_KEY_ITEM = pa.struct(
 )
 #: The branch of each of the four sort keys: [commit micros, tx id, record sequence, mod index].
 SORT_KEY_BRANCHES = (LONG_BRANCH, STRING_BRANCH, STRING_BRANCH, LONG_BRANCH)
-_EVENT = event_type(pa.struct([]))
-_DESCRIBED = _EVENT.field("source_metadata").type
-#: What the gate reads of an event (as the sinks type them): what the rules and the outline
-#: need. The payload and old values are passed over (and still checked: ``ColumnsReader``).
-_RULES_READ = ("change_type", "is_deleted", "primary_keys", "tx_id", "commit_timestamp", "record_sequence")
-GATE_TYPE = pa.struct(
-    [
-        _EVENT.field("uuid"),
-        _EVENT.field("object"),
-        ("sort_keys", pa.list_(SORT_KEY_ITEM)),
-        (
-            "source_metadata",
-            pa.struct(
-                [
-                    _DESCRIBED.field(name)  # the rules' fields, then the outline's
-                    for name in dict.fromkeys([*_RULES_READ, "mod_index", *TRANSACTION_FIELDS.values()])
-                ]
-            ),
-        ),
-    ]
-)
+
+
+def gate_type(writer: WriterSchema) -> pa.StructType:
+    """What the gate reads of an event of ``writer``: every part the sinks take
+    (``change_rows.event_type`` over the writer's payload) and the sort keys the rules check.
+    Read once: the sinks take the accepted events' columns from what the gate read."""
+    values = pa.struct([(column.field, column.type.arrow) for column in payload_columns(writer)])
+    return pa.struct([*event_type(values), ("sort_keys", pa.list_(SORT_KEY_ITEM))])
+
+
 #: Messages read by one call of the columns reader: a call that fails on one message is made
 #: again for the messages before it, so the part bounds what one bad message costs.
 READ_PART = 1_024
@@ -150,7 +140,7 @@ class ColumnarGate:
         return Accepted(events, tuple(outlines), np.flatnonzero(~accepted))
 
     def _reader(self, header: bytes | None) -> tuple[WriterSchema, ColumnsReader] | None:
-        """The writer schema an event's header names and its reader of :data:`GATE_TYPE`, once
+        """The writer schema an event's header names and its reader of :func:`gate_type`, once
         per header; None for anything the record gate must read: a header that is not ours, a
         schema the context lacks or refuses, the watermark's, one whose values are not of those
         types."""
@@ -160,8 +150,8 @@ class ColumnarGate:
             writer = self._writers(read_fingerprint(header))
             reader = None
             if writer is not None and not is_watermark(writer):
-                with contextlib.suppress(TypeError):
-                    reader = ColumnsReader(writer.column_reader, GATE_TYPE)
+                with contextlib.suppress(TypeError, ContractError):
+                    reader = ColumnsReader(writer.column_reader, gate_type(writer))
             self._readers[header] = None if writer is None or reader is None else (writer, reader)
         return self._readers[header]
 
@@ -271,13 +261,13 @@ def _events(
 ) -> list[DecodedEvent]:
     """The accepted events: Kafka coordinates and key from their rows (``taken``), their bytes
     (``values``, the list the reader read: not copied again), table version, table and sort key
-    (``stated``: source_metadata's, which the sort keys equal)."""
+    (``stated``: source_metadata's, which the sort keys equal), and their row of ``columns``."""
     coordinates = (taken.column(name).to_pylist() for name in ("topic", "partition", "offset", "key"))
     sort_keys = zip(*(part.to_pylist() for part in stated), strict=True)
     return [
-        DecodedEvent(topic, partition, offset, key, value, version, table, sort_key, None)
-        for topic, partition, offset, key, value, version, table, sort_key in zip(
-            *coordinates, values, version_of, columns.field("object").to_pylist(), sort_keys, strict=True
+        DecodedEvent(topic, partition, offset, key, value, version, table, sort_key, None, columns, row)
+        for row, (topic, partition, offset, key, value, version, table, sort_key) in enumerate(
+            zip(*coordinates, values, version_of, columns.field("object").to_pylist(), sort_keys, strict=True)
         )
     ]
 

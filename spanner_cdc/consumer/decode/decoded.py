@@ -36,6 +36,12 @@ class DecodedEvent:
     #: The decoded Avro record, when the gate made one (consumer.decode.gate); None where the
     #: columnar gate read the event into columns only (consumer.decode.columnar): :attr:`record`.
     known_record: dict[str, Any] | None
+    #: Where the columnar gate read the event to (consumer.decode.columnar): its row
+    #: :attr:`read_row` of these columns, of ``change_rows.event_type`` over its writer schema's
+    #: payload; the sinks take its columns from there rather than read its bytes again. None
+    #: where the record gate read it.
+    read_into: pa.StructArray | None = None
+    read_row: int = 0
 
     @property
     def record(self) -> dict[str, Any]:

@@ -148,15 +148,8 @@ class TableVersion:
     @classmethod
     def from_writer(cls, writer: WriterSchema, primary_keys: Sequence[str]) -> TableVersion:
         """``primary_keys`` as events name them (Spanner names, in key order)."""
-        # Expanded, so the payload record is defined in place wherever the schema first defined it.
-        event: Any = fastavro.parse_schema(json.loads(writer.schema_json), expand=True)
-        payload = next((f for f in event.get("fields", []) if f.get("name") == "payload"), None)
-        if payload is None or not isinstance(payload.get("type"), dict):
-            raise ContractError(f"writer schema {writer.fingerprint_hex} has no payload record")
-        fields = {f.get("sqlName", f["name"]): f for f in payload["type"]["fields"]}
-        columns = [
-            PayloadColumn(name, f["name"], ColumnType(_non_null(f["type"]))) for name, f in fields.items()
-        ]
+        event, fields = _payload_fields(writer)
+        columns = _columns(fields)
         missing = [k for k in primary_keys if k not in fields]
         if missing:
             raise ContractError(
@@ -188,6 +181,27 @@ class TableVersion:
     def fields_by_name(self) -> dict[str, str]:
         """Spanner column name → Avro field name."""
         return {c.name: c.field for c in self.columns}
+
+
+def payload_columns(writer: WriterSchema) -> tuple[PayloadColumn, ...]:
+    """The columns of a writer schema's ``payload`` record, in its order (whatever the key)."""
+    return _columns(_payload_fields(writer)[1])
+
+
+def _columns(fields: dict[str, dict[str, Any]]) -> tuple[PayloadColumn, ...]:
+    return tuple(
+        PayloadColumn(name, f["name"], ColumnType(_non_null(f["type"]))) for name, f in fields.items()
+    )
+
+
+def _payload_fields(writer: WriterSchema) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The event schema, expanded (the payload record defined in place wherever the schema first
+    defined it), and its payload's fields by Spanner name."""
+    event: Any = fastavro.parse_schema(json.loads(writer.schema_json), expand=True)
+    payload = next((f for f in event.get("fields", []) if f.get("name") == "payload"), None)
+    if payload is None or not isinstance(payload.get("type"), dict):
+        raise ContractError(f"writer schema {writer.fingerprint_hex} has no payload record")
+    return event, {f.get("sqlName", f["name"]): f for f in payload["type"]["fields"]}
 
 
 def merged(table: str, columns: Iterable[PayloadColumn]) -> tuple[PayloadColumn, ...]:

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from spanner_cdc.consumer.decode.change_rows import event_type
-from spanner_cdc.consumer.decode.columnar import GATE_TYPE
+from spanner_cdc.consumer.decode.columnar import gate_type
 from spanner_cdc.consumer.decode.gate import parsed_schema
 from spanner_cdc.consumer.decode.table_version import TableVersion
 from spanner_cdc.schemas.avro_steps import ColumnsReader
@@ -25,6 +25,8 @@ from tests.unit.schemas.test_avro_reader import typed
 from tests.unit.schemas.test_avro_writer import GOOGLE_SQL, POSTGRESQL, RECORDS, _record
 
 pytestmark = pytest.mark.unit
+#: Two fields of an event: a reader of them passes over every other.
+NARROW = pa.struct([("uuid", pa.string()), ("object", pa.string())])
 
 
 def events_by_writer(dialect: tuple[str, ...]) -> list[tuple[WriterSchema, list[bytes]]]:
@@ -167,10 +169,10 @@ def test_a_message_the_record_reader_refuses_is_refused_also_where_its_fields_ar
     dialect: tuple[str, ...],
 ) -> None:
     """Messages of every column type with bytes changed at random: the columns reader fails on
-    exactly those the record reader fails on, reading only the columnar gate's fields (the
-    payload passed over) as well as every field — invalid UTF-8, a time out of the years
-    1-9999, a union branch that does not exist, bytes left over (consumer.decode.columnar reads
-    with it first)."""
+    exactly those the record reader fails on, reading two fields only (the rest passed over),
+    what the columnar gate reads, and what the sinks take (the sort keys passed over) — invalid
+    UTF-8, a time out of the years 1-9999, a union branch that does not exist, bytes left over
+    (consumer.decode.columnar reads with it first)."""
     rng = random.Random(11)
     refused = 0
     for writer, messages in events_by_writer(dialect):
@@ -180,7 +182,8 @@ def test_a_message_the_record_reader_refuses_is_refused_also_where_its_fields_ar
         full = version.columns_reader(
             event_type(pa.struct([(c.field, c.type.arrow) for c in version.columns]))
         )
-        gate = ColumnsReader(writer.column_reader, GATE_TYPE)
+        gate = ColumnsReader(writer.column_reader, gate_type(writer))
+        narrow = ColumnsReader(writer.column_reader, NARROW)
         for message in messages[:150]:
             spoilt = bytearray(message)
             for _ in range(rng.randint(1, 3)):
@@ -191,7 +194,7 @@ def test_a_message_the_record_reader_refuses_is_refused_also_where_its_fields_ar
             except (EOFError, ValueError, ArithmeticError):
                 fails = True
             refused += fails
-            for reader, may_overflow in ((gate, False), (full, True)):
+            for reader, may_overflow in ((narrow, False), (gate, True), (full, True)):
                 try:
                     reader([bytes(spoilt)], [HEADER_LENGTH])
                     assert not fails, "read what the record reader refuses"

@@ -18,6 +18,7 @@ from spanner_cdc.consumer.decode.decoded import DecodedBatch
 from spanner_cdc.consumer.decode.gate import DecodeContext, MessageReader
 from spanner_cdc.consumer.decode.outline_rows import outline_batch
 from spanner_cdc.consumer.decode.rules import MAX_FUTURE_MICROS
+from spanner_cdc.consumer.sinks.contents import by_table
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.wire import HEADER_LENGTH, WriterSchema, encode
 from testkit.synthetic import ChangeFactory
@@ -200,8 +201,10 @@ def rows_of(messages: list[bytes], writers: dict[int, WriterSchema]) -> pa.Table
     )
 
 
-def outcome(batch: DecodedBatch) -> tuple[list[Any], list[Any], list[Any]]:
-    """What a read made, in message order: events (their record too), quarantine rows, outline."""
+def outcome(batch: DecodedBatch) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+    """What a read made, in message order: events (their record too), quarantine rows, outline;
+    and the sinks' tables of its events (taken from the columns the columnar gate read, or read
+    again from the bytes the record gate read)."""
     events = [
         [
             e.offset,
@@ -219,7 +222,11 @@ def outcome(batch: DecodedBatch) -> tuple[list[Any], list[Any], list[Any]]:
     ]
     refused = sorted((q.offset, q.reason, q.detail, q.unknown) for q in batch.quarantined)
     outline = pa.Table.from_batches([outline_batch(batch)]).sort_by("offset").to_pylist()
-    return events, refused, typed(outline)
+    tables = [
+        [changes.table, changes.changelog().to_pylist(), changes.replica_stage().to_pylist()]
+        for changes in by_table(batch.events)
+    ]
+    return events, refused, typed(outline), typed(tables)
 
 
 def test_the_columnar_gate_accepts_what_the_record_gate_accepts_and_makes_the_same_of_it() -> None:

@@ -177,8 +177,8 @@ class ProducerService:
             safe = safe_watermark(
                 self.scheduler.low_watermark_micros(),
                 self.config.end_timestamp_micros,
-                self.release.buffer.next_commit(),
-                (run.tracker for run in self.runner.runs.values()),
+                self.release.next_commit(),
+                self.runner.trackers(),
             )
         hold = None if self.backfill is None else self.backfill.hold
         return safe if hold is None or safe is None else min(safe, hold)

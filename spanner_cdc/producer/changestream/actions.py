@@ -112,7 +112,7 @@ class ChildPartitionsAction:
         partition.watermark_micros = max(partition.watermark_micros, record.start_timestamp_micros - 1)
         added = self.scheduler.register_children(record, partition.token)
         if added:  # by the parent's writer: a process that lost the parent can register nothing
-            self.checkpoints.due.add(partition.token)
+            self.checkpoints.make_due(partition.token)
             await self.checkpoints.write(added, shard_of(partition.token, self.scheduler.shards))
 
 

@@ -74,6 +74,14 @@ class PartitionRunner:
         self._slots = asyncio.Semaphore(max_queries)
         self._throttler = Throttler(rate_limit=max(1, round(query_start_rate)), period=1.0)
 
+    def trackers(self) -> list[AckTracker]:
+        """The acknowledgements of every run being read."""
+        return [run.tracker for run in self.runs.values()]
+
+    def forget(self, token: str) -> AckTracker:
+        """Drop ``token``'s run (its shard went to another process); its acknowledgements."""
+        return self.runs.pop(token).tracker
+
     async def run(self, partition: Partition, on_finished: Callable[[], None]) -> None:
         """Read ``partition`` until it finished; ``on_finished`` then starts what it unblocked."""
         first = True
@@ -108,7 +116,7 @@ class PartitionRunner:
                 self.metrics.queries_started.labels("retry").inc()
         partition.checkpoint_micros = max(partition.checkpoint_micros, partition.watermark_micros)
         self.scheduler.mark_finished(partition)
-        self.checkpoints.due.discard(partition.token)
+        self.checkpoints.not_due(partition.token)
         try:
             await self.checkpoints.write([partition])
         except DeliveryFailedError as exc:  # a restart reads it again: its changes twice, none lost
@@ -136,8 +144,8 @@ class PartitionRunner:
         otherwise report its watermark as safe while the records behind it were never published.
         """
         partition = run.partition
-        oldest_held = self.release.buffer.oldest(run.tracker)
-        self.release.buffer.discard(run.tracker)
+        oldest_held = self.release.oldest(run.tracker)
+        self.release.discard(run.tracker)
         if oldest_held is not None:
             partition.watermark_micros = min(partition.watermark_micros, oldest_held - 1)
         await run.tracker.settled()

@@ -41,6 +41,18 @@ class CommitOrderRelease:
     def hold(self, record: DataChangeRecord, partition: Partition, tracker: AckTracker) -> None:
         self.buffer.hold(record, partition, tracker)
 
+    def oldest(self, tracker: AckTracker) -> int | None:
+        """The commit time of the oldest record held of ``tracker``'s run, or None."""
+        return self.buffer.oldest(tracker)
+
+    def next_commit(self) -> int | None:
+        """The commit time of the next record to release, or None when nothing is held."""
+        return self.buffer.next_commit()
+
+    def discard(self, tracker: AckTracker) -> None:
+        """Drop what is held of ``tracker``'s run (it is read again from its checkpoint)."""
+        self.buffer.discard(tracker)
+
     async def release(self) -> None:
         """Publish held records the low watermark has passed, in commit order."""
         if not len(self.buffer):

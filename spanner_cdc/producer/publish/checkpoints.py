@@ -50,6 +50,13 @@ class CheckpointStore:
         #: not their checkpoint advanced (producer.shards.transaction_checkpoints).
         self.due: set[str] = set()
 
+    def make_due(self, token: str) -> None:
+        """The next commit of ``token``'s shard carries its record."""
+        self.due.add(token)
+
+    def not_due(self, token: str) -> None:
+        self.due.discard(token)
+
     async def write(self, partitions: Iterable[Partition], writer_shard: int | None = None) -> None:
         """Write each partition's state to its shard and wait until its transaction committed —
         through the writer of ``writer_shard`` (a parent's, for the children it registers),

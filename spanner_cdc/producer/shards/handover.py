@@ -95,8 +95,8 @@ class ShardHandover:
         """Drop the runs of the tokens in ``shards`` and the events they hold: the shards' next
         owner reads them again from their checkpoints."""
         for token in [t for t in self.runner.runs if shard_of(t, self.scheduler.shards) in shards]:
-            self.release.buffer.discard(self.runner.runs.pop(token).tracker)
-            self.checkpoints.due.discard(token)
+            self.release.discard(self.runner.forget(token))
+            self.checkpoints.not_due(token)
 
     def shards_lost(self, shards: list[int]) -> None:
         """The group took ``shards`` without a handover (the session expired): their writers

@@ -51,11 +51,11 @@ class TransactionCheckpoints:
             if not due and (run.tracker.failed is not None or run.tracker.fatal is not None):
                 continue  # the run restarts from the committed checkpoint
             advanced = advanced_checkpoint(
-                partition, run.tracker, self.release.buffer.oldest(run.tracker), if_committed=True
+                partition, run.tracker, self.release.oldest(run.tracker), if_committed=True
             )
             if advanced <= partition.checkpoint_micros and not due:
                 continue
-            self.checkpoints.due.discard(token)
+            self.checkpoints.not_due(token)
             topic, key, value, topic_partition = self.checkpoints.record(partition, advanced)
             records.append(ClosingRecord(topic, key, value, topic_partition, _moved(partition, advanced)))
         return records

@@ -90,5 +90,6 @@ def consume_command(config: ConsumerConfig, *extra: str, max_events_per_batch: i
         str(max_events_per_batch),
         "--trigger-seconds",
         "0.2",
+        "--no-spark-ui",
         *extra,
     ]

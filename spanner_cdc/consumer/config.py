@@ -159,6 +159,13 @@ CONSUME_OPTIONS = (
     *on_topic(
         "Spark",
         Option("spark-master", "Spark master URL", default="local[2]"),
+        Option(
+            "spark-ui",
+            "serve Spark's web UI, its address in the first line (spark.ui.port and Spark's other "
+            "UI settings through --spark-conf)",
+            boolean,
+            default=True,
+        ),
         settings_option(
             "spark-conf",
             "Spark",
@@ -237,6 +244,7 @@ class ConsumerConfig:
     source_option: dict[str, str] = field(default_factory=dict)
     spark_master: str = "local[2]"
     spark_conf: dict[str, str] = field(default_factory=dict)
+    spark_ui: bool = True
     connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"

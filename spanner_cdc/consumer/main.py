@@ -20,6 +20,7 @@ from spanner_cdc.consumer.decode.schema_topic import SchemaTopic
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.metrics import ConsumerMetrics
+from spanner_cdc.consumer.query_rates import QueryRates
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, open_backend
@@ -236,11 +237,19 @@ def consume(config: ConsumerConfig) -> None:
         f"spanner-cdc-consume-{config.topic_prefix}",
         config.spark_conf,
         log_dir=config.output_dir / "logs",
+        ui=config.spark_ui,
     )
     try:
         job.processor.metrics.serve(config.metrics_port, config.metrics_host)
+        spark.streams.addListener(QueryRates(job.processor.metrics))
+        ui = spark.sparkContext.uiWebUrl
         with stop_requested() as request:
-            log.info("consuming %s.* into %s", config.topic_prefix, ", ".join(config.sinks))
+            log.info(
+                "consuming %s.* into %s%s",
+                config.topic_prefix,
+                ", ".join(config.sinks),
+                f"; Spark UI at {ui}" if ui else "",
+            )
             drain(job, spark, request)
     finally:
         job.close()

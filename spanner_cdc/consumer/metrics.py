@@ -90,12 +90,24 @@ class ConsumerMetrics(ServedMetrics):
             "Events that arrived committed at or before the recorded cut",
             registry=self.registry,
         )
+        self.query_rates = Gauge(
+            "spanner_cdc_consumer_query_rows_per_second",
+            "The streaming query's rates in its last micro-batch, as Spark reports them "
+            "(StreamingQueryProgress: input, read by the Kafka source; processed)",
+            ["rate"],
+            registry=self.registry,
+        )
         self.stopped_changes = Counter(
             "spanner_cdc_consumer_replica_stopped_changes",
             "Changes of tables stopped in the replica, not applied (cdc$stopped)",
             ["table"],
             registry=self.registry,
         )
+
+    def observe_query_rates(self, input_rows_per_second: float, processed_rows_per_second: float) -> None:
+        """The rates of the streaming query's last progress report (Spark's own figures)."""
+        self.query_rates.labels("input").set(input_rows_per_second)
+        self.query_rates.labels("processed").set(processed_rows_per_second)
 
     def observe_batch(self, batch: BatchSeen, quarantined: CounterOf[str]) -> None:
         """The end of a written batch: the status page shows it."""

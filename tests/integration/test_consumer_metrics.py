@@ -1,4 +1,5 @@
-"""The running consumer serves Prometheus metrics, and they move as events flow.
+"""The running consumer serves Prometheus metrics, and they move as events flow; with the Spark
+UI on, its first line names the UI, which shows the query.
 
 (The producer's counterpart is in test_producer_errors.py: events, latency and partitions
 scraped while `spanner-cdc produce` runs.)
@@ -7,10 +8,12 @@ scraped while `spanner-cdc produce` runs.)
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -25,17 +28,20 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 EVENTS = "spanner_cdc_consumer_events_total"
 DUPLICATES = "spanner_cdc_consumer_duplicates_total"
 HELD = "spanner_cdc_consumer_held_events"
+QUERY_RATE = "spanner_cdc_consumer_query_rows_per_second"
 
 
 def test_consumer_metrics_count_what_flows_through_it(stack: EmbeddedStack, tmp_path: Path) -> None:
     config = consumer_config(stack.endpoint("kafka"), unique_prefix("M"), tmp_path)
     history = random_history(ChangeFactory(), 200, keys=20)
     publish(config.kafka_bootstrap, config.topic_prefix, history[:120])
-    port = free_port()
+    port, ui_port = free_port(), free_port()
     log = tmp_path / "consumer.log"
     with log.open("w") as stderr:  # not a pipe: nobody reads it until the end, and a full one blocks
         process = subprocess.Popen(
-            consume_command(config, "--metrics-port", str(port)),
+            consume_command(
+                config, "--metrics-port", str(port), "--spark-ui", "--spark-conf", f"spark.ui.port={ui_port}"
+            ),
             env={**os.environ, "PYSPARK_PYTHON": sys.executable},
             stdout=subprocess.DEVNULL,
             stderr=stderr,
@@ -66,6 +72,12 @@ def test_consumer_metrics_count_what_flows_through_it(stack: EmbeddedStack, tmp_
             first, "spanner_cdc_consumer_watermarks_total"
         )
         assert total(later, HELD) == 0
+        assert total(later, QUERY_RATE) > 0, "Spark's rates did not reach the metrics"
+        ui = re.search(r"consuming \S+ into [^;\n]+; Spark UI at (http://\S+)", log.read_text())
+        assert ui is not None and ui.group(1).endswith(f":{ui_port}"), log.read_text()[-2000:]
+        with urllib.request.urlopen(f"{ui.group(1)}/StreamingQuery/", timeout=30) as page:
+            assert page.status == 200
+            assert "Active Streaming Queries" in page.read().decode()
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=120)

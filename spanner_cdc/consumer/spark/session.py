@@ -35,17 +35,29 @@ JARS_SETTING = "spark.jars"
 _jvm_output: IO[bytes] | None = None
 
 
+#: With the UI: the streaming query's rates also in Spark's own metrics system.
+_UI_SETTINGS = {"spark.ui.enabled": "true", "spark.sql.streaming.metricsEnabled": "true"}
+
+
 def spark_session(
-    master: str, app_name: str, extra_conf: Mapping[str, str] | None = None, log_dir: Path | None = None
+    master: str,
+    app_name: str,
+    extra_conf: Mapping[str, str] | None = None,
+    log_dir: Path | None = None,
+    ui: bool = False,
 ) -> Any:
     """A session for the consumer (and its tests): Spark's Kafka connector on its classpath, UTC,
     few shuffle partitions; Python workers run this interpreter (it has the project installed).
-    With ``log_dir``, Spark's and the JVM's output go to files there (see the module's doc)."""
+    With ``log_dir``, Spark's and the JVM's output go to files there (see the module's doc).
+    With ``ui``, Spark serves its web UI (``spark.ui.port``, 4040 or the next free one); the
+    caller's settings win over both."""
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(_SETTINGS.items()))
+    if ui:
+        conf.setAll(list(_UI_SETTINGS.items()))
     conf.setAll(list((extra_conf or {}).items()))
     conf.set(JARS_SETTING, with_connector_jars(conf.get(JARS_SETTING, "")))
     if log_dir is not None and SparkContext._gateway is None:  # this session launches the JVM

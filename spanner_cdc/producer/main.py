@@ -173,7 +173,7 @@ def wire_service(
         if config.watermark_records
         else None
     )
-    gauges = Gauges(metrics, scheduler, lambda: None if watermarks is None else watermarks.published_micros)
+    gauges = Gauges(metrics, scheduler, watermarks)
     tasks = PartitionTasks(scheduler, runner, lifecycle.fail, lifecycle.stop_when_done)
     rounds = CheckpointRounds(publisher.kafka, checkpoints, scheduler, runner, gauges)
     handover = ShardHandover(

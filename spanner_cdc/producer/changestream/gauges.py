@@ -3,11 +3,11 @@ partitions this process owns, and how far the low and the published watermarks l
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from spanner_cdc.producer.lineage.partitions import PartitionScheduler
 from spanner_cdc.producer.metrics import ProducerMetrics
+from spanner_cdc.producer.publish.watermarks import WatermarkEmitter
 from spanner_cdc.schemas.timestamps import seconds_behind
 
 
@@ -15,8 +15,8 @@ from spanner_cdc.schemas.timestamps import seconds_behind
 class Gauges:
     metrics: ProducerMetrics
     scheduler: PartitionScheduler
-    #: The last watermark record's time (None: none published, or no watermark records).
-    published: Callable[[], int | None]
+    #: What publishes the watermark records (None: --no-watermark-records).
+    watermarks: WatermarkEmitter | None
 
     def update(self) -> None:
         metrics, scheduler = self.metrics, self.scheduler
@@ -27,6 +27,6 @@ class Gauges:
         low = scheduler.low_watermark_micros()
         if low is not None:
             metrics.low_watermark_lag.set(seconds_behind(low))
-        published = self.published()
+        published = None if self.watermarks is None else self.watermarks.published_micros
         if published is not None:
             metrics.published_watermark_lag.set(seconds_behind(published))

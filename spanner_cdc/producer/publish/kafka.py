@@ -331,11 +331,11 @@ class KafkaClient:
         failed = await asyncio.gather(*(w.commit(deadline) for w in list(self.writers.values())))
         return sum(failed)
 
-    async def commit_checkpoints(self, shards: set[int] | None = None) -> int:
-        """Commit the open transactions of ``shards``' writers (None: all this process holds)
-        with their checkpoint records, also those with nothing else to commit; how many
-        messages failed. KafkaClientLostError when a writer can deliver nothing any more."""
-        writers = [w for shard, w in list(self.writers.items()) if shards is None or shard in shards]
+    async def commit_checkpoints(self, shards: set[int]) -> int:
+        """Commit the open transactions of ``shards``' writers with their checkpoint records, also
+        those with nothing else to commit; how many messages failed. KafkaClientLostError when a
+        writer can deliver nothing any more."""
+        writers = [w for shard, w in list(self.writers.items()) if shard in shards]
         failed = await asyncio.gather(*(w.commit(checkpoints=True) for w in writers))
         for writer in writers:
             if writer.lost is not None:

@@ -55,12 +55,12 @@ class CheckpointRounds:
         """The record of every running partition of ``shards``, advanced or not.
         DeliveryFailedError when Kafka did not acknowledge them, KafkaClientLostError when a
         writer can deliver nothing any more."""
-        self.checkpoints.due |= {
-            token
-            for token in self.runner.runs
-            if self.scheduler.partitions[token].state == PartitionState.RUNNING
-            and shard_of(token, self.scheduler.shards) in shards
-        }
+        for token in self.runner.runs:
+            if (
+                self.scheduler.partitions[token].state == PartitionState.RUNNING
+                and shard_of(token, self.scheduler.shards) in shards
+            ):
+                self.checkpoints.make_due(token)
         if await self.kafka.commit_checkpoints(shards):
             raise DeliveryFailedError("checkpoints not acknowledged")
         self.gauges.update()

@@ -40,8 +40,10 @@ from spanner_cdc.producer.shards.group import ShardGroup
 from spanner_cdc.producer.shards.handover import ShardHandover
 from spanner_cdc.producer.shards.transaction_checkpoints import TransactionCheckpoints
 from spanner_cdc.producer.spanner.catalog import TableCatalog
+from spanner_cdc.producer.spanner.change_stream import ChangeStreamReader
+from spanner_cdc.producer.spanner.database import SpannerDatabase
 from spanner_cdc.producer.spanner.query import ChangeStreamQuery
-from spanner_cdc.producer.spanner.source import SpannerSource
+from spanner_cdc.producer.spanner.schema import SpannerSchema
 from spanner_cdc.producer.spanner.whole_rows import RowFiller, partial_payloads
 from spanner_cdc.producer.status import describe, publish_status_periodically
 from spanner_cdc.schemas.events import EventBuilder
@@ -62,9 +64,10 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
     before any change arrives (created lazily, the demo's first changes reached the replica
     later).
     """
-    source = await SpannerSource.open(config)
-    await source.check_change_stream(config.change_stream)
-    catalog = TableCatalog(source.dialect, source.load_catalog)
+    database = await SpannerDatabase.open(config)
+    schema = SpannerSchema(database)
+    await schema.check_change_stream(config.change_stream)
+    catalog = TableCatalog(database.dialect, schema.load_catalog)
     await call_with_deadline(catalog.refresh, config.connect_timeout_seconds)
     kafka, existing = await open_kafka(config)
     refuse_polled_prefix(kafka, existing)
@@ -79,7 +82,7 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
     for pattern in table_filter.unmatched(list(catalog.columns)):
         log.warning("table filter %r matches no table of %s", pattern, config.database)
     watched = await call_with_deadline(
-        lambda: source.watched_tables(config.change_stream), config.connect_timeout_seconds
+        lambda: schema.watched_tables(config.change_stream), config.connect_timeout_seconds
     )
     tables = [
         table
@@ -96,11 +99,11 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
         else PartitionScheduler.starting_at(config.start_timestamp_micros, shards, owned)
     )
     metrics = metrics or ProducerMetrics()
-    builder = event_builder(config, source.dialect)
+    builder = event_builder(config, database.dialect)
     sender = await event_sender(config, kafka, metrics, config.delete_tombstones)
     store = backfill_store(kafka)
     plans = await call_with_deadline(store.read, 60)
-    backfill_tables, plans = await tables_to_backfill(config, source, catalog, tables, plans)
+    backfill_tables, plans = await tables_to_backfill(config, schema, catalog, tables, plans)
     if backfill_tables and config.group is not None:
         raise UsageError(
             f"a backfill of {backfill_tables[0].name} under this prefix is unfinished; it runs in one "
@@ -108,14 +111,14 @@ async def build_service(config: ProducerConfig, metrics: ProducerMetrics | None 
         )
     return wire_service(
         config,
-        source=source,
-        dialect=source.dialect,
-        publisher=EventPublisher(sender, catalog, builder, await row_filler(config, source)),
+        source=ChangeStreamReader(database),
+        dialect=database.dialect,
+        publisher=EventPublisher(sender, catalog, builder, await row_filler(config, database, schema)),
         checkpoints=checkpoints,
         scheduler=scheduler,
         metrics=metrics,
         backfill=Backfill(
-            database=source.database,
+            database=database.database,
             tables=backfill_tables,
             plans=plans,
             snapshot_micros=backfill_snapshot(config, bool(restored)),
@@ -240,13 +243,15 @@ def refuse_polled_prefix(kafka: KafkaClient, existing: set[str]) -> None:
         )
 
 
-async def row_filler(config: ProducerConfig, source: SpannerSource) -> RowFiller | None:
+async def row_filler(
+    config: ProducerConfig, database: SpannerDatabase, schema: SpannerSchema
+) -> RowFiller | None:
     """With ``--payload whole-row``, what completes partial records; otherwise None, and a
     warning when the stream's capture type makes events lack whole rows."""
     if config.payload == "whole-row":
-        return RowFiller(source.database, source.primary_keys)
+        return RowFiller(database.database, schema.primary_keys)
     capture = await call_with_deadline(
-        lambda: source.stream_option(config.change_stream, "value_capture_type"),
+        lambda: schema.stream_option(config.change_stream, "value_capture_type"),
         config.connect_timeout_seconds,
     )
     lacking = partial_payloads(capture)
@@ -257,7 +262,7 @@ async def row_filler(config: ProducerConfig, source: SpannerSource) -> RowFiller
 
 async def tables_to_backfill(
     config: ProducerConfig,
-    source: SpannerSource,
+    schema: SpannerSchema,
     catalog: TableCatalog,
     tables: list[str],
     plans: dict[str, TablePlan],
@@ -285,7 +290,7 @@ async def tables_to_backfill(
     ]
     if not wanted:
         return [], resumed
-    keys = await call_with_deadline(source.primary_keys, config.connect_timeout_seconds)
+    keys = await call_with_deadline(schema.primary_keys, config.connect_timeout_seconds)
     return [BackfillTable.from_catalog(catalog, table, keys.get(table, [])) for table in wanted], resumed
 
 

@@ -19,7 +19,7 @@ from spanner_cdc.producer.config import ProducerConfig
 from spanner_cdc.producer.lineage.partitions import ROOT, PartitionScheduler
 from spanner_cdc.producer.main import build_service
 from spanner_cdc.producer.service import ProducerService
-from spanner_cdc.producer.spanner.source import log_returned
+from spanner_cdc.producer.spanner.change_stream import log_returned
 from spanner_cdc.schemas.identity import change_uuid
 from spanner_cdc.schemas.timestamps import timestamp_micros
 from spanner_cdc.stack import EmbeddedStack
@@ -105,7 +105,7 @@ RETURNED_LINE = re.compile(r"returned tx=(?P<tx>\S+) seq=(?P<seq>\S+) mods=(?P<m
 
 class SourceLog:
     """The uuid of every change the emulator's live queries returned to the producer, read from
-    its debug lines (`producer.spanner.source.log_returned`), to tell whose fault a failed test was.
+    its debug lines (`producer.spanner.change_stream.log_returned`), to tell whose fault a failed test was.
 
     The emulator's live partition queries can skip a committed change (docs/facts.md): no live
     query returned it, while a historical query of the same stream does. `diagnosing` names the

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 
 class ChangeStreamSource(Protocol):
-    """Where partition queries run: Spanner (``producer.spanner.source``) or a recorded script."""
+    """Where partition queries run: Spanner (``producer.spanner.change_stream``) or a recorded script."""
 
     def read(
         self, query: ChangeStreamQuery, token: str | None, start_micros: int

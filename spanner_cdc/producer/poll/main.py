@@ -22,7 +22,8 @@ from spanner_cdc.producer.poll.store import PollPosition, poll_store
 from spanner_cdc.producer.publish.kafka import FLUSH_TIMEOUT_SECONDS, KafkaClient
 from spanner_cdc.producer.publish.watermarks import WatermarkEmitter, publish_periodically
 from spanner_cdc.producer.spanner.catalog import TableCatalog
-from spanner_cdc.producer.spanner.source import SpannerSource
+from spanner_cdc.producer.spanner.database import SpannerDatabase
+from spanner_cdc.producer.spanner.schema import SpannerSchema
 from spanner_cdc.schemas.timestamps import clock_text, seconds_behind
 
 log = logging.getLogger(__name__)
@@ -30,12 +31,13 @@ log = logging.getLogger(__name__)
 
 async def build_poller(config: PollConfig, metrics: ProducerMetrics) -> Poller:
     """Spanner and Kafka checked, the table's position restored or started."""
-    source = await SpannerSource.open(config)
-    catalog = TableCatalog(source.dialect, source.load_catalog)
+    database = await SpannerDatabase.open(config)
+    schema = SpannerSchema(database)
+    catalog = TableCatalog(database.dialect, schema.load_catalog)
     await call_with_deadline(catalog.refresh, config.connect_timeout_seconds)
     table, column = config.table, config.commit_timestamp_column
     if table not in catalog.columns:
-        raise UsageError(f"--table {table}: no such table in {source.database_path}")
+        raise UsageError(f"--table {table}: no such table in {database.database_path}")
     if column not in catalog.commit_timestamp_columns.get(table, frozenset()):
         raise UsageError(
             f"--commit-timestamp-column {column}: not a column of {table} with allow_commit_timestamp=true "
@@ -54,14 +56,14 @@ async def build_poller(config: PollConfig, metrics: ProducerMetrics) -> Poller:
         start = config.start_timestamp_micros
         # The row versions of the first poll are compared with the table just before the start.
         position = PollPosition(table, column, max(start - 1, 0), start)
-    keys = await call_with_deadline(source.primary_keys, config.connect_timeout_seconds)
+    keys = await call_with_deadline(schema.primary_keys, config.connect_timeout_seconds)
     return Poller(
-        database=source.database,
-        dialect=source.dialect,
+        database=database.database,
+        dialect=database.dialect,
         table=BackfillTable.from_catalog(catalog, table, keys.get(table, [])),
         column=column,
         position=position,
-        builder=event_builder(config, source.dialect),
+        builder=event_builder(config, database.dialect),
         sender=await event_sender(config, kafka, metrics),
         store=store,
         interval=config.interval,

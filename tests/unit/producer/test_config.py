@@ -187,7 +187,7 @@ def test_log_level_sets_the_projects_loggers_and_keeps_libraries_at_info_or_abov
     level: str, ours: int, theirs: int
 ) -> None:
     configure_logging("text", level)
-    assert logging.getLogger("spanner_cdc.producer.spanner.source").getEffectiveLevel() == ours
+    assert logging.getLogger("spanner_cdc.producer.spanner.change_stream").getEffectiveLevel() == ours
     assert logging.getLogger("py4j.clientserver").getEffectiveLevel() == theirs
 
 

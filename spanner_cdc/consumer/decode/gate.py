@@ -47,7 +47,7 @@ from spanner_cdc.consumer.decode.decoded import (
     WatermarkSeen,
 )
 from spanner_cdc.consumer.decode.rules import MAX_NAME_CHARS, check_event, check_version
-from spanner_cdc.consumer.decode.table_version import TableVersion
+from spanner_cdc.consumer.decode.table_version import PARSED_SCHEMAS, TableVersion
 from spanner_cdc.schemas.errors import ContractError, DecodeError
 from spanner_cdc.schemas.json_events import avro_event, avro_watermark
 from spanner_cdc.schemas.table import TableSchema
@@ -70,8 +70,6 @@ MAX_LEARNABLE_NAME = 2 * MAX_NAME_CHARS + 1
 #: A quarantine reason's detail is cut here: an exception's text can quote the message, and
 #: the detail travels to the driver in the outline.
 MAX_DETAIL_CHARS = 1_000
-#: Writer schemas parsed per process, by their text (a worker serves many batches and queries).
-PARSED_SCHEMAS = 4_096
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ columns, the replica's SQL columns) is derived from its ``payload`` record here,
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -22,6 +23,8 @@ from spanner_cdc.schemas.table import KEY_TYPE_NAME
 from spanner_cdc.schemas.wire import WriterSchema
 
 SQL_DIALECTS = ("postgres", "duckdb")
+#: Writer schemas parsed per process, by their text (a worker serves many batches and queries).
+PARSED_SCHEMAS = 4_096
 #: Avro type (primitive name or logicalType) → Arrow type and SQL type per dialect.
 _SCALARS: dict[str, tuple[pa.DataType, str, str]] = {
     "boolean": (pa.bool_(), "BOOLEAN", "BOOLEAN"),
@@ -196,11 +199,17 @@ def _columns(fields: dict[str, dict[str, Any]]) -> tuple[PayloadColumn, ...]:
 
 def _payload_fields(writer: WriterSchema) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """The event schema, expanded (the payload record defined in place wherever the schema first
-    defined it), and its payload's fields by Spanner name."""
-    event: Any = fastavro.parse_schema(json.loads(writer.schema_json), expand=True)
+    defined it), and its payload's fields by Spanner name: read once per process and schema,
+    for the columnar gate's reader and every table version of it alike (not to be changed)."""
+    return _expanded_payload(writer.schema_json, writer.fingerprint_hex)
+
+
+@functools.lru_cache(maxsize=PARSED_SCHEMAS)
+def _expanded_payload(text: str, fingerprint_hex: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    event: Any = fastavro.parse_schema(json.loads(text), expand=True)
     payload = next((f for f in event.get("fields", []) if f.get("name") == "payload"), None)
     if payload is None or not isinstance(payload.get("type"), dict):
-        raise ContractError(f"writer schema {writer.fingerprint_hex} has no payload record")
+        raise ContractError(f"writer schema {fingerprint_hex} has no payload record")
     return event, {f.get("sqlName", f["name"]): f for f in payload["type"]["fields"]}
 
 

@@ -4,14 +4,22 @@ second carries on, and nothing is lost (producer/publish/transactions.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import time
 import uuid
 
 import pytest
+from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from spanner_cdc.producer.publish.transactions import COMMIT_ATTEMPTS, TRANSACTION_TIMEOUT_SECONDS
+from spanner_cdc.producer.errors import KafkaClientLostError
+from spanner_cdc.producer.publish.transactions import (
+    COMMIT_ATTEMPTS,
+    TRANSACTION_TIMEOUT_SECONDS,
+    TransactionalWriter,
+)
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
 from testkit.scrape import scrape
@@ -73,3 +81,36 @@ def test_a_second_producer_on_a_prefix_fences_the_first(stack: EmbeddedStack) ->
     after = [value for _, _, _, value in read_all(kafka, f"{prefix}.Accounts")[fenced_at:]]
     assert after, "nothing written after the fence"
     assert {"first", "second"} <= published_ids(stack, prefix)
+
+
+def test_a_fenced_writer_names_the_fence_even_when_a_produce_learns_of_it_first(
+    stack: EmbeddedStack,
+) -> None:
+    """A writer fenced while it was paused learns of it from a produce that fails with
+    librdkafka's bare "Local: Fatal error", before any poll served the fence: its one line
+    still says another producer took over, not that the client failed."""
+    bootstrap = stack.endpoint("kafka")
+    topic = f"fenced-produce-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    config = {"bootstrap.servers": bootstrap, "transactional.id": f"fenced-{uuid.uuid4().hex[:8]}"}
+    first, second = TransactionalWriter(Producer(config)), TransactionalWriter(Producer(config))
+
+    def ignore(_error: KafkaError | None, _message: Message | None) -> None:
+        pass
+
+    async def scenario() -> str:
+        await first.take_over()
+        first.produce(topic, b"k", b"before", ignore)
+        await first.commit()
+        await second.take_over()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                first.produce(topic, b"k", b"after the fence", ignore)
+            except KafkaClientLostError as exc:
+                return str(exc)
+            time.sleep(0.05)  # not a poll: the fence must surface through produce
+        return "never refused"
+
+    assert "another producer took over this topic prefix" in asyncio.run(scenario())

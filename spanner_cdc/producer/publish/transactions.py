@@ -324,11 +324,25 @@ class TransactionalWriter:
 
     def _lose(self, error: KafkaError) -> KafkaError:
         """The client can send nothing more: from now on every failure reports the first reason,
-        as an error :func:`lost_for_good` recognises whatever its code."""
-        if self.lost is None:
-            fenced = error.code() in FENCED
+        as an error :func:`lost_for_good` recognises whatever its code — or the fence, once it is
+        known, since that asks the user for something else (one producer per prefix)."""
+        error = self._reason(error)
+        fenced = error.code() in FENCED
+        if self.lost is None or (fenced and self.lost.code() not in FENCED):
             self.lost = error if fenced else KafkaError(KafkaError._FATAL, error.str(), fatal=True)
         return self.lost
+
+    def _reason(self, error: KafkaError) -> KafkaError:
+        """Once the client failed, its calls say only "Local: Fatal error"; the error that failed
+        it (a fence, most often) is raised by the next poll. Polled on the event loop's thread
+        only: the delivery reports it serves belong there."""
+        if error.code() != KafkaError._FATAL or threading.get_ident() != self._loop_thread:
+            return error
+        try:
+            self.producer.poll(0)
+        except KafkaException as exc:
+            return exc.args[0]  # type: ignore[no-any-return]
+        return error
 
     def _commit(self) -> KafkaError | None:
         error: KafkaError | None = None

@@ -178,13 +178,17 @@ class ConsumerJob:
         )
         return cls(config, processor, backend)
 
+    def read_stream(self, spark: Any) -> Any:
+        """The streaming DataFrame of the subscribed topics, from Spark's Kafka source."""
+        forget_an_unplanned_first_batch(self.config.spark_checkpoint)
+        return spark.readStream.format("kafka").options(**source_options(self.config, spark)).load()
+
     def start(self, spark: Any) -> Any:
         """Start the streaming query (Spark keeps its offsets and id under ``<checkpoint-dir>/spark``)."""
         config = self.config
-        reader = spark.readStream.format("kafka").options(**source_options(config, spark))
         writer = (
-            reader.load()
-            .writeStream.foreachBatch(self._run_batch)
+            self.read_stream(spark)
+            .writeStream.foreachBatch(self.run_batch)
             .option("checkpointLocation", str(config.spark_checkpoint))
             .queryName(f"spanner_cdc_{config.topic_prefix}")
         )
@@ -192,10 +196,10 @@ class ConsumerJob:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
-        forget_an_unplanned_first_batch(config.spark_checkpoint)
         return writer.start()
 
-    def _run_batch(self, batch: Any, batch_id: int) -> None:
+    def run_batch(self, batch: Any, batch_id: int) -> None:
+        """One micro-batch into every sink (the query's ``foreachBatch`` function)."""
         with self.gate.batch(batch_id):
             self.processor(batch, batch_id)
 

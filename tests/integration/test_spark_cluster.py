@@ -1,0 +1,208 @@
+"""The consumer on a Spark standalone cluster: a master and two workers as JVMs of their own, the
+README's own job submitted with ``spark-submit`` in client mode, the built wheel shipped to
+executors whose Python does not have the project, and one worker lost mid-run. The sinks equal
+an uninterrupted run's (docs/deployment.md)."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+import venv
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spanner_cdc.common.jars import jars
+from spanner_cdc.consumer.config import ConsumerConfig
+from spanner_cdc.consumer.readers import changelog_rows, replica_rows
+from spanner_cdc.stack import EmbeddedStack
+from testkit.consumer_run import (
+    committed_batches,
+    consume_command,
+    consumer_config,
+    run_consumer,
+    unique_prefix,
+)
+from testkit.spark_cluster import SPARK_HOME, spark_cluster, without_python_path
+from testkit.synthetic import ChangeFactory, publish, random_history
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+REPO = Path(__file__).resolve().parents[2]
+#: The archive's name on the executors: unpacked there into a directory of that name.
+SHIPPED = "spanner-cdc"
+
+
+def readme_job() -> str:
+    """The job the README shows under "Your own Spark job", exactly."""
+    section = (REPO / "README.md").read_text().split("## Your own Spark job", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def built_wheel(work: Path) -> Path:
+    """The project's wheel, compiled module included, built from a copy of its tracked files."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, check=True, capture_output=True, text=True
+    ).stdout.split()
+    source = work / "source"
+    for name in listed:
+        if (REPO / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, source / name)
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(work / "dist"),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    return next((work / "dist").glob("spanner_cdc-*.whl"))
+
+
+def python_without_the_project(work: Path) -> Path:
+    """A Python with the project's dependencies and not the project: what executors of a
+    cluster have until the job ships the project to them."""
+    venv.create(work / "executor-python", with_pip=False)
+    python = work / "executor-python" / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    Path(site, "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    probe = subprocess.run(
+        [str(python), "-c", "import pyarrow, fastavro; import spanner_cdc"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=without_python_path(),
+        cwd=work,
+    )
+    assert "No module named 'spanner_cdc'" in probe.stderr, probe.stderr
+    return python
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The wheel as the archive a job ships, and a Python for executors without the project."""
+    work = tmp_path_factory.mktemp("build")
+    wheel = built_wheel(work)
+    archive = wheel.with_suffix(".zip")  # a wheel is a zip; Spark unpacks archives by their suffix
+    shutil.copy(wheel, archive)
+    return archive, python_without_the_project(work)
+
+
+def sinks(config: ConsumerConfig) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    return (
+        replica_rows(config, "Accounts", '"Id", "Balance", "Note", "cdc$commit_micros"'),
+        sorted(changelog_rows(config, "Accounts", '"envelope$uuid", "Id", "change$type"')),
+    )
+
+
+def test_the_readme_job_on_a_cluster_that_loses_a_worker_writes_what_one_process_writes(
+    spark: Any, stack: EmbeddedStack, shipped: tuple[Path, Path], tmp_path: Path
+) -> None:
+    kafka = stack.endpoint("kafka")
+    prefix = unique_prefix("cluster")
+    events = random_history(ChangeFactory(), 3000)
+    publish(kafka, prefix, events + random.Random(7).sample(events, 300))
+    archive, executor_python = shipped
+    job = tmp_path / "job.py"
+    job.write_text(readme_job())
+    submitted = consumer_config(kafka, prefix, tmp_path / "submitted")
+    env = {
+        **os.environ,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PYSPARK_PYTHON": str(executor_python),
+        "SPANNER_CDC_MAX_EVENTS_PER_BATCH": "300",  # many batches: the loss lands inside the run
+    }
+    with spark_cluster(tmp_path / "cluster") as cluster:
+        command = [
+            str(SPARK_HOME / "bin" / "spark-submit"),
+            "--master", cluster.master_url,
+            "--deploy-mode", "client",
+            "--jars", ",".join(map(str, jars("spark"))),
+            "--archives", f"{archive}#{SHIPPED}",
+            "--conf", f"spark.executorEnv.PYTHONPATH={SHIPPED}",
+            "--conf", "spark.executor.memory=1g",
+            "--conf", "spark.sql.shuffle.partitions=2",
+            str(job), kafka, prefix, str(submitted.output_dir),
+        ]  # fmt: skip
+        log = tmp_path / "submitted.log"
+        with log.open("w") as output:
+            process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 300
+            while committed_batches(submitted) < 2:
+                assert process.poll() is None, log.read_text()[-5000:]
+                assert time.monotonic() < deadline, "no two batches committed in 300 s"
+                time.sleep(0.1)
+            cluster.lose_worker(0)
+            assert process.wait(600) == 0, log.read_text()[-5000:]
+        finally:
+            process.kill()
+        executors = [list((tmp_path / "cluster" / f"worker-{n}").glob("app-*")) for n in (0, 1)]
+    assert all(executors), f"not every worker ran an executor: {executors}"
+    assert committed_batches(submitted) > 3, "the loss came after the last batch: nothing tested"
+
+    uninterrupted = consumer_config(kafka, prefix, tmp_path / "uninterrupted")
+    run_consumer(spark, uninterrupted)
+    submitted_replica, submitted_changelog = sinks(submitted)
+    assert submitted_replica == sinks(uninterrupted)[0]
+    assert submitted_changelog == sinks(uninterrupted)[1]
+    assert len(submitted_changelog) == len(events) == len({row[0] for row in submitted_changelog})
+
+
+def test_consume_drives_a_standalone_cluster(
+    stack: EmbeddedStack, shipped: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """``consume --spark-master spark://…`` is the driver; the archive reaches the executors
+    through ``--spark-conf spark.archives``, as docs/deployment.md says."""
+    kafka = stack.endpoint("kafka")
+    prefix = unique_prefix("driven")
+    events = random_history(ChangeFactory(), 1000)
+    publish(kafka, prefix, events)
+    archive, executor_python = shipped
+    config = consumer_config(kafka, prefix, tmp_path / "out")
+    with spark_cluster(tmp_path / "cluster") as cluster:
+        finished = subprocess.run(
+            consume_command(
+                config,
+                "--available-now",
+                "true",
+                "--spark-master",
+                cluster.master_url,
+                "--spark-conf",
+                f"spark.archives={archive}#{SHIPPED}",
+                "--spark-conf",
+                f"spark.executorEnv.PYTHONPATH={SHIPPED}",
+                max_events_per_batch=500,
+            ),
+            env={**os.environ, "PYSPARK_PYTHON": str(executor_python)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        executors = list((tmp_path / "cluster").glob("worker-*/app-*"))
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert executors, "no executor ran on the cluster"
+    changelog = changelog_rows(config, "Accounts", '"envelope$uuid"')
+    assert len(changelog) == len(events) == len(set(changelog))

@@ -14,6 +14,7 @@ from spanner_cdc.common.config import (
     Option,
     boolean,
     choice,
+    file_system_path,
     integer_in,
     on_topic,
     positive_float,
@@ -64,12 +65,15 @@ CONSUME_OPTIONS = (
         "sinks",
         Option(
             "output-dir",
-            "where the changelog, quarantine, DuckDB replica and the replica's staged rows go",
-            Path,
+            "where the changelog, quarantine, DuckDB replica and the replica's staged rows go (a path "
+            "or file:// URI)",
+            file_system_path,
             default="spanner-cdc-data",
         ),
         Option(
-            "checkpoint-dir", "Spark checkpoint and dedupe memory (default: <output-dir>/checkpoint)", Path
+            "checkpoint-dir",
+            "Spark checkpoint and dedupe memory (default: <output-dir>/checkpoint; a path or file:// URI)",
+            file_system_path,
         ),
         Option(
             "sinks", "comma-separated subset of changelog,replica", _sink, repeated=True, default=list(SINKS)

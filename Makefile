@@ -35,9 +35,9 @@ $(JARS_STAMP): $(STAMP) $(wildcard jvm/*/pom.xml) scripts/jars.sh
 	@bash scripts/jars.sh $(JARS)
 	@touch $(JARS_STAMP)
 
-$(BENCH_JARS_STAMP): $(JARS_STAMP) bench/debezium/pom.xml
+$(BENCH_JARS_STAMP): $(JARS_STAMP) bench/debezium/pom.xml bench/spark-avro/pom.xml
 	@mkdir -p $(BENCH_JARS)
-	@bash scripts/jars.sh $(BENCH_JARS) bench/debezium
+	@bash scripts/jars.sh $(BENCH_JARS) bench/debezium bench/spark-avro
 	@touch $(BENCH_JARS_STAMP)
 
 system-deps:

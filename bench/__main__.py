@@ -194,6 +194,8 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
             found.idle_worker_in_batches,
             found.changelog,
             found.changelog_in_batches,
+            found.changelog_in_the_jvm,
+            found.changelog_in_the_jvm_in_batches,
             *found.replicas,
             found.postgres_loaded_by_driver,
             found.changelog_warm,
@@ -221,6 +223,11 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
         f"  changelog: {found.changelog.per_second / idle.per_second:.2f}x the rows handed to idle "
         f"Python workers in the same batches; in the batches alone "
         f"{batches_changelog.per_second / idle_in_batches.per_second:.2f}x (the consumer's own work)"
+    )
+    jvm, jvm_in_batches = found.changelog_in_the_jvm, found.changelog_in_the_jvm_in_batches
+    print(
+        f"  changelog: {found.changelog.per_second / jvm.per_second:.2f}x the same events decoded in "
+        f"the JVM; in the batches alone {batches_changelog.per_second / jvm_in_batches.per_second:.2f}x"
     )
     for figure, baseline, target in (
         (found.changelog, raw, CHANGELOG_TARGET_EVENTS_PER_SECOND),

@@ -10,7 +10,9 @@ duplicates) is consumed by separate Trigger.AvailableNow queries:
   handed by the JVM to a Python worker per task that does nothing with the rows and yields an
   empty outline (``mapInArrow``, as the consumer's tasks get them) — what Spark costs before
   the project's own work;
-- changelog: decode, dedupe, order, Parquet;
+- changelog: decode, dedupe, order, Parquet; and the same events written as a changelog by
+  Spark alone (``decoded_in_the_jvm``: ``from_avro``, ``dropDuplicates``, Spark's Parquet), the
+  other design's cost;
 - replica DuckDB / replica PostgreSQL: decode, dedupe, order, merge — each with whole
   transactions (the default: hold what the watermarks have not passed) and without;
 - growth: the changelog again on a ``local[1]`` session (the rest run on ``local[2]``), the
@@ -61,6 +63,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from bench.cpus import pinned
+from bench.jars import bench_jars
 from bench.memory import PeakRss
 from bench.producer import Figure
 from spanner_cdc.consumer.config import ConsumerConfig
@@ -76,11 +79,14 @@ from testkit.consumer_run import consumer_config, fresh_postgres_database, uniqu
 from testkit.synthetic import ChangeFactory, publish, random_history, wide_table
 
 WATERMARK_EVERY = 5_000
+#: The single-object header's fingerprint: its last 8 bytes.
+FINGERPRINT_BYTES = 8
 #: Changes the warm-up consumer reads (on topics of their own) before anything is timed: sent
 #: twice, 12,000 messages, so that the Python workers of both cores start before a figure is
 #: timed.
 WARM_UP_CHANGES = 6_000
 CHANGELOG = "changelog (decode, dedupe, order, Parquet)"
+JVM_CHANGELOG = "changelog decoded in the JVM (from_avro, dropDuplicates, Spark's Parquet; no gate)"
 #: The wide table's shape: a real table's columns, where per-column costs show (the fold sorted
 #: once per value column), which the two of the main table hide.
 WIDE_VALUE_COLUMNS = 30
@@ -100,6 +106,9 @@ class ConsumerFigures:
     idle_worker_in_batches: Figure
     changelog: Figure
     changelog_in_batches: Figure
+    #: The same events written by Spark alone (decoded_in_the_jvm): the other design's cost.
+    changelog_in_the_jvm: Figure
+    changelog_in_the_jvm_in_batches: Figure
     #: DuckDB then PostgreSQL, each with whole transactions and then without.
     replicas: list[Figure]
     #: PostgreSQL with whole transactions, its stage rows loaded by the driver (--postgres-staging
@@ -142,6 +151,32 @@ def through_idle_worker(batch: Any) -> None:
         yield pa.RecordBatch.from_pylist([], schema=OUTLINE_SCHEMA)
 
     batch.select(*DECODE_COLUMNS).mapInArrow(idle, from_arrow_schema(OUTLINE_SCHEMA)).toArrow()
+
+
+def decoded_in_the_jvm(writer: WriterSchema, out: Path) -> Callable[[Any], None]:
+    """A batch written as a changelog by Spark alone, to compare designs: ``from_avro`` (Spark's
+    Avro data source) on the body after the single-object header of the one writer schema the
+    bench publishes, the envelope's columns, duplicates dropped by uuid, each task's rows in
+    ``sort_keys`` order, Spark's Parquet writer. It has none of the gate's rules, no memory of
+    uuids across batches, no watermarks and one writer schema: what decoding in the JVM would
+    cost, not a consumer."""
+    from pyspark.sql import functions as F  # noqa: N812 - PySpark's own spelling
+    from pyspark.sql.avro.functions import from_avro
+
+    def write(batch: Any) -> None:
+        fingerprint = F.substring("value", len(writer.header) - FINGERPRINT_BYTES + 1, FINGERPRINT_BYTES)
+        body = F.expr(f"substring(value, {HEADER_LENGTH + 1})")
+        (
+            batch.where(fingerprint == F.lit(writer.header[-FINGERPRINT_BYTES:]))
+            .select(from_avro(body, writer.schema_json).alias("event"))
+            .select("event.*")
+            .dropDuplicates(["uuid"])
+            .sortWithinPartitions("sort_keys")
+            .write.mode("append")
+            .parquet(str(out))
+        )
+
+    return write
 
 
 def raw_read(
@@ -363,7 +398,9 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
         raw_read(spark, base, work / f"{name}-raw", into_noop)
         consumed(f"{name}-consumer", warm_prefix, sinks=("changelog", "replica"))
 
-    spark = spark_session("local[2]", "spanner-cdc-bench", log_dir=logs)
+    writer = WriterSchema.from_schema(random_history(ChangeFactory(), 1)[0].table.event_schema)
+    avro = {"spark.jars": ",".join(map(str, bench_jars("spark-avro")))}
+    spark = spark_session("local[2]", "spanner-cdc-bench", avro, log_dir=logs)
     try:
         warm_up("warm-up")
         raw_executors, raw_in_batches = timed_with_batches(
@@ -380,6 +417,16 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
         )
         changelog, changelog_in_batches = timed_with_batches(
             CHANGELOG, lambda: consumed_query("changelog", sinks=("changelog",))
+        )
+        in_the_jvm, in_the_jvm_in_batches = timed_with_batches(
+            JVM_CHANGELOG,
+            lambda: raw_read(
+                spark,
+                base,
+                work / "jvm",
+                decoded_in_the_jvm(writer, work / "jvm-changelog"),
+                consumer_batches=True,
+            ),
         )
         replicas, loaded_by_driver = replica_figures(consumed, postgres_dsn)
         wide_raw, wide_replicas = wide_figures(
@@ -412,6 +459,8 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
         idle_worker_in_batches,
         changelog,
         changelog_in_batches,
+        in_the_jvm,
+        in_the_jvm_in_batches,
         replicas,
         loaded_by_driver,
         one_core,

@@ -34,8 +34,9 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
+from bench.jars import bench_jars
 from bench.producer import Figure, percentile
-from spanner_cdc.common.jars import jars_root, java_binary, log4j2_to_file
+from spanner_cdc.common.jars import java_binary, log4j2_to_file
 from spanner_cdc.schemas.timestamps import format_timestamp_micros, micros_from_datetime
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.services import EMULATOR_PROJECT
@@ -68,13 +69,6 @@ class PeerFigures:
     debezium_backlog_steady: Figure
     #: (name, p50 ms, p99 ms, changes) of each system's commit → arrival.
     latencies: list[tuple[str, float, float, int]]
-
-
-def debezium_jars() -> list[Path]:
-    found = sorted((jars_root().parent / "bench-jars" / "debezium").glob("*.jar"))
-    if not found:
-        raise RuntimeError("no Debezium jars: run make bench (it resolves bench/debezium/pom.xml)")
-    return found
 
 
 def write_rows(database: Any, first: int, count: int) -> int:
@@ -194,7 +188,7 @@ def debezium(target: Target) -> tuple[list[str], str]:
         settings["gcp.spanner.end.time"] = format_timestamp_micros(end)
     connector.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
     log4j = log4j2_to_file(work / "log4j2.properties", work / "connect.log")
-    classpath = ":".join(str(jar) for jar in debezium_jars())
+    classpath = ":".join(str(jar) for jar in bench_jars("debezium"))
     command = [java_binary(), "-Xmx1g", log4j, "-cp", classpath,
                "org.apache.kafka.connect.cli.ConnectStandalone", str(worker), str(connector)]  # fmt: skip
     return command, f"^{re.escape(name)}\\.Accounts$"

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 import uuid
+import warnings
 
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
@@ -113,4 +114,11 @@ def test_a_fenced_writer_names_the_fence_even_when_a_produce_learns_of_it_first(
             time.sleep(0.05)  # not a poll: the fence must surface through produce
         return "never refused"
 
-    assert "another producer took over this topic prefix" in asyncio.run(scenario())
+    try:
+        said = asyncio.run(scenario())
+    finally:  # not left retrying the broker after the test stack stops
+        second.producer.close()
+        with warnings.catch_warnings():  # the fenced one cannot abort its transaction: the point
+            warnings.simplefilter("ignore", RuntimeWarning)
+            first.producer.close()
+    assert "another producer took over this topic prefix" in said

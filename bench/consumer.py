@@ -79,8 +79,6 @@ from testkit.consumer_run import consumer_config, fresh_postgres_database, uniqu
 from testkit.synthetic import ChangeFactory, publish, random_history, wide_table
 
 WATERMARK_EVERY = 5_000
-#: The single-object header's fingerprint: its last 8 bytes.
-FINGERPRINT_BYTES = 8
 #: Changes the warm-up consumer reads (on topics of their own) before anything is timed: sent
 #: twice, 12,000 messages, so that the Python workers of both cores start before a figure is
 #: timed.
@@ -164,10 +162,10 @@ def decoded_in_the_jvm(writer: WriterSchema, out: Path) -> Callable[[Any], None]
     from pyspark.sql.avro.functions import from_avro
 
     def write(batch: Any) -> None:
-        fingerprint = F.substring("value", len(writer.header) - FINGERPRINT_BYTES + 1, FINGERPRINT_BYTES)
+        header = F.substring("value", 1, HEADER_LENGTH)
         body = F.expr(f"substring(value, {HEADER_LENGTH + 1})")
         (
-            batch.where(fingerprint == F.lit(writer.header[-FINGERPRINT_BYTES:]))
+            batch.where(header == F.lit(writer.header))
             .select(from_avro(body, writer.schema_json).alias("event"))
             .select("event.*")
             .dropDuplicates(["uuid"])

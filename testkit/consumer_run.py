@@ -14,6 +14,7 @@ from psycopg.conninfo import make_conninfo
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.main import ConsumerJob, drain
 from spanner_cdc.consumer.metrics import ConsumerMetrics
+from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit
 from spanner_cdc.consumer.spark.graceful_stop import StopRequest
 
@@ -93,3 +94,12 @@ def consume_command(config: ConsumerConfig, *extra: str, max_events_per_batch: i
         "--no-spark-ui",
         *extra,
     ]
+
+
+def account_sinks(config: ConsumerConfig) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """What ``config``'s sinks hold of the synthetic ``Accounts`` table: the replica's rows, and
+    the changelog's uuid, key and change type, sorted (its files' order is not its content)."""
+    return (
+        replica_rows(config, "Accounts", '"Id", "Balance", "Note", "cdc$commit_micros"'),
+        sorted(changelog_rows(config, "Accounts", '"envelope$uuid", "Id", "change$type"')),
+    )

@@ -9,7 +9,7 @@ every sink exactly once, whole transactions in the replica — through :class:`C
 
     spark = SparkSession.builder.appName("bank-cdc").getOrCreate()
     with ChangeConsumer.open(kafka_bootstrap="kafka:9092", topic_prefix="bank",
-                             output_dir="/shared/cdc", available_now=True) as cdc:
+                             output_dir="/shared/cdc") as cdc:
         query = (cdc.read_stream(spark).writeStream
                  .foreachBatch(cdc.apply)
                  .option("checkpointLocation", cdc.checkpoint_location)

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from spanner_cdc.consumer.config import ConsumerConfig
-from spanner_cdc.consumer.readers import changelog_rows, replica_rows
+from spanner_cdc.consumer.readers import changelog_rows
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import (
+    account_sinks,
     committed_batches,
     consume_command,
     consumer_config,
@@ -31,13 +32,6 @@ from tests.support.screen import foreign_lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 KILLS = 3
-
-
-def sinks(config: ConsumerConfig) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    return (
-        replica_rows(config, "Accounts", '"Id", "Balance", "Note", "cdc$commit_micros"'),
-        changelog_rows(config, "Accounts", '"envelope$uuid", "Id", "change$type"'),
-    )
 
 
 def wait_for_a_commit(
@@ -92,8 +86,8 @@ def test_killed_consumer_restarts_to_the_same_sinks_as_an_uninterrupted_run(
     uninterrupted = consumer_config(kafka, prefix, tmp_path / "uninterrupted")
     run_consumer(spark, uninterrupted)
 
-    killed_replica, killed_changelog = sinks(killed)
-    clean_replica, clean_changelog = sinks(uninterrupted)
+    killed_replica, killed_changelog = account_sinks(killed)
+    clean_replica, clean_changelog = account_sinks(uninterrupted)
     assert killed_replica == clean_replica
     assert sorted(killed_changelog) == sorted(clean_changelog)
     assert len(clean_changelog) == len(events) == len({row[0] for row in clean_changelog})

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from spanner_cdc.common.jars import jars
-from spanner_cdc.consumer.config import ConsumerConfig
-from spanner_cdc.consumer.readers import changelog_rows, replica_rows
+from spanner_cdc.consumer.readers import changelog_rows
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import (
+    account_sinks,
     committed_batches,
     consume_command,
     consumer_config,
@@ -109,13 +109,6 @@ def shipped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return archive, python_without_the_project(work)
 
 
-def sinks(config: ConsumerConfig) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    return (
-        replica_rows(config, "Accounts", '"Id", "Balance", "Note", "cdc$commit_micros"'),
-        sorted(changelog_rows(config, "Accounts", '"envelope$uuid", "Id", "change$type"')),
-    )
-
-
 def test_the_readme_job_on_a_cluster_that_loses_a_worker_writes_what_one_process_writes(
     spark: Any, stack: EmbeddedStack, shipped: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -164,9 +157,9 @@ def test_the_readme_job_on_a_cluster_that_loses_a_worker_writes_what_one_process
 
     uninterrupted = consumer_config(kafka, prefix, tmp_path / "uninterrupted")
     run_consumer(spark, uninterrupted)
-    submitted_replica, submitted_changelog = sinks(submitted)
-    assert submitted_replica == sinks(uninterrupted)[0]
-    assert submitted_changelog == sinks(uninterrupted)[1]
+    submitted_replica, submitted_changelog = account_sinks(submitted)
+    assert submitted_replica == account_sinks(uninterrupted)[0]
+    assert submitted_changelog == account_sinks(uninterrupted)[1]
     assert len(submitted_changelog) == len(events) == len({row[0] for row in submitted_changelog})
 
 

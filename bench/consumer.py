@@ -324,7 +324,7 @@ def wide_figures(
     (``consumed``: a directory name, the topics' prefix and the consumer's settings)."""
     raw = timed(
         f"raw read on the executors, {WIDE_NAME}",
-        lambda: raw_read(spark, wide, wide.output_dir.parent / "wide-raw", into_noop).events,
+        lambda: raw_read(spark, wide, Path(wide.output_dir).parent / "wide-raw", into_noop).events,
     )
     replicas = [
         timed(

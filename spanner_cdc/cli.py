@@ -19,7 +19,7 @@ from typing import Any
 
 from spanner_cdc.common.config import ConfigError, add_options, integer_in, resolve
 from spanner_cdc.common.logs import configure as configure_logging
-from spanner_cdc.consumer.config import CONSUME_OPTIONS, ConsumerConfig, require_postgres_dsn
+from spanner_cdc.consumer.config import CONSUME_OPTIONS, ConsumerConfig, duckdb_file, require_postgres_dsn
 from spanner_cdc.demo import DEFAULT_TRANSFERS_PER_SECOND
 from spanner_cdc.errors import EXIT_FAILURE, EXIT_USAGE, SpannerCdcError
 from spanner_cdc.producer.config import PRODUCE_OPTIONS, ProducerConfig
@@ -28,7 +28,9 @@ from spanner_cdc.stack import SERVICES, EmbeddedStack, ServiceError, stop_on_sig
 
 #: The consumer's own declarations of where the replica is (stream, changes, replica status).
 REPLICA_OPTIONS = tuple(
-    option for option in CONSUME_OPTIONS if option.name in ("replica", "output-dir", "postgres-dsn")
+    option
+    for option in CONSUME_OPTIONS
+    if option.name in ("replica", "output-dir", "local-dir", "postgres-dsn")
 )
 #: The producer's own declarations of where the database is.
 DEMO_DATABASE_OPTIONS = tuple(
@@ -271,7 +273,11 @@ def _run_on_replica(args: argparse.Namespace) -> int:
     values = resolve(args, REPLICA_OPTIONS, "consume")
     require_postgres_dsn(values["replica"], values["postgres_dsn"])
     replica = StreamReplica(
-        open_backend(values["replica"], values["output_dir"] / "replica.duckdb", values["postgres_dsn"])
+        open_backend(
+            values["replica"],
+            duckdb_file(values["output_dir"], values["local_dir"]),
+            values["postgres_dsn"],
+        )
     )
     try:
         if args.command == "replica":

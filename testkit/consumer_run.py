@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +13,13 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from spanner_cdc.consumer.config import ConsumerConfig
+from spanner_cdc.consumer.locations import ConsumerLocations, Location
 from spanner_cdc.consumer.main import ConsumerJob, drain
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit
 from spanner_cdc.consumer.spark.graceful_stop import StopRequest
+from spanner_cdc.consumer.spark.session import session_hadoop_settings
 
 REPLICAS = ("duckdb", "postgres")
 #: The ``configure`` fixture: keyword overrides → a consumer configuration for this test.
@@ -38,7 +41,7 @@ def fresh_postgres_database(dsn: str) -> str:
 def consumer_config(
     kafka: str,
     prefix: str,
-    output: Path,
+    output: Path | str,
     replica: str = "duckdb",
     postgres_dsn: str | None = None,
     **overrides: Any,
@@ -46,8 +49,7 @@ def consumer_config(
     options: dict[str, Any] = {
         "kafka_bootstrap": kafka,
         "topic_prefix": prefix,
-        "output_dir": output,
-        "checkpoint_dir": output / "checkpoint",
+        "output_dir": str(output),
         "available_now": True,
         "replica": replica,
         "postgres_dsn": postgres_dsn,
@@ -60,7 +62,7 @@ def run_consumer(
 ) -> ConsumerMetrics:
     """Process everything in Kafka now (Trigger.AvailableNow), then release the sinks; the
     run's metrics."""
-    job = ConsumerJob.open(config, on_replica_commit)
+    job = ConsumerJob.open(config, on_replica_commit, hadoop=session_hadoop_settings(spark))
     try:
         drain(job, spark, StopRequest())
     finally:
@@ -68,9 +70,25 @@ def run_consumer(
     return job.processor.metrics
 
 
+def on_disk(config: ConsumerConfig) -> DiskLocations:
+    """Where a test's consumer keeps its files, as paths (a test's locations are on the disk
+    unless it is about an object store)."""
+    return DiskLocations(ConsumerLocations.of(config))
+
+
+@dataclass(frozen=True)
+class DiskLocations:
+    locations: ConsumerLocations
+
+    def __getattr__(self, name: str) -> Path:
+        location = getattr(self.locations, name)
+        assert isinstance(location, Location) and location.is_local, name
+        return Path(location.path)
+
+
 def committed_batches(config: ConsumerConfig) -> int:
     """How many micro-batches Spark has committed in ``config``'s checkpoint."""
-    return len(list((config.spark_checkpoint / "commits").glob("[0-9]*")))
+    return len((ConsumerLocations.of(config).spark_checkpoint / "commits").files("[0-9]*"))
 
 
 def consume_command(config: ConsumerConfig, *extra: str, max_events_per_batch: int = 150) -> list[str]:
@@ -87,6 +105,13 @@ def consume_command(config: ConsumerConfig, *extra: str, max_events_per_batch: i
         config.topic_prefix,
         "--output-dir",
         str(config.output_dir),
+        *(["--checkpoint-dir", config.checkpoint_dir] if config.checkpoint_dir else []),
+        *(["--local-dir", str(config.local_dir)] if config.local_dir else []),
+        *[
+            argument
+            for key, value in config.spark_conf.items()
+            for argument in ("--spark-conf", f"{key}={value}")
+        ],
         "--max-events-per-batch",
         str(max_events_per_batch),
         "--trigger-seconds",

@@ -19,6 +19,7 @@ from testkit.consumer_run import (
     fresh_postgres_database,
     unique_prefix,
 )
+from tests.support.object_store import ObjectStore, object_store_server
 from tests.support.spark_class_archive import OPTIONS_VARIABLE, ArchiveRecording, with_options
 
 #: The xdist group of every test that uses the run's Spark session (the ``spark`` fixture); xdist
@@ -65,6 +66,13 @@ def stack() -> Iterator[EmbeddedStack]:
             yield started
         finally:
             started.stop()
+
+
+@pytest.fixture(scope="session")
+def object_store() -> Iterator[ObjectStore]:
+    """An S3-compatible server on 127.0.0.1 (tests/support/object_store.py), one per test run."""
+    with object_store_server() as store:
+        yield store
 
 
 @pytest.fixture(scope="session")

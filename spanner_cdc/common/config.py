@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import tomllib
-import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -232,26 +230,6 @@ def boolean(text: str) -> bool:
     if lowered in {"0", "false", "no", "off"}:
         return False
     raise ValueError("expected true or false")
-
-
-#: ``scheme://`` at the start of a location: a URI rather than a path.
-_URI_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-
-
-def file_system_path(text: str) -> Path:
-    """A directory on a file system the driver and the executors share: a path, or a
-    ``file://`` URI. Other URIs (``s3a://``, ``gs://``, ``abfss://``, ``hdfs://``) are refused
-    in one line: taken as a path, ``s3a://bucket/x`` would silently be a local directory named
-    ``s3a:``."""
-    scheme = _URI_SCHEME.match(text)
-    if scheme is None:
-        return Path(text)
-    if scheme.group(1).lower() == "file":
-        return Path(urllib.parse.unquote(urllib.parse.urlparse(text).path))
-    raise ValueError(
-        f"{scheme.group(1)}:// locations are not supported yet: give a path on a file system the "
-        "driver and every executor mount (docs/deployment.md)"
-    )
 
 
 def key_value(text: str) -> tuple[str, str]:

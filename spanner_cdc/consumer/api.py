@@ -29,8 +29,10 @@ from typing import Any
 
 from spanner_cdc.common.config import ConfigError, resolve
 from spanner_cdc.consumer.config import CONSUME_OPTIONS, ConsumerConfig
+from spanner_cdc.consumer.locations import hadoop_settings
 from spanner_cdc.consumer.main import ConsumerJob
 from spanner_cdc.consumer.query_rates import QueryRates
+from spanner_cdc.consumer.spark.session import session_hadoop_settings
 from spanner_cdc.errors import SpannerCdcError
 
 __all__ = ["ChangeConsumer", "ConfigError", "SpannerCdcError"]
@@ -61,6 +63,18 @@ def _as_given(repeated: bool, value: Any) -> Any:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def active_session_hadoop_settings(config: ConsumerConfig) -> dict[str, str] | None:
+    """The Hadoop settings the job's query will run with: its active session's (what
+    ``spark-submit --conf spark.hadoop.…`` and ``core-site.xml`` set), ``spark_conf``'s
+    ``spark.hadoop.*`` over them; None without an active session (``spark_conf``'s alone)."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is None:
+        return None
+    return {**session_hadoop_settings(session), **hadoop_settings(config.spark_conf)}
+
+
 class ChangeConsumer:
     """The project's topics read by the job's own streaming query, applied to the sinks.
 
@@ -80,14 +94,14 @@ class ChangeConsumer:
         serves the metrics and the status page from the driver. Raises :class:`ConfigError` for
         a bad option, :class:`SpannerCdcError` for a service that does not answer."""
         config = consumer_config(options)
-        job = ConsumerJob.open(config)
+        job = ConsumerJob.open(config, hadoop=active_session_hadoop_settings(config))
         job.processor.metrics.serve(config.metrics_port, config.metrics_host)
         return cls(job)
 
     @property
     def checkpoint_location(self) -> str:
         """The query's ``checkpointLocation``: Spark's own checkpoint inside ``checkpoint_dir``."""
-        return str(self._job.config.spark_checkpoint)
+        return self._job.locations.spark_checkpoint.uri
 
     def read_stream(self, spark: Any) -> Any:
         """A streaming DataFrame of the prefix's event topics: Spark's Kafka source with the

@@ -23,12 +23,10 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-import shutil
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -52,6 +50,7 @@ from spanner_cdc.consumer.decode.outline_rows import (
 )
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import BadMessageError, ChangelogShortfallError
+from spanner_cdc.consumer.locations import Location
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
@@ -155,7 +154,7 @@ class Staging:
     """Where an outlining job's tasks stage what they write besides the outline (None: nothing)."""
 
     changelog: ChangelogSink | None = None
-    quarantine: Path | None = None
+    quarantine: Location | None = None
     replica: ReplicaStaging | None = None
     #: The events' Kafka messages beside their replica stage rows: what the consistent cut holds.
     replica_messages: bool = True
@@ -167,7 +166,7 @@ class Staging:
         if self.changelog is not None:
             self.changelog.clear()
         if self.quarantine is not None:
-            shutil.rmtree(self.quarantine, ignore_errors=True)
+            self.quarantine.delete_tree()
         if self.replica is not None:
             self.replica.clear()
 
@@ -324,8 +323,9 @@ class BatchProcessor:
         staged = changelog.staging(batch_id)
         files = staged.files()
         if duplicates.num_rows and files:
-            listed = rows.sparkSession.createDataFrame([(str(file),) for file in files], "file string")
-            listed.mapInArrow(drop_from_staged(duplicates), listed.schema).collect()
+            names = [(file.relative_to(staged.root),) for file in files]
+            listed = rows.sparkSession.createDataFrame(names, "file string")
+            listed.mapInArrow(drop_from_staged(staged.root, duplicates), listed.schema).collect()
         check_written(batch_id, kept, staged.rows_per_table())
         changelog.publish(staged)
 

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from spanner_cdc.common.config import (
     CONNECT_TIMEOUT_SECONDS,
@@ -14,7 +15,6 @@ from spanner_cdc.common.config import (
     Option,
     boolean,
     choice,
-    file_system_path,
     integer_in,
     on_topic,
     positive_float,
@@ -24,6 +24,50 @@ from spanner_cdc.common.schema_registry import REGISTRY_OPTIONS
 from spanner_cdc.schemas.topics import Topics
 
 SINKS = ("changelog", "replica")
+#: The URI schemes a location may have besides a plain path: ``file://`` (a path) and Hadoop's
+#: S3A connector's ``s3a://`` (consumer.locations).
+LOCAL_SCHEME = "file"
+OBJECT_STORE_SCHEME = "s3a"
+#: ``scheme://`` at the start of a location: a URI rather than a path.
+_URI_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+#: The driver's own directory when ``--output-dir`` is not a path and ``--local-dir`` is not given.
+DEFAULT_LOCAL_DIR = "spanner-cdc-local"
+
+
+def uri_scheme(text: str) -> str | None:
+    """The scheme of a location given as a URI, lower-cased; None for a plain path."""
+    found = _URI_SCHEME.match(text)
+    return None if found is None else found.group(1).lower()
+
+
+def location(text: str) -> str:
+    """A directory the driver and the executors share: a path, a ``file://`` URI or an
+    ``s3a://bucket/path`` URI. Other URIs (``gs://``, ``abfss://``, ``hdfs://``, ``s3://``) are
+    refused in one line: taken as a path, ``gs://bucket/x`` would silently be a local directory
+    named ``gs:``."""
+    scheme = uri_scheme(text)
+    if scheme is None or scheme == LOCAL_SCHEME:
+        return text
+    if scheme == OBJECT_STORE_SCHEME:
+        if not urlsplit(text).netloc:
+            raise ValueError("an s3a:// location names its bucket: s3a://BUCKET/PATH")
+        return text
+    raise ValueError(
+        f"{scheme}:// locations are not supported: give a path every node mounts, a file:// URI or an "
+        "s3a:// URI (docs/deployment.md)"
+    )
+
+
+def local_path(text: str) -> Path:
+    """A directory on the driver's own disk: a path or a ``file://`` URI."""
+    scheme = uri_scheme(text)
+    if scheme == LOCAL_SCHEME:
+        return Path(unquote(urlsplit(text).path))
+    if scheme is not None:
+        raise ValueError("a directory on the driver's disk: a path or a file:// URI")
+    return Path(text)
+
+
 _TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)?\Z")
 
 
@@ -65,22 +109,30 @@ CONSUME_OPTIONS = (
         "sinks",
         Option(
             "output-dir",
-            "where the changelog, quarantine, DuckDB replica and the replica's staged rows go (a path "
-            "or file:// URI)",
-            file_system_path,
+            "where the changelog, quarantine and the replica's staged rows go (a path, file:// or "
+            "s3a:// URI)",
+            location,
             default="spanner-cdc-data",
         ),
         Option(
             "checkpoint-dir",
-            "Spark checkpoint and dedupe memory (default: <output-dir>/checkpoint; a path or file:// URI)",
-            file_system_path,
+            "Spark checkpoint, dedupe memory and schema cache (default: <output-dir>/checkpoint; a path, "
+            "file:// or s3a:// URI)",
+            location,
+        ),
+        Option(
+            "local-dir",
+            "the driver's own directory: the DuckDB replica's file, Spark's logs and the dedupe memory's "
+            "working copy (default: "
+            f"--output-dir when it is a path, else {DEFAULT_LOCAL_DIR})",
+            local_path,
         ),
         Option(
             "sinks", "comma-separated subset of changelog,replica", _sink, repeated=True, default=list(SINKS)
         ),
         Option(
             "replica",
-            "duckdb (a file in --output-dir) or postgres",
+            "duckdb (replica.duckdb in --local-dir) or postgres",
             choice("duckdb", "postgres"),
             default="duckdb",
         ),
@@ -215,6 +267,20 @@ def _jaas_quoted(text: str) -> str:
     return f'"{escaped}"'
 
 
+def local_directory(output_dir: str, local_dir: Path | None) -> Path:
+    """``--local-dir``; by default ``--output-dir`` when that is on the driver's disk."""
+    if local_dir is not None:
+        return local_dir
+    if uri_scheme(output_dir) in (None, LOCAL_SCHEME):
+        return local_path(output_dir)
+    return Path(DEFAULT_LOCAL_DIR)
+
+
+def duckdb_file(output_dir: str, local_dir: Path | None) -> Path:
+    """The DuckDB replica's file: ``replica.duckdb`` in the driver's local directory."""
+    return local_directory(output_dir, local_dir) / "replica.duckdb"
+
+
 def require_postgres_dsn(replica: str, postgres_dsn: str | None) -> None:
     """A PostgreSQL replica is named by its connection string (consume and the stream commands)."""
     if replica == "postgres" and not postgres_dsn:
@@ -225,8 +291,9 @@ def require_postgres_dsn(replica: str, postgres_dsn: str | None) -> None:
 class ConsumerConfig:
     kafka_bootstrap: str
     topic_prefix: str
-    output_dir: Path
-    checkpoint_dir: Path
+    output_dir: str
+    checkpoint_dir: str | None = None
+    local_dir: Path | None = None
     kafka_config: dict[str, str] = field(default_factory=dict)
     schema_registry_url: str | None = None
     schema_registry_config: dict[str, str] = field(default_factory=dict)
@@ -293,27 +360,17 @@ class ConsumerConfig:
         return {**settings, **self.source_option}
 
     @property
-    def spark_checkpoint(self) -> Path:
-        """Spark's own checkpoint (offsets, commits, the query id) inside ``checkpoint_dir``."""
-        return self.checkpoint_dir / "spark"
+    def checkpoint_location(self) -> str:
+        """``--checkpoint-dir``, by default ``checkpoint`` inside ``--output-dir``."""
+        return self.checkpoint_dir or f"{self.output_dir.rstrip('/')}/checkpoint"
 
     @property
-    def changelog_dir(self) -> Path:
-        return self.output_dir / "changelog"
-
-    @property
-    def quarantine_dir(self) -> Path:
-        return self.output_dir / "quarantine"
-
-    @property
-    def replica_staging_dir(self) -> Path:
-        """Where the tasks stage each batch's replica rows for the driver (on a cluster: a
-        directory the executors and the driver share, as for the changelog)."""
-        return self.output_dir / "replica-staging"
+    def local_directory(self) -> Path:
+        return local_directory(self.output_dir, self.local_dir)
 
     @property
     def duckdb_path(self) -> Path:
-        return self.output_dir / "replica.duckdb"
+        return duckdb_file(self.output_dir, self.local_dir)
 
     @property
     def topics(self) -> Topics:
@@ -333,11 +390,9 @@ class ConsumerConfig:
     @classmethod
     def from_options(cls, values: dict[str, Any]) -> ConsumerConfig:
         """From :func:`spanner_cdc.config.resolve` output for CONSUME_OPTIONS."""
-        output = values["output_dir"]
         return cls(
             **{
                 **values,
-                "checkpoint_dir": values["checkpoint_dir"] or output / "checkpoint",
                 "kafka_config": dict(values["kafka_config"]),
                 "schema_registry_config": dict(values["schema_registry_config"]),
                 "tables": tuple(values["tables"]),

@@ -5,9 +5,8 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException
@@ -19,6 +18,7 @@ from spanner_cdc.consumer.decode.driver import BatchDecoder, BrokerPartitions, p
 from spanner_cdc.consumer.decode.schema_topic import SchemaTopic
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import ConsumerError
+from spanner_cdc.consumer.locations import ConsumerLocations, Location
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.query_rates import QueryRates
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
@@ -67,24 +67,21 @@ def check_kafka(config: ConsumerConfig) -> None:
             )
 
 
-def forget_an_unplanned_first_batch(checkpoint: Path) -> None:
+def forget_an_unplanned_first_batch(checkpoint: Location) -> None:
     """Spark refuses to start a query whose checkpoint has no planned batch yet holds files in
     ``offsets/`` or ``commits/`` (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``, on every start
     after). A consumer killed while Spark wrote its first offsets leaves exactly that: the
     write's temporary file (``.0.<uuid>.tmp``) or checksum, and no ``0``. No batch was planned,
     so nothing can be lost by removing them; a checkpoint with a planned batch is not touched."""
-    logs = [checkpoint / "offsets", checkpoint / "commits"]
-    if any(entry.name.isdigit() for log_dir in logs if log_dir.is_dir() for entry in log_dir.iterdir()):
+    entries = [entry for log_dir in ("offsets", "commits") for entry in (checkpoint / log_dir).files()]
+    if any(entry.name.isdigit() for entry in entries):
         return
-    leftovers = [
-        entry for log_dir in logs if log_dir.is_dir() for entry in log_dir.iterdir() if entry.is_file()
-    ]
-    for leftover in leftovers:
-        leftover.unlink()
-    if leftovers:
+    for leftover in entries:
+        leftover.delete()
+    if entries:
         log.info(
             "removed %d file(s) Spark left in %s planning its first batch (the consumer was killed then)",
-            len(leftovers),
+            len(entries),
             checkpoint,
         )
 
@@ -104,16 +101,23 @@ class ConsumerJob:
     """Everything one running consumer holds; :meth:`close` releases it."""
 
     config: ConsumerConfig
+    locations: ConsumerLocations
     processor: BatchProcessor
     backend: SqlBackend | None
     gate: BatchGate = field(default_factory=BatchGate)
 
     @classmethod
     def open(
-        cls, config: ConsumerConfig, on_replica_commit: Callable[[ReplicaCommit], None] | None = None
+        cls,
+        config: ConsumerConfig,
+        on_replica_commit: Callable[[ReplicaCommit], None] | None = None,
+        hadoop: Mapping[str, str] | None = None,
     ) -> ConsumerJob:
-        """Connect everything; ``on_replica_commit`` is called after every committed replica batch."""
+        """Connect everything; ``on_replica_commit`` is called after every committed replica
+        batch. ``hadoop``: the Hadoop settings of the session the query runs in, which reach
+        the object store (default: those among ``--spark-conf``)."""
         check_kafka(config)
+        locations = ConsumerLocations.of(config, hadoop)
         registry = open_registry(config)
         backend = (
             open_backend(config.replica, config.duckdb_path, config.postgres_dsn)
@@ -124,7 +128,7 @@ class ConsumerJob:
             SchemaTopic(
                 config.client_config,
                 config.topic_prefix,
-                config.checkpoint_dir / "schemas",
+                locations.schemas,
                 config.max_writer_schemas,
             ),
             config.topics,
@@ -154,8 +158,8 @@ class ConsumerJob:
             replica = ReplicaSink(
                 merge,
                 metrics,
-                config.spark_checkpoint,
-                config.replica_staging_dir,
+                locations.spark_checkpoint,
+                locations.replica_staging,
                 cut,
                 on_replica_commit,
                 tasks_load_with=config.postgres_dsn if tasks_load else None,
@@ -165,22 +169,24 @@ class ConsumerJob:
         processor = BatchProcessor(
             decoder=decoder,
             delivered=DeliveredChanges(
-                config.checkpoint_dir / "dedupe", config.dedupe_horizon_seconds * MICROS_PER_SECOND
+                locations.dedupe,
+                config.dedupe_horizon_seconds * MICROS_PER_SECOND,
+                locations.local,
             ),
-            changelog=ChangelogSink(config.changelog_dir) if "changelog" in config.sinks else None,
+            changelog=ChangelogSink(locations.changelog) if "changelog" in config.sinks else None,
             replica=replica,
-            quarantine=QuarantineSink(config.quarantine_dir),
+            quarantine=QuarantineSink(locations.quarantine),
             fail_on_bad_message=config.on_bad_message == "fail",
             metrics=metrics,
             data_loss=None
             if config.fail_on_data_loss
-            else DataLossCounter(config.spark_checkpoint, config.client_config),
+            else DataLossCounter(locations.spark_checkpoint, config.client_config),
         )
-        return cls(config, processor, backend)
+        return cls(config, locations, processor, backend)
 
     def read_stream(self, spark: Any) -> Any:
         """The streaming DataFrame of the subscribed topics, from Spark's Kafka source."""
-        forget_an_unplanned_first_batch(self.config.spark_checkpoint)
+        forget_an_unplanned_first_batch(self.locations.spark_checkpoint)
         return spark.readStream.format("kafka").options(**source_options(self.config, spark)).load()
 
     def start(self, spark: Any) -> Any:
@@ -189,7 +195,7 @@ class ConsumerJob:
         writer = (
             self.read_stream(spark)
             .writeStream.foreachBatch(self.run_batch)
-            .option("checkpointLocation", str(config.spark_checkpoint))
+            .option("checkpointLocation", self.locations.spark_checkpoint.uri)
             .queryName(f"spanner_cdc_{config.topic_prefix}")
         )
         if config.available_now:
@@ -240,7 +246,7 @@ def consume(config: ConsumerConfig) -> None:
         config.spark_master,
         f"spanner-cdc-consume-{config.topic_prefix}",
         config.spark_conf,
-        log_dir=config.output_dir / "logs",
+        log_dir=config.local_directory / "logs",
         ui=config.spark_ui,
     )
     try:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import duckdb
 import psycopg
 
 from spanner_cdc.consumer.config import ConsumerConfig
+from spanner_cdc.consumer.locations import ConsumerLocations, Location
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.replica.names import ReplicaNames, quote
 
@@ -38,17 +41,35 @@ def replica_rows(config: ConsumerConfig, table: str, columns: str) -> list[tuple
 
 
 def changelog_rows(config: ConsumerConfig, table: str, columns: str) -> list[tuple[Any, ...]]:
-    pattern = ChangelogSink(config.changelog_dir).table_dir(table) / "*" / "*.parquet"
-    query = (
-        f"SELECT {columns} FROM read_parquet('{pattern}', hive_partitioning = true, union_by_name = true) "
-        'ORDER BY "envelope$sort_keys"'
-    )
-    return _query_files(query)
+    changelog = ChangelogSink(ConsumerLocations.of(config).changelog)
+    with on_disk(changelog.table_dir(table), "*/*.parquet") as directory:
+        pattern = directory / "*" / "*.parquet"
+        query = (
+            f"SELECT {columns} FROM read_parquet('{pattern}', hive_partitioning = true, "
+            'union_by_name = true) ORDER BY "envelope$sort_keys"'
+        )
+        return _query_files(query)
 
 
 def quarantine_rows(config: ConsumerConfig) -> list[tuple[Any, ...]]:
-    pattern = config.quarantine_dir / "*.parquet"
-    return _query_files(f"SELECT topic, reason, value FROM read_parquet('{pattern}')")
+    with on_disk(ConsumerLocations.of(config).quarantine, "*.parquet") as directory:
+        return _query_files(f"SELECT topic, reason, value FROM read_parquet('{directory / '*.parquet'}')")
+
+
+@contextmanager
+def on_disk(directory: Location, pattern: str) -> Iterator[Path]:
+    """``directory`` as a local one DuckDB can read: itself, or a temporary copy of its files
+    that match ``pattern`` (DuckDB reads object stores only through an extension it would
+    download at run time)."""
+    if directory.is_local:
+        yield Path(directory.path)
+        return
+    with tempfile.TemporaryDirectory(prefix="spanner-cdc-read-") as copy:
+        for file in directory.files(pattern):
+            target = Path(copy) / file.relative_to(directory)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(file.read_bytes())
+        yield Path(copy)
 
 
 def _query_files(query: str) -> list[tuple[Any, ...]]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
@@ -30,6 +29,7 @@ from pyspark import TaskContext
 from spanner_cdc.consumer.decode.decoded import DecodedEvent, Quarantined
 from spanner_cdc.consumer.decode.gate import DecodeContext, MessageReader
 from spanner_cdc.consumer.decode.outline_rows import outline_batch
+from spanner_cdc.consumer.locations import Location
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.contents import by_table
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
@@ -54,9 +54,9 @@ def outline(
     now_micros: int,
     batch_id: int,
     *,
-    staging: Path | None,
-    quarantine: Path | None,
-    replica: Path | None,
+    staging: Location | None,
+    quarantine: Location | None,
+    replica: Location | None,
     replica_messages: bool,
     replica_tables: StagedTables | None,
 ) -> ArrowTask:
@@ -106,17 +106,17 @@ def outline(
     return task
 
 
-def drop_from_staged(duplicates: pa.Table) -> ArrowTask:
+def drop_from_staged(staged: Location, duplicates: pa.Table) -> ArrowTask:
     """The ``mapInArrow`` function that removes ``duplicates`` (``topic``, ``partition``,
-    ``offset``) from the staged changelog files named in its rows (column ``file``). It yields no
-    rows: its work is the files. (``mapInArrow`` rather than ``foreachPartition``: the first
-    ``foreachPartition`` of a session took seconds where the first such ``mapInArrow`` took a
-    fraction of one; why was not investigated.)"""
+    ``offset``) from the staged changelog files named in its rows (column ``file``, relative to
+    ``staged``). It yields no rows: its work is the files. (``mapInArrow`` rather than
+    ``foreachPartition``: the first ``foreachPartition`` of a session took seconds where the
+    first such ``mapInArrow`` took a fraction of one; why was not investigated.)"""
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for files in batches:
             for file in files.column("file").to_pylist():
-                ChangelogSink.drop_messages(Path(file), duplicates)
+                ChangelogSink.drop_messages(staged / file, duplicates)
         yield from ()
 
     return task

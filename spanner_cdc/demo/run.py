@@ -178,8 +178,7 @@ def run_bank(stack: EmbeddedStack, workdir: Path, seconds: float, rate: float, r
     consumer = ConsumerConfig(
         kafka_bootstrap=kafka,
         topic_prefix=STREAM,
-        output_dir=workdir,
-        checkpoint_dir=workdir / "checkpoint",
+        output_dir=str(workdir),
         replica=replica,
         postgres_dsn=stack.endpoint("postgres") if replica == "postgres" else None,
         trigger_seconds=DEMO_TRIGGER_SECONDS,
@@ -203,7 +202,10 @@ def run_pipeline(
     consistent cut has passed the workload's last commit and both stopped."""
     job = ConsumerJob.open(consumer, watch)
     spark = spark_session(
-        consumer.spark_master, "spanner-cdc-demo", consumer.spark_conf, log_dir=consumer.output_dir / "logs"
+        consumer.spark_master,
+        "spanner-cdc-demo",
+        consumer.spark_conf,
+        log_dir=consumer.local_directory / "logs",
     )
     try:
         with ProducerThread(producer, watch):
@@ -243,7 +245,7 @@ def save_sample_event(config: ConsumerConfig, table: str) -> Path:
             newest = max(events, key=lambda event: tuple(event["sort_keys"]))
     finally:
         reader.close()
-    path = config.output_dir / "sample-event.json"
+    path = config.local_directory / "sample-event.json"
     path.write_text(json.dumps(newest, indent=2, default=str) + "\n")
     return path
 

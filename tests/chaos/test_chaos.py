@@ -44,7 +44,7 @@ from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.schemas.timestamps import format_timestamp_micros
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack, stop_on_signals
-from testkit.consumer_run import consume_command, consumer_config, unique_prefix
+from testkit.consumer_run import consume_command, consumer_config, on_disk, unique_prefix
 from testkit.producer_run import checkpointed_partitions
 from testkit.spanner_db import create_database
 from tests.support.broker import OwnBroker
@@ -174,7 +174,7 @@ def test_the_pipeline_loses_and_duplicates_nothing_under_kills_and_stalls(
         consume_command(consumer),
         iter([rng.uniform(20, 35) for _ in range(scale.consumer_kills)]),
         tmp_path / "consumer.log",
-        consumer.spark_checkpoint,
+        on_disk(consumer).spark_checkpoint,
     )
     writer = AccountWriter(database)
     writing = threading.Thread(target=writer.run, args=(scale.write_seconds,))

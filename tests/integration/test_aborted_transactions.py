@@ -16,7 +16,7 @@ from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.schemas.events import Event
 from spanner_cdc.schemas.wire import WriterSchema, encode
 from spanner_cdc.stack import EmbeddedStack
-from testkit.consumer_run import ConfigFactory, run_consumer
+from testkit.consumer_run import ConfigFactory, on_disk, run_consumer
 from testkit.synthetic import ChangeFactory, publish
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -63,4 +63,4 @@ def test_the_records_of_an_aborted_transaction_are_never_applied(
     uuids = [row[0] for row in changelog_rows(config, "Accounts", '"envelope$uuid"')]
     assert uuids == [e.value["uuid"] for e in before + after]
     assert replica_rows(config, "Accounts", '"Id", "Balance", "Note"') == [("a", 5, "x"), ("b", 2, "y")]
-    assert not config.quarantine_dir.exists(), "a message was quarantined"
+    assert not on_disk(config).quarantine.exists(), "a message was quarantined"

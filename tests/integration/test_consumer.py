@@ -22,8 +22,9 @@ from spanner_cdc.consumer.streams.api import StreamReplica
 from spanner_cdc.schemas.events import Event
 from spanner_cdc.schemas.wire import WriterSchema, encode
 from spanner_cdc.stack import EmbeddedStack
-from testkit.consumer_run import ConfigFactory, committed_batches, run_consumer
+from testkit.consumer_run import ConfigFactory, committed_batches, on_disk, run_consumer
 from testkit.synthetic import ChangeFactory, publish
+from tests.support.object_store import ObjectStore, reach_from
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -31,7 +32,29 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 def test_duplicates_in_one_batch_and_across_batches_are_delivered_once(
     spark: Any, stack: EmbeddedStack, configure: ConfigFactory
 ) -> None:
-    config = configure()
+    deliver_duplicates_in_and_across_batches(spark, configure())
+
+
+def test_duplicates_are_delivered_once_with_every_location_on_an_object_store(
+    spark: Any, stack: EmbeddedStack, configure: ConfigFactory, object_store: ObjectStore, tmp_path: Path
+) -> None:
+    """The same on ``s3a://``: the job's session reaches the bucket (as ``core-site.xml`` or
+    ``spark-submit --conf spark.hadoop.…`` would make it), and the consumer's own files follow
+    the session's settings."""
+    bucket = object_store.bucket()
+    reach_from(spark, object_store.spark_conf(bucket))
+    config = configure(output_dir=f"s3a://{bucket}/out", local_dir=tmp_path / "local")
+    deliver_duplicates_in_and_across_batches(
+        spark, replace(config, spark_conf=object_store.spark_conf(bucket))
+    )
+    keys = object_store.keys(bucket)
+    assert any(k.startswith("out/checkpoint/spark/commits/") for k in keys), keys[:20]
+    assert any(k.startswith("out/changelog/object=Accounts/commit_date=") for k in keys), keys[:20]
+
+
+def deliver_duplicates_in_and_across_batches(spark: Any, config: ConsumerConfig) -> None:
+    """Each change once in the changelog, the replica at the newest: a batch with every event
+    twice, then a second run with some of them re-sent (a producer restart's)."""
     factory = ChangeFactory()
     first = factory.events(
         factory.record("INSERT", {"Id": "a"}, {"Balance": "1", "Note": "x"}),
@@ -147,7 +170,7 @@ def test_undecodable_messages_are_quarantined_while_good_events_flow(
     # Written by the tasks that read them (the driver writes only watermarks it refutes), and
     # nothing left staged.
     files = sorted(
-        path.relative_to(config.quarantine_dir) for path in config.quarantine_dir.rglob("*.parquet")
+        path.relative_to(on_disk(config).quarantine) for path in on_disk(config).quarantine.rglob("*.parquet")
     )
     assert files and all("-part-" in path.name and path.parent == Path(".") for path in files), files
 
@@ -164,7 +187,7 @@ def test_fail_on_bad_message_stops_with_the_reason(
     )
     with pytest.raises(ConsumerError, match="bad-magic"):
         run_consumer(spark, config)
-    assert not config.quarantine_dir.exists()
+    assert not on_disk(config).quarantine.exists()
 
 
 @pytest.mark.parametrize("configure", ["duckdb"], indirect=True)
@@ -373,7 +396,7 @@ def test_uuid_columns_reach_both_sinks(spark: Any, stack: EmbeddedStack, configu
         ),
     )
     run_consumer(spark, config)
-    assert not config.quarantine_dir.exists()
+    assert not on_disk(config).quarantine.exists()
     assert replica_rows(config, "Devices", 'CAST("Id" AS VARCHAR), CAST("Owner" AS VARCHAR)') == [
         (first, third)
     ]

@@ -20,7 +20,6 @@ from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.decode.gate import DecodeContext
 from spanner_cdc.consumer.errors import ConsumerError
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
-from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.replica.cut import PENDING
 from spanner_cdc.consumer.sinks.replica.stage.loaded import (
     APPLICATION_NAME,
@@ -34,6 +33,7 @@ from testkit.consumer_run import (
     committed_batches,
     consumer_config,
     fresh_postgres_database,
+    on_disk,
     run_consumer,
     unique_prefix,
 )
@@ -60,7 +60,7 @@ def test_decoding_and_the_changelog_run_in_one_task_per_kafka_partition_of_the_b
 
     metrics = run_consumer(spark, config)
 
-    files = sorted((ChangelogSink(config.changelog_dir).table_dir("Accounts")).glob("*/*.parquet"))
+    files = sorted((on_disk(config).changelog / "object=Accounts").glob("*/*.parquet"))
     parts = {re.fullmatch(r"batch-(\d+)-part-(\d+)\.parquet", f.name) for f in files}
     assert None not in parts, [f.name for f in files]
     batch_parts = {(m.group(1), m.group(2)) for m in parts if m}
@@ -110,7 +110,7 @@ def test_a_large_batch_passes_the_driver_by(spark: Any, stack: EmbeddedStack, tm
     uuids = {row[0] for row in changelog_rows(config, "Accounts", '"envelope$uuid"')}
     assert {e.value["uuid"] for e in events} <= uuids and len(uuids) == LARGE_BATCH + 300
     assert sorted(replica_rows(config, "Accounts", '"Id", "Balance", "Note"')) == final_rows(warm_up + events)
-    assert not any(config.replica_staging_dir.iterdir()), "the batch's staged rows were left behind"
+    assert not any(on_disk(config).replica_staging.iterdir()), "the batch's staged rows were left behind"
     assert peak < DRIVER_HEAP_BOUND, f"the driver's heap grew by {peak / 2**20:.1f} MiB"
 
 
@@ -199,7 +199,7 @@ def test_held_events_are_read_again_by_tasks_when_the_cut_passes_them(
 
     assert replica_rows(config, PENDING, "count(*)") == [(0,)]
     assert sorted(replica_rows(config, "Accounts", '"Id", "Balance", "Note"')) == final_rows(warm_up + events)
-    assert not any(config.replica_staging_dir.iterdir()), "the batch's staged rows were left behind"
+    assert not any(on_disk(config).replica_staging.iterdir()), "the batch's staged rows were left behind"
     assert peak < HELD_HEAP_BOUND, f"the driver's heap grew by {peak / 2**20:.1f} MiB"
 
 
@@ -313,7 +313,7 @@ def test_tables_the_tasks_loaded_for_a_failed_batch_go_at_the_next_start(
         run_consumer(spark, config)
 
     staged = "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'cdc$staged$%'"
-    query_id = json.loads((config.spark_checkpoint / "metadata").read_text())["id"]
+    query_id = json.loads((on_disk(config).spark_checkpoint / "metadata").read_text())["id"]
     with psycopg.connect(dsn, autocommit=True) as db:
         assert db.execute(staged).fetchall() != [(0,)], "the tasks loaded nothing"
         db.execute('DROP VIEW "Accounts"')

@@ -24,10 +24,12 @@ from testkit.consumer_run import (
     committed_batches,
     consume_command,
     consumer_config,
+    on_disk,
     run_consumer,
     unique_prefix,
 )
 from testkit.synthetic import ChangeFactory, publish, random_history
+from tests.support.object_store import ObjectStore
 from tests.support.screen import foreign_lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -46,16 +48,31 @@ def wait_for_a_commit(
         time.sleep(0.1)
 
 
+@pytest.mark.parametrize("where", ["disk", "s3a"])
 def test_killed_consumer_restarts_to_the_same_sinks_as_an_uninterrupted_run(
-    spark: Any, stack: EmbeddedStack, tmp_path: Path
+    spark: Any, stack: EmbeddedStack, tmp_path: Path, where: str, request: pytest.FixtureRequest
 ) -> None:
+    """On the disk, and with the checkpoint, changelog, quarantine, staging, dedupe memory and
+    schema cache on an object store (``s3a://``, moto's S3 server): Spark's checkpoint through
+    Hadoop's s3a, everything else through pyarrow's S3 file system."""
     prefix = unique_prefix("K")
     kafka = stack.endpoint("kafka")
     events = random_history(ChangeFactory(), 3000)
     resent = random.Random(5).sample(events, 300)  # a producer restart's duplicates
     publish(kafka, prefix, events + resent)
 
-    killed = consumer_config(kafka, prefix, tmp_path / "killed")
+    if where == "s3a":
+        store: ObjectStore = request.getfixturevalue("object_store")
+        bucket = store.bucket()
+        killed = consumer_config(
+            kafka,
+            prefix,
+            f"s3a://{bucket}/killed",
+            local_dir=tmp_path / "killed-local",
+            spark_conf=store.spark_conf(bucket),
+        )
+    else:
+        killed = consumer_config(kafka, prefix, tmp_path / "killed")
     rng = random.Random(3)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     log = tmp_path / "killed.log"
@@ -91,10 +108,18 @@ def test_killed_consumer_restarts_to_the_same_sinks_as_an_uninterrupted_run(
     assert killed_replica == clean_replica
     assert sorted(killed_changelog) == sorted(clean_changelog)
     assert len(clean_changelog) == len(events) == len({row[0] for row in clean_changelog})
+    if where == "s3a":
+        keys = store.keys(bucket)
+        assert any(k.startswith("killed/checkpoint/spark/commits/") for k in keys), keys[:20]
+        assert any(k.startswith("killed/checkpoint/dedupe/batch-") for k in keys), keys[:20]
+        assert any(k.startswith("killed/changelog/object=Accounts/") for k in keys), keys[:20]
+        left = [k for k in keys if "/_staging/" in k or k.startswith("killed/replica-staging/batch-")]
+        assert not left, f"staged files left behind: {left[:5]}"
+        assert not (tmp_path / "killed").exists(), "a location of the object store was taken for a path"
 
 
 def newest(config: ConsumerConfig, log: str) -> int:
-    return max(int(p.name) for p in (config.checkpoint_dir / "spark" / log).glob("[0-9]*"))
+    return max(int(p.name) for p in (on_disk(config).spark_checkpoint / log).glob("[0-9]*"))
 
 
 def test_a_stopped_consumer_ends_between_batches(spark: Any, stack: EmbeddedStack, tmp_path: Path) -> None:
@@ -139,7 +164,7 @@ def test_a_consumer_killed_while_spark_planned_its_first_batch_starts_again(
     config = consumer_config(
         stack.endpoint("kafka"), unique_prefix("F"), tmp_path / "out", sinks=["changelog"]
     )
-    offsets = config.spark_checkpoint / "offsets"
+    offsets = on_disk(config).spark_checkpoint / "offsets"
     offsets.mkdir(parents=True)
     (offsets / ".0.5d8a3c1e-7f0b-4f7e-9a55-2b1c0e6d4f3a.tmp").write_text('v1\n{"batchWatermarkMs":0')
     factory = ChangeFactory()

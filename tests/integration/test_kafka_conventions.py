@@ -13,7 +13,7 @@ from confluent_kafka import KafkaException
 from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.schemas.watermark import is_watermark
 from spanner_cdc.stack import EmbeddedStack
-from testkit.consumer_run import consumer_config, run_consumer, unique_prefix
+from testkit.consumer_run import consumer_config, on_disk, run_consumer, unique_prefix
 from testkit.spanner_db import create_database
 from tests.support.churn import ACCOUNTS_DDL
 from tests.support.kafka_read import read_all, schema_store
@@ -60,5 +60,5 @@ def test_tombstones_after_deletes_and_no_watermark_records(
     metrics = run_consumer(spark, config)
     assert replica_rows(config, "Accounts", '"Id"') == [("kept",)]
     assert sorted(row[0] for row in changelog_rows(config, "Accounts", '"Id"')) == ["gone", "gone", "kept"]
-    assert not config.quarantine_dir.exists(), "a tombstone was quarantined"
+    assert not on_disk(config).quarantine.exists(), "a tombstone was quarantined"
     assert metrics.registry.get_sample_value("spanner_cdc_consumer_tombstones_total") == 1

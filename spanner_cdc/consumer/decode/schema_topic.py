@@ -6,13 +6,13 @@ from __future__ import annotations
 import hashlib
 import logging
 from contextlib import closing
-from pathlib import Path
 
 from confluent_kafka import Consumer
 
 from spanner_cdc.common.kafka_offsets import READER_SETTINGS, read_to_end
 from spanner_cdc.consumer.config import MAX_WRITER_SCHEMAS
 from spanner_cdc.consumer.decode.gate import parsed_schema
+from spanner_cdc.consumer.locations import Location
 from spanner_cdc.schemas.json_events import VERSION_KEY_PREFIX, version_from_record
 from spanner_cdc.schemas.schema_check import MAX_SCHEMA_BYTES, check_writer_schema, reading_form, without_docs
 from spanner_cdc.schemas.table import TableSchema
@@ -52,7 +52,7 @@ class SchemaTopic:
         self,
         client_config: dict[str, str],
         prefix: str,
-        remember_in: Path | None = None,
+        remember_in: Location | None = None,
         max_schemas: int = MAX_WRITER_SCHEMAS,
         max_bytes: int = MAX_KEPT_SCHEMA_BYTES,
     ) -> None:
@@ -72,11 +72,13 @@ class SchemaTopic:
         self._client_config = client_config
         self._positions: dict[int, int] = {}
         self._remember_in = remember_in
+        #: The names of the schema files kept in ``remember_in``.
+        self._remembered: set[str] = set()
         self._warnings = 0
         if remember_in is not None:
-            remember_in.mkdir(parents=True, exist_ok=True)
-            for path in sorted(remember_in.glob("*.avsc")):
-                self.accept(path.stem.encode(), path.read_bytes())
+            for path in remember_in.files("*.avsc"):
+                self._remembered.add(path.name)
+                self.accept(path.name.removesuffix(".avsc").encode(), path.read_bytes())
 
     def refresh(self) -> None:
         consumer = Consumer(
@@ -193,11 +195,10 @@ class SchemaTopic:
     def _remember(self, fingerprint: int, value: bytes) -> None:
         if self._remember_in is None:
             return
-        path = self._remember_in / f"{fingerprint:016x}.avsc"
-        if not path.exists():
-            partial = path.with_suffix(".partial")
-            partial.write_bytes(value)
-            partial.replace(path)
+        name = f"{fingerprint:016x}.avsc"
+        if name not in self._remembered:
+            (self._remember_in / name).write_bytes(value)
+            self._remembered.add(name)
 
 
 def _digest(form: str) -> bytes:

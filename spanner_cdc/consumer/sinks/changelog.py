@@ -23,10 +23,7 @@ consumer removes a batch's files before its first batch after a start
 from __future__ import annotations
 
 import datetime as dt
-import os
-import shutil
 from collections import Counter
-from pathlib import Path
 from urllib.parse import quote, unquote
 
 import pyarrow as pa
@@ -35,6 +32,7 @@ import pyarrow.parquet as pq
 
 from spanner_cdc.consumer.decode.change_rows import SOURCE_METADATA, TableChanges
 from spanner_cdc.consumer.decode.outline_rows import row_numbers
+from spanner_cdc.consumer.locations import Location
 from spanner_cdc.consumer.sinks.parquet_files import (
     batch_file_name,
     batch_file_patterns,
@@ -42,6 +40,8 @@ from spanner_cdc.consumer.sinks.parquet_files import (
     write_atomically,
 )
 
+#: Where a changelog file is, below the changelog's root.
+FILES = "object=*/commit_date=*/*.parquet"
 #: The columns naming the Kafka message a changelog row came from.
 COORDINATES = ("kafka$topic", "kafka$partition", "kafka$offset")
 #: Columns whose values differ from event to event (or from transaction to transaction),
@@ -59,7 +59,7 @@ DISTINCT_PER_EVENT = (
 
 
 class ChangelogSink:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Location) -> None:
         self.root = root
 
     def staging(self, batch_id: int) -> ChangelogSink:
@@ -69,48 +69,51 @@ class ChangelogSink:
 
     def clear(self) -> None:
         """Remove this (staging) sink's directory and everything in it."""
-        shutil.rmtree(self.root, ignore_errors=True)
+        self.root.delete_tree()
 
     def publish(self, staged: ChangelogSink) -> None:
         """Move every file of ``staged`` to the same place under this root, then remove it."""
-        for file in sorted(staged.root.rglob("*.parquet")):
-            target = self.root / file.relative_to(staged.root)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(file, target)
+        for file in staged.files():
+            file.move_to(self.root / file.relative_to(staged.root))
         staged.clear()
 
-    def files(self) -> list[Path]:
+    def files(self) -> list[Location]:
         """This sink's Parquet files (of a staging sink: the batch's staged files)."""
-        return sorted(self.root.glob("object=*/commit_date=*/*.parquet"))
+        return self.root.files(FILES)
 
     def rows_per_table(self) -> Counter[str]:
         """Rows in this (staging) sink's files, per table, from the files' footers."""
         rows: Counter[str] = Counter()
         for file in self.files():
-            rows[unquote(file.parent.parent.name.removeprefix("object="))] += pq.read_metadata(file).num_rows
+            with file.open_input() as source:
+                count = pq.read_metadata(source).num_rows
+            rows[unquote(file.parent.parent.name.removeprefix("object="))] += count
         return rows
 
     @staticmethod
-    def drop_messages(file: Path, messages: pa.Table) -> None:
+    def drop_messages(file: Location, messages: pa.Table) -> None:
         """Remove from one staged ``file`` the rows of ``messages`` (``topic``, ``partition``,
         ``offset``): the events deduplication dropped. The file is rewritten only when it held
         one, in its row order, and removed when nothing is left. Arrow's join, not Python per
         row; run by the tasks (consumer.tasks.drop_from_staged)."""
-        coordinates = pq.read_table(file, columns=list(COORDINATES))
+        with file.open_input() as source:
+            coordinates = pq.read_table(source, columns=list(COORDINATES))
         kept = row_numbers(coordinates, COORDINATES, messages, named=False)
         if len(kept) == coordinates.num_rows:
             return
         if len(kept) == 0:
-            file.unlink()
+            file.delete()
             return
-        write_atomically(file, pq.read_table(file).take(kept), plain=DISTINCT_PER_EVENT)
+        with file.open_input() as source:
+            rows = pq.read_table(source).take(kept)
+        write_atomically(file, rows, plain=DISTINCT_PER_EVENT)
 
     def remove_batch(self, batch_id: int) -> None:
         """Every file an earlier attempt of ``batch_id`` may have written (by any task, or whole
         by the driver, as earlier versions wrote them)."""
         for pattern in batch_file_patterns(batch_id):
-            for stale in self.root.glob(f"object=*/commit_date=*/{pattern}"):
-                stale.unlink()
+            for stale in self.root.files(f"object=*/commit_date=*/{pattern}"):
+                stale.delete()
 
     def write_table(self, batch_id: int, changes: TableChanges, part: int, run: int) -> int:
         """Write one table's changes of one batch, read by task ``part``; returns the rows written.
@@ -128,9 +131,9 @@ class ChangelogSink:
         rows_written: int = table.num_rows
         return rows_written
 
-    def table_dir(self, table: str) -> Path:
+    def table_dir(self, table: str) -> Location:
         return self.root / f"object={quote(table, safe='')}"
 
-    def _path(self, table: str, commit_date: dt.date, batch_id: int, part: int, run: int) -> Path:
+    def _path(self, table: str, commit_date: dt.date, batch_id: int, part: int, run: int) -> Location:
         directory = self.table_dir(table) / f"commit_date={commit_date.isoformat()}"
         return directory / batch_file_name(batch_id, part, run)

@@ -1,17 +1,17 @@
 """Parquet files written so that a replayed micro-batch replaces, never adds.
 
 Every file's name is derived from the batch id (and its partition directory), and a file
-appears only complete: written to a temporary name, then renamed over any earlier attempt.
+appears only complete, replacing any earlier attempt's (``Location.write_whole``).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Collection, Iterable, Iterator
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from spanner_cdc.consumer.locations import Location
 
 COMPRESSION = "zstd"
 
@@ -30,23 +30,23 @@ def batch_file_patterns(batch_id: int) -> tuple[str, str]:
     return whole, whole.replace(".parquet", "-part-*.parquet")
 
 
-def staging_dir(root: Path, batch_id: int) -> Path:
+def staging_dir(root: Location, batch_id: int) -> Location:
     """Where tasks stage a batch's files before the driver publishes them: under ``root``, so
-    that publishing is a rename on the same file system, in a directory starting with ``_``,
+    that publishing is a move on the same file system, in a directory starting with ``_``,
     which Spark's, pyarrow's and DuckDB's ``*.parquet`` readers skip."""
     return root / "_staging" / batch_file_name(batch_id).removesuffix(".parquet")
 
 
-def write_atomically(path: Path, table: pa.Table, plain: Collection[str] = ()) -> None:
-    """``table`` as the Parquet file ``path``, every column dictionary-encoded but those named
-    in ``plain`` (Parquet's paths: :func:`leaf_paths`). A column whose values all differ is
-    better plain: Parquet builds its dictionary, finds it too large and writes the values
-    anyway, so the dictionary cost time and, written for the first page, space."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
+def write_atomically(path: Location, table: pa.Table, plain: Collection[str] = ()) -> None:
+    """``table`` as the Parquet file ``path``, whole or not at all, every column
+    dictionary-encoded but those named in ``plain`` (Parquet's paths: :func:`leaf_paths`). A
+    column whose values all differ is better plain: Parquet builds its dictionary, finds it too
+    large and writes the values anyway, so the dictionary cost time and, written for the first
+    page, space."""
     dictionary = [leaf for leaf in leaf_paths(table.schema) if leaf not in plain] if plain else True
-    pq.write_table(table, temporary, compression=COMPRESSION, use_dictionary=dictionary)
-    os.replace(temporary, path)
+    path.write_whole(
+        lambda stream: pq.write_table(table, stream, compression=COMPRESSION, use_dictionary=dictionary)
+    )
 
 
 def leaf_paths(fields: Iterable[pa.Field], within: str = "") -> Iterator[str]:

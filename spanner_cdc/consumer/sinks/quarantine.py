@@ -17,14 +17,12 @@ earlier attempt left removed (:meth:`QuarantineSink.remove_batch`).
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterable
-from pathlib import Path
 
 import pyarrow as pa
 
 from spanner_cdc.consumer.decode.decoded import Quarantined
+from spanner_cdc.consumer.locations import Location
 from spanner_cdc.consumer.sinks.parquet_files import (
     batch_file_name,
     batch_file_patterns,
@@ -46,10 +44,10 @@ QUARANTINE_SCHEMA = pa.schema(
 
 
 class QuarantineSink:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Location) -> None:
         self.root = root
 
-    def staging(self, batch_id: int) -> Path:
+    def staging(self, batch_id: int) -> Location:
         """Where the tasks of ``batch_id`` stage their quarantined messages
         (``parquet_files.staging_dir``)."""
         return staging_dir(self.root, batch_id)
@@ -57,10 +55,10 @@ class QuarantineSink:
     def discard_staged(self, batch_id: int) -> None:
         """Remove what tasks staged for ``batch_id`` (an earlier attempt's, or this batch's
         before it learnt a schema and was outlined again)."""
-        shutil.rmtree(self.staging(batch_id), ignore_errors=True)
+        self.staging(batch_id).delete_tree()
 
     @staticmethod
-    def stage(staging: Path, batch_id: int, part: int, rows: list[Quarantined]) -> None:
+    def stage(staging: Location, batch_id: int, part: int, rows: list[Quarantined]) -> None:
         """One task's quarantined messages of the batch, if it had any."""
         if rows:
             write_atomically(staging / batch_file_name(batch_id, part), quarantine_table(rows))
@@ -68,8 +66,8 @@ class QuarantineSink:
     def publish(self, batch_id: int, refuted: list[Quarantined]) -> None:
         """The batch's quarantine in place: the files its tasks staged, and ``refuted`` (the
         driver's) in ``batch-<id>.parquet``."""
-        for file in sorted(self.staging(batch_id).glob("*.parquet")):
-            os.replace(file, self.root / file.name)
+        for file in self.staging(batch_id).files("*.parquet"):
+            file.move_to(self.root / file.name)
         self.discard_staged(batch_id)
         if refuted:
             write_atomically(self.root / batch_file_name(batch_id), quarantine_table(refuted))
@@ -78,8 +76,8 @@ class QuarantineSink:
         """Every file an earlier attempt of ``batch_id`` may have published (by any task, or whole
         by the driver)."""
         for pattern in batch_file_patterns(batch_id):
-            for stale in self.root.glob(pattern):
-                stale.unlink()
+            for stale in self.root.files(pattern):
+                stale.delete()
 
 
 def quarantine_table(rows: Iterable[Quarantined]) -> pa.Table:

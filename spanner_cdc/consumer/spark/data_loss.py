@@ -16,19 +16,19 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import Consumer
 
 from spanner_cdc.common.kafka_offsets import READER_SETTINGS, offset_ranges
+from spanner_cdc.consumer.locations import Location
 
 log = logging.getLogger("spanner_cdc.consumer")
 Place = tuple[str, int]
 
 
-def planned_offsets(spark_checkpoint: Path, batch_id: int) -> dict[Place, int] | None:
+def planned_offsets(spark_checkpoint: Location, batch_id: int) -> dict[Place, int] | None:
     """(topic, partition) → the offset Spark planned batch ``batch_id`` to read up to; None
     when its offsets log has no such batch. The log's third line is the source's offsets."""
     path = spark_checkpoint / "offsets" / str(batch_id)
@@ -79,7 +79,7 @@ class DataLossCounter:
     Its Kafka client is made at the first batch that has a previous one, and kept until
     :meth:`close`."""
 
-    def __init__(self, spark_checkpoint: Path, client_config: Mapping[str, str]) -> None:
+    def __init__(self, spark_checkpoint: Location, client_config: Mapping[str, str]) -> None:
         self.spark_checkpoint = spark_checkpoint
         self.client_config = dict(client_config)
         self._consumer: Consumer | None = None

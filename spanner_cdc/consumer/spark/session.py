@@ -65,6 +65,12 @@ def spark_session(
     return SparkSession.builder.config(conf=conf).getOrCreate()
 
 
+def session_hadoop_settings(spark: Any) -> dict[str, str]:
+    """The object-store settings (``fs.s3a.*``) of a session's Hadoop configuration."""
+    found = spark.sparkContext._jsc.hadoopConfiguration().getValByRegex(r"^fs\.s3a\.")
+    return {str(key): str(found.get(key)) for key in found.keySet()}
+
+
 def with_connector_jars(given: str) -> str:
     """``spark.jars`` with Spark's Kafka connector and its dependencies (the project's ``spark``
     jars, resolved at setup) after the caller's own. Spark ships them to every executor."""

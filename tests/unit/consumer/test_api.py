@@ -3,12 +3,11 @@ command's are (spanner_cdc.consumer.api)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from spanner_cdc.consumer import api
 from spanner_cdc.consumer.api import ConfigError, consumer_config
+from spanner_cdc.consumer.locations import ConsumerLocations
 
 REQUIRED = {"kafka_bootstrap": "broker:9092", "topic_prefix": "Bank", "output_dir": "/shared/cdc"}
 
@@ -29,8 +28,8 @@ def test_python_values_become_the_command_s_values() -> None:
             "max_events_per_batch": 300,
         }
     )
-    assert config.output_dir == Path("/shared/cdc")
-    assert config.spark_checkpoint == Path("/shared/cdc/checkpoint/spark")
+    assert config.output_dir == "/shared/cdc"
+    assert ConsumerLocations.of(config).spark_checkpoint.uri == "/shared/cdc/checkpoint/spark"
     assert config.kafka_config == {"security.protocol": "SASL_SSL"}
     assert config.whole_transactions is False
     assert config.sinks == ("changelog",)

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -28,6 +29,7 @@ from spanner_cdc.consumer.decode.outline_rows import COORDINATES, outline_batch
 from spanner_cdc.consumer.decode.schema_topic import SchemaTopic
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import ChangelogShortfallError
+from spanner_cdc.consumer.locations import Location
 from spanner_cdc.consumer.sinks.changelog import COORDINATES as CHANGELOG_COORDINATES
 from spanner_cdc.consumer.sinks.changelog import DISTINCT_PER_EVENT, ChangelogSink
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
@@ -55,12 +57,16 @@ def changes(uuids: list[str], commit_micros: list[int]) -> pa.Table:
     return pa.table({"uuid": uuids, "commit_micros": pa.array(commit_micros, pa.int64())})
 
 
+def memory_in(directory: Path, horizon_micros: int = HOUR) -> DeliveredChanges:
+    return DeliveredChanges(Location.local(directory / "dedupe"), horizon_micros, directory / "local")
+
+
 def fresh(memory: DeliveredChanges, batch_id: int, uuids: list[str], commit_micros: list[int]) -> list[bool]:
     return list(memory.fresh(batch_id, changes(uuids, commit_micros)).to_pylist())
 
 
 def test_memory_keeps_first_occurrences_and_forgets_nothing_within_the_horizon(tmp_path: Path) -> None:
-    memory = DeliveredChanges(tmp_path, HOUR)
+    memory = memory_in(tmp_path)
     assert fresh(memory, 0, ["a", "b", "a"], [10, 20, 10]) == [True, True, False]
     memory.remember(0, changes(["a", "b"], [10, 20]))
     assert memory.committed(0)
@@ -68,7 +74,7 @@ def test_memory_keeps_first_occurrences_and_forgets_nothing_within_the_horizon(t
 
 
 def test_a_replayed_batch_gets_the_answers_of_its_first_attempt(tmp_path: Path) -> None:
-    memory = DeliveredChanges(tmp_path, HOUR)
+    memory = memory_in(tmp_path)
     memory.remember(0, changes(["a"], [10]))
     first = fresh(memory, 1, ["a", "b"], [10, 20])
     memory.remember(1, changes(["b"], [20]))  # the crash came after this, before Spark committed batch 1
@@ -77,7 +83,7 @@ def test_a_replayed_batch_gets_the_answers_of_its_first_attempt(tmp_path: Path) 
 
 
 def test_entries_behind_the_horizon_are_pruned(tmp_path: Path) -> None:
-    memory = DeliveredChanges(tmp_path, horizon_micros=100)
+    memory = memory_in(tmp_path, horizon_micros=100)
     memory.remember(0, changes(["old"], [1_000]))
     memory.remember(1, changes(["new"], [2_000]))
     assert memory.oldest_remembered(2) == 1_900
@@ -90,28 +96,69 @@ def test_a_future_commit_time_does_not_shrink_the_window(tmp_path: Path) -> None
     now = now_micros()
     recent = [f"r{n}" for n in range(100)]
     times = [now - 600_000_000 + n for n in range(100)]
-    memory = DeliveredChanges(tmp_path, HOUR)
+    memory = memory_in(tmp_path)
     memory.remember(0, changes(recent, times))
     memory.remember(1, changes(["forged"], [now + 59 * 60_000_000]))
     assert fresh(memory, 2, recent, times) == [False] * 100
 
 
 def test_the_memory_survives_a_reopen(tmp_path: Path) -> None:
-    memory = DeliveredChanges(tmp_path, HOUR)
+    memory = memory_in(tmp_path)
     memory.remember(0, changes(["a"], [10]))
     memory.close()
-    assert fresh(DeliveredChanges(tmp_path, HOUR), 1, ["a"], [10]) == [False]
+    assert fresh(memory_in(tmp_path), 1, ["a"], [10]) == [False]
 
 
 def test_an_empty_batch_is_remembered(tmp_path: Path) -> None:
-    memory = DeliveredChanges(tmp_path, HOUR)
+    memory = memory_in(tmp_path)
     assert fresh(memory, 0, [], []) == []
     memory.remember(0, changes([], []))
     assert memory.committed(0)
 
 
+def test_the_memory_is_a_file_per_batch_and_files_behind_the_horizon_go(tmp_path: Path) -> None:
+    memory = memory_in(tmp_path, horizon_micros=100)
+    memory.remember(0, changes(["old"], [1_000]))
+    memory.remember(1, changes([], []))
+    memory.remember(2, changes(["new"], [2_000]))
+    assert [p.name for p in (tmp_path / "dedupe").iterdir()] == ["batch-000000000002-newest-2000.parquet"]
+    memory.close()
+    assert not list((tmp_path / "local").iterdir()), "the working copy was left behind"
+    reopened = memory_in(tmp_path, horizon_micros=100)
+    assert reopened.committed(2) and not reopened.committed(3)
+    assert fresh(reopened, 3, ["new", "old"], [2_000, 1_000]) == [False, True]
+    assert reopened.oldest_remembered(3) == 1_900
+
+
+def test_a_replayed_batch_replaces_its_file(tmp_path: Path) -> None:
+    memory = memory_in(tmp_path)
+    memory.remember(0, changes(["a"], [10]))
+    memory.remember(1, changes(["b"], [20]))
+    memory.remember(1, changes(["b", "c"], [20, 30]))
+    names = sorted(p.name for p in (tmp_path / "dedupe").iterdir())
+    assert names == ["batch-000000000000-newest-10.parquet", "batch-000000000001-newest-30.parquet"]
+    assert fresh(memory, 2, ["a", "b", "c", "d"], [10, 20, 30, 40]) == [False, False, False, True]
+
+
+def test_an_earlier_version_s_memory_is_read_once_into_batch_files(tmp_path: Path) -> None:
+    """Until this version the memory was one DuckDB file; upgrading forgets nothing of it."""
+    (tmp_path / "dedupe").mkdir()
+    with duckdb.connect(str(tmp_path / "dedupe" / "dedupe.duckdb")) as old:
+        old.execute("CREATE TABLE delivered (commit_micros BIGINT, uuid VARCHAR, batch_id BIGINT)")
+        old.execute("CREATE TABLE batches (batch_id BIGINT, newest_micros BIGINT)")
+        old.execute("INSERT INTO delivered VALUES (10, 'a', 4), (20, 'b', 5)")
+        old.execute("INSERT INTO batches VALUES (4, 10), (5, 20)")
+    memory = memory_in(tmp_path)
+    assert memory.committed(5) and not memory.committed(6)
+    assert fresh(memory, 6, ["a", "b", "c"], [10, 20, 30]) == [False, False, True]
+    assert sorted(p.name for p in (tmp_path / "dedupe").iterdir()) == [
+        "batch-000000000004-newest-10.parquet",
+        "batch-000000000005-newest-20.parquet",
+    ]
+
+
 def test_the_topic_pattern_leaves_out_control_topics(tmp_path: Path) -> None:
-    config = ConsumerConfig("h:1", "Bank.Stream", tmp_path, tmp_path / "c")
+    config = ConsumerConfig("h:1", "Bank.Stream", str(tmp_path))
     pattern = re.compile(config.topics.event_pattern)
     assert pattern.fullmatch("Bank.Stream.Accounts")
     assert not pattern.fullmatch("Bank.Stream._schemas")
@@ -127,7 +174,7 @@ def test_the_topic_pattern_leaves_out_control_topics(tmp_path: Path) -> None:
 
 def test_postgres_replica_needs_a_dsn(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--postgres-dsn"):
-        ConsumerConfig("h:1", "P", tmp_path, tmp_path / "c", replica="postgres")
+        ConsumerConfig("h:1", "P", str(tmp_path), replica="postgres")
 
 
 def test_the_python_error_is_found_inside_sparks_report() -> None:
@@ -241,26 +288,26 @@ def test_broker_partition_counts_are_kept_and_read_again_when_a_watermark_needs_
 
 
 def test_the_changelog_counts_a_staged_batch_per_table_from_its_files(tmp_path: Path) -> None:
-    staged = ChangelogSink(tmp_path / "changelog").staging(7)
+    staged = ChangelogSink(Location.local(tmp_path / "changelog")).staging(7)
     for table, commit_date, part, rows in [
         ("Accounts", "2026-11-25", 0, 3),
         ("Accounts", "2026-11-26", 0, 2),
         ("Accounts", "2026-11-26", 1, 4),
         ("Odd/Name %", "2026-11-26", 1, 1),
     ]:
-        directory = staged.table_dir(table) / f"commit_date={commit_date}"
+        directory = Path((staged.table_dir(table) / f"commit_date={commit_date}").path)
         directory.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.table({"n": list(range(rows))}), directory / f"batch-7-part-{part}.parquet")
     assert staged.rows_per_table() == Counter({"Accounts": 9, "Odd/Name %": 1})
-    assert ChangelogSink(tmp_path / "nothing").rows_per_table() == Counter()
+    assert ChangelogSink(Location.local(tmp_path / "nothing")).rows_per_table() == Counter()
 
 
 def test_dropping_messages_from_a_staged_file_keeps_the_rest_in_order(tmp_path: Path) -> None:
     """What deduplication dropped leaves the staged files; the rows left keep the file's order
     (sort_keys order, not offset order) and every column; untouched files are not rewritten."""
-    staged = ChangelogSink(tmp_path / "changelog").staging(3)
+    staged = ChangelogSink(Location.local(tmp_path / "changelog")).staging(3)
     directory = staged.table_dir("Accounts") / "commit_date=2026-11-26"
-    directory.mkdir(parents=True)
+    Path(directory.path).mkdir(parents=True)
     offsets = [9, 2, 7, 4, 0, 5]  # the rows' order in the file
     rows = pa.table(
         {
@@ -272,8 +319,8 @@ def test_dropping_messages_from_a_staged_file_keeps_the_rest_in_order(tmp_path: 
     )
     file, untouched, emptied = (directory / f"batch-3-part-{n}.parquet" for n in range(3))
     for path in (file, untouched, emptied):
-        pq.write_table(rows, path)
-    untouched_before = untouched.stat().st_mtime_ns
+        pq.write_table(rows, path.path)
+    untouched_before = Path(untouched.path).stat().st_mtime_ns
 
     def messages(*coordinates: tuple[str, int, int]) -> pa.Table:
         topics, partitions, offsets = zip(*coordinates, strict=True)
@@ -289,16 +336,16 @@ def test_dropping_messages_from_a_staged_file_keeps_the_rest_in_order(tmp_path: 
     ChangelogSink.drop_messages(
         file, messages(("P.Accounts", 1, 2), ("P.Accounts", 0, 0), ("P.Accounts", 1, 7), ("P.Accounts", 0, 5))
     )
-    assert pq.read_table(file).to_pydict() == rows.take([0, 2, 3, 5]).to_pydict()
+    assert pq.read_table(file.path).to_pydict() == rows.take([0, 2, 3, 5]).to_pydict()
     ChangelogSink.drop_messages(untouched, messages(("P.Other", 1, 5)))
-    assert untouched.stat().st_mtime_ns == untouched_before
+    assert Path(untouched.path).stat().st_mtime_ns == untouched_before
     ChangelogSink.drop_messages(
         emptied,
         messages(
             *zip(rows["kafka$topic"].to_pylist(), rows["kafka$partition"].to_pylist(), offsets, strict=True)
         ),
     )
-    assert not emptied.exists()
+    assert not emptied.is_file()
     assert staged.files() == [file, untouched]
     assert staged.rows_per_table() == Counter({"Accounts": 4 + 6})
 
@@ -315,12 +362,12 @@ def test_the_changelog_writes_the_values_each_event_has_its_own_of_without_a_dic
         [factory.record("INSERT", {"Id": f"k{n}"}, {"Balance": str(n), "Note": "x"}) for n in range(20)]
     )
     changes = TableChanges("Accounts", events)
-    sink = ChangelogSink(tmp_path / "changelog")
+    sink = ChangelogSink(Location.local(tmp_path / "changelog"))
     sink.write_table(4, changes, 0, 0)
     [file] = sink.files()
 
     def check_encodings() -> None:
-        row_group = pq.ParquetFile(file).metadata.row_group(0)
+        row_group = pq.ParquetFile(file.path).metadata.row_group(0)
         columns = [row_group.column(i) for i in range(row_group.num_columns)]
         encoded = {c.path_in_schema: "RLE_DICTIONARY" in c.encodings for c in columns}
         assert set(DISTINCT_PER_EVENT) <= encoded.keys()
@@ -333,21 +380,21 @@ def test_the_changelog_writes_the_values_each_event_has_its_own_of_without_a_dic
     duplicate = changes.changelog().slice(0, 1).select(list(CHANGELOG_COORDINATES))
     ChangelogSink.drop_messages(file, duplicate.rename_columns(list(COORDINATES)))
     check_encodings()
-    assert pq.read_table(file).to_pylist() == changes.changelog().slice(1).to_pylist()
+    assert pq.read_table(file.path).to_pylist() == changes.changelog().slice(1).to_pylist()
 
 
 def test_a_batch_quarantine_is_what_its_last_attempt_staged_and_refuted(tmp_path: Path) -> None:
     """Tasks stage their refused messages, the driver publishes them with the watermarks it
     refuted; a replay split into other tasks leaves only its own files, and staging is emptied."""
-    sink = QuarantineSink(tmp_path / "quarantine")
+    sink = QuarantineSink(Location.local(tmp_path / "quarantine"))
 
     def refused(offset: int, reason: str) -> Quarantined:
         return Quarantined("P.Accounts", 0, offset, b"k", b"\x00garbage", reason, "detail")
 
     def published() -> dict[str, list[int]]:
         return {
-            file.name: pq.read_table(file).column("offset").to_pylist()
-            for file in sorted(sink.root.glob("*.parquet"))
+            file.name: pq.read_table(file.path).column("offset").to_pylist()
+            for file in sink.root.files("*.parquet")
         }
 
     # A first attempt: tasks 0 and 1 refused messages, task 2 none; one watermark refuted.
@@ -360,8 +407,8 @@ def test_a_batch_quarantine_is_what_its_last_attempt_staged_and_refuted(tmp_path
         "batch-000000000004-part-00001.parquet": [12],
         "batch-000000000004.parquet": [20],
     }
-    assert not sink.staging(4).exists()
-    row = pq.read_table(sink.root / "batch-000000000004-part-00000.parquet").to_pylist()[0]
+    assert not sink.staging(4).is_dir()
+    row = pq.read_table((sink.root / "batch-000000000004-part-00000.parquet").path).to_pylist()[0]
     assert (row["key"], row["value"], row["reason"]) == (b"k", b"\x00garbage", "corrupt")
 
     # Its replay, read by one task after a schema was learnt: nothing else of batch 4 stays.

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from spanner_cdc.consumer.decode.decoded import WatermarkSeen
+from spanner_cdc.consumer.locations import Location
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.sinks.parquet_files import batch_file_name
 from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut, Slice
@@ -82,9 +81,9 @@ class ReplicaSink:
     merge: ReplicaMerge
     metrics: ConsumerMetrics
     #: Spark's checkpoint of the query; its ``metadata`` file holds the query id.
-    spark_checkpoint: Path
+    spark_checkpoint: Location
     #: Where the tasks stage each batch's stage rows (a directory per batch).
-    staging_root: Path
+    staging_root: Location
     #: Whole transactions up to a consistent cut; None applies every batch as it comes.
     cut: ConsistentCut | None = None
     on_commit: Callable[[ReplicaCommit], None] | None = None
@@ -125,7 +124,7 @@ class ReplicaSink:
     def clear_staging(self) -> None:
         """Remove whatever earlier runs staged (a batch staged before a crash, committed or not:
         a replay stages it again)."""
-        shutil.rmtree(self.staging_root, ignore_errors=True)
+        self.staging_root.delete_tree()
         self._drop_staged_tables(query_prefix(self.query_id))
 
     def write(self, batch_id: int, contents: BatchContents) -> None:

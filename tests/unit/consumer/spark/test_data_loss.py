@@ -7,6 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from spanner_cdc.consumer.locations import Location
 from spanner_cdc.consumer.spark.data_loss import first_offsets, lost_offsets, planned_offsets
 
 pytestmark = pytest.mark.unit
@@ -31,9 +32,10 @@ def test_the_offsets_log_gives_a_batch_s_planned_end(tmp_path: Path) -> None:
     offsets = tmp_path / "offsets"
     offsets.mkdir()
     (offsets / "3").write_text('v1\n{"batchWatermarkMs":0}\n{"P.A":{"1":30,"0":12}}\n')
-    assert planned_offsets(tmp_path, 3) == {A0: 12, A1: 30}
-    assert planned_offsets(tmp_path, 2) is None
-    assert planned_offsets(tmp_path, -1) is None
+    checkpoint = Location.local(tmp_path)
+    assert planned_offsets(checkpoint, 3) == {A0: 12, A1: 30}
+    assert planned_offsets(checkpoint, 2) is None
+    assert planned_offsets(checkpoint, -1) is None
 
 
 def test_the_first_offset_read_of_each_partition() -> None:

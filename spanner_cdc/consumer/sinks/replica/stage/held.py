@@ -21,13 +21,13 @@ release reads only the batches that still have some, and the files never outlive
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from spanner_cdc.consumer.decode.kafka_rows import DECODE_SCHEMA
 from spanner_cdc.consumer.decode.outline_rows import COORDINATES, row_numbers
+from spanner_cdc.consumer.locations import Location
 from spanner_cdc.consumer.sinks.replica.stage.rows import (
     ReplicaStaging,
     StagedEvents,
@@ -39,7 +39,7 @@ from spanner_cdc.consumer.sinks.replica.stage.rows import (
 class HeldStageRows:
     """Per batch, the stage rows and outline rows of the events the cut held."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Location) -> None:
         self.root = root
 
     def keep(self, batch_id: int, held: pa.Table, parts: Sequence[StagedPart]) -> None:
@@ -94,7 +94,7 @@ class HeldStageRows:
         return staged
 
     def _batches(self) -> list[ReplicaStaging]:
-        return [ReplicaStaging(d) for d in sorted(self.root.glob("batch-*"))]
+        return [ReplicaStaging(d) for d in self.root.directories("batch-*")]
 
 
 #: What tells a held message's kept rows apart (outline rows and messages name them alike).

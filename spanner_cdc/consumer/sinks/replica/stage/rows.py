@@ -4,13 +4,13 @@ A task that decoded a share of a micro-batch builds, per table and primary key
 (contents.by_primary_key), the rows the merge loads into its stage table
 (change_rows.TableChanges.replica_stage) with each event's Kafka coordinates, and writes them
 to the batch's replica staging directory as Arrow IPC files (:class:`ReplicaStaging`). The driver
-maps the files into memory and hands their rows to the database (DuckDB reads Arrow in place;
-a PostgreSQL replica's larger parts the task loaded itself, stage/loaded.py, and a row names
-where: :data:`STAGED_IN`): the kept events are not decoded a second time on the driver, nor
-held there as Python objects. The task also stages its events' Kafka messages, which the
-consistent cut holds (in ``cdc$pending``) for the events past the cut; when the cut passes them
-they are staged again from their bytes (:class:`StagedEvents`) — by tasks, as the batch's own,
-unless they are a few (consumer.batch).
+maps the files into memory (on an object store: reads them) and hands their rows to the
+database (DuckDB reads Arrow in place; a PostgreSQL replica's larger parts the task loaded
+itself, stage/loaded.py, and a row names where: :data:`STAGED_IN`): the kept events are not
+decoded a second time on the driver, nor held there as Python objects. The task also stages
+its events' Kafka messages, which the consistent cut holds (in ``cdc$pending``) for the events
+past the cut; when the cut passes them they are staged again from their bytes
+(:class:`StagedEvents`) — by tasks, as the batch's own, unless they are a few (consumer.batch).
 
 A task stages every event it read, duplicates too: the driver decides what is kept after the
 tasks ran, and takes the kept rows by their commit times or coordinates (:func:`parts_of_events`).
@@ -19,11 +19,8 @@ tasks ran, and takes the kept rows by their commit times or coordinates (:func:`
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,6 +29,7 @@ from spanner_cdc.consumer.decode.change_rows import SET_PREFIX, SORT_COLUMNS, Ta
 from spanner_cdc.consumer.decode.decoded import DecodedBatch, DecodedEvent
 from spanner_cdc.consumer.decode.outline_rows import outline_batch, row_numbers
 from spanner_cdc.consumer.decode.table_version import ColumnType, PayloadColumn, merged, merged_or_none
+from spanner_cdc.consumer.locations import Location
 from spanner_cdc.consumer.sinks.changelog import COORDINATES
 from spanner_cdc.consumer.sinks.contents import by_primary_key, by_table
 
@@ -254,10 +252,10 @@ def event_messages(events: Sequence[DecodedEvent]) -> pa.Table:
 
 class ReplicaStaging:
     """One micro-batch's staged rows: a directory of Arrow IPC files, per task the stage rows of
-    each table and key, and its events' Kafka messages. Files appear whole (written under a
-    temporary name, then renamed)."""
+    each table and key, and its events' Kafka messages. Files appear whole
+    (``Location.write_whole``)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Location) -> None:
         self.root = root
 
     def write(self, task: int, parts: Sequence[StagedPart], messages: pa.Table | None) -> None:
@@ -284,21 +282,20 @@ class ReplicaStaging:
 
     def messages(self) -> pa.Table:
         """Every task's messages, memory-mapped."""
-        tables = [_mapped(path) for path in sorted(self.root.glob("messages-*.arrow"))]
+        tables = [_mapped(path) for path in self.root.files("messages-*.arrow")]
         return pa.concat_tables(tables) if tables else MESSAGES_SCHEMA.empty_table()
 
     def _write(self, name: str, rows: pa.Table) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        path = self.root / name
-        temporary = path.with_name(f".{path.name}.tmp")
-        with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_file(sink, rows.schema) as writer:
-            writer.write_table(rows)
-        os.replace(temporary, path)
+        def write(sink: pa.NativeFile) -> None:
+            with pa.ipc.new_file(sink, rows.schema) as writer:
+                writer.write_table(rows)
+
+        (self.root / name).write_whole(write)
 
     def read(self) -> list[StagedPart]:
         """Every staged part, memory-mapped (their rows are not copied into the driver's heap)."""
         parts = []
-        for path in sorted(self.root.glob("part-*.arrow")):
+        for path in self.root.files("part-*.arrow"):
             rows = _mapped(path)
             header = json.loads(rows.schema.metadata[_HEADER])
             columns = tuple(PayloadColumn(n, f, ColumnType(avro)) for n, f, avro in header["columns"])
@@ -308,7 +305,7 @@ class ReplicaStaging:
         return parts
 
     def clear(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        self.root.delete_tree()
 
 
 def _located(rows: pa.Table, table: str | None) -> pa.Table:
@@ -321,5 +318,6 @@ def _located(rows: pa.Table, table: str | None) -> pa.Table:
     return rows.append_column(STAGED_IN, tables).append_column(STAGED_ROW, numbers)
 
 
-def _mapped(path: Path) -> pa.Table:
-    return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+def _mapped(path: Location) -> pa.Table:
+    with path.open_input() as source:
+        return pa.ipc.open_file(source).read_all()

@@ -14,6 +14,7 @@ from spanner_cdc.consumer.decode.decoded import DecodedEvent
 from spanner_cdc.consumer.decode.driver import BatchDecoder, BrokerPartitions
 from spanner_cdc.consumer.decode.kafka_rows import DECODE_SCHEMA
 from spanner_cdc.consumer.decode.schema_topic import SchemaTopic
+from spanner_cdc.consumer.locations import Location
 from spanner_cdc.consumer.sinks.changelog import COORDINATES
 from spanner_cdc.consumer.sinks.replica.stage.held import HeldStageRows
 from spanner_cdc.consumer.sinks.replica.stage.rows import (
@@ -46,7 +47,7 @@ def test_two_tasks_parts_of_two_table_versions_combine_into_one_with_every_colum
     old, new = ChangeFactory(), ChangeFactory(columns=[*ACCOUNT_COLUMNS, ("Added", "STRING", False)])
     before = decoded([old.record("INSERT", {"Id": "a"}, {"Balance": "1", "Note": "x"})])
     after = decoded([new.record("UPDATE", {"Id": "a"}, {"Added": "y"})], first_offset=1)
-    staging = ReplicaStaging(tmp_path / "batch")
+    staging = ReplicaStaging(Location.local(tmp_path / "batch"))
     staging.write(0, staged_parts(before), event_messages(before))
     staging.write(1, staged_parts(after), event_messages(after))
 
@@ -131,7 +132,7 @@ def test_held_events_kept_from_their_batch_come_back_as_staging_them_again_would
     """Offsets 1-3 were held by batch 7 and kept; 2-4 are released: 2 and 3 come from what was
     kept, 4 (not kept) is staged from its bytes, and the rows are those of staging all three."""
     decoder, events = history(5)
-    held_rows = HeldStageRows(tmp_path / "held")
+    held_rows = HeldStageRows(Location.local(tmp_path / "held"))
     held_rows.keep(7, event_rows(events[1:4]), staged_parts(events))
     stager = RecordingStager(decoder)
 
@@ -145,7 +146,7 @@ def test_held_events_kept_from_their_batch_come_back_as_staging_them_again_would
 
 def test_an_event_kept_by_two_batches_comes_back_once(tmp_path: Path) -> None:
     decoder, events = history(3)
-    held_rows = HeldStageRows(tmp_path / "held")
+    held_rows = HeldStageRows(Location.local(tmp_path / "held"))
     for batch_id in (1, 2):
         held_rows.keep(batch_id, event_rows(events), staged_parts(events))
     stager = RecordingStager(decoder)
@@ -161,7 +162,7 @@ def test_rows_taken_are_kept_no_longer_and_a_batch_goes_with_its_last(tmp_path: 
     """Taken rows leave the cache as they are taken: were their transaction rolled back, they
     would be staged again from the messages ``cdc$pending`` still holds."""
     decoder, events = history(4)
-    held_rows = HeldStageRows(tmp_path / "held")
+    held_rows = HeldStageRows(Location.local(tmp_path / "held"))
     held_rows.keep(1, event_rows(events), staged_parts(events))
     stager = RecordingStager(decoder)
     stage = held_rows.staging_with(stager)
@@ -186,7 +187,7 @@ def test_a_held_event_of_a_topic_created_again_is_not_taken_for_the_old_ones_at_
     new = decoded_events(
         decoder, [factory.record("UPDATE", {"Id": k}, {"Balance": "2"}) for k in "ab"], TOPIC
     )
-    held_rows = HeldStageRows(tmp_path / "held")
+    held_rows = HeldStageRows(Location.local(tmp_path / "held"))
     held_rows.keep(1, event_rows(old), staged_parts(old))
     held_rows.keep(2, event_rows(new), staged_parts(new))
     stager = RecordingStager(decoder)
@@ -212,7 +213,7 @@ def test_held_messages_coordinates_and_commit_time_do_not_tell_apart_are_staged_
         factory.record("INSERT", {"Id": "b"}, {"Balance": "2"}),
     )
     old, new = decoded_events(decoder, [first], TOPIC), decoded_events(decoder, [second], TOPIC)
-    held_rows = HeldStageRows(tmp_path / "held")
+    held_rows = HeldStageRows(Location.local(tmp_path / "held"))
     held_rows.keep(1, event_rows(old), staged_parts(old))
     held_rows.keep(2, event_rows(new), staged_parts(new))
     stager = RecordingStager(decoder)

@@ -30,7 +30,7 @@ from spanner_cdc.stack import SERVICES, EmbeddedStack, ServiceError, stop_on_sig
 REPLICA_OPTIONS = tuple(
     option
     for option in CONSUME_OPTIONS
-    if option.name in ("replica", "output-dir", "local-dir", "postgres-dsn")
+    if option.name in ("replica", "output-dir", "local-dir", "postgres-dsn", "spark-conf")
 )
 #: The producer's own declarations of where the database is.
 DEMO_DATABASE_OPTIONS = tuple(
@@ -271,6 +271,8 @@ def _run_on_replica(args: argparse.Namespace) -> int:
     from spanner_cdc.schemas.timestamps import parse_timestamp_micros
 
     values = resolve(args, REPLICA_OPTIONS, "consume")
+    if values["replica"] == "delta":
+        return _run_on_lakehouse(args, values)
     require_postgres_dsn(values["replica"], values["postgres_dsn"])
     replica = StreamReplica(
         open_backend(
@@ -308,6 +310,30 @@ def _run_on_replica(args: argparse.Namespace) -> int:
         return _run_stream(args, replica)
     finally:
         replica.close()
+
+
+def _run_on_lakehouse(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    """``replica status`` of a Delta replica, from its ``_cut.json``; streams and changes read
+    the SQL replicas' row history."""
+    from spanner_cdc.consumer.locations import Location, hadoop_settings
+    from spanner_cdc.consumer.sinks.lakehouse.merge import LAKEHOUSE_DIR, LakehouseCut
+    from spanner_cdc.consumer.streams.output import write_rows
+
+    if args.command != "replica":
+        raise ConfigError(
+            f"{args.command} reads the row history of a DuckDB or PostgreSQL replica (--replica duckdb or "
+            "postgres); a Delta replica's changes are its Change Data Feed (docs/consumer.md)"
+        )
+    output = Location.parse(values["output_dir"], hadoop_settings(dict(values["spark_conf"])))
+    status = LakehouseCut.read(output / LAKEHOUSE_DIR)
+    names = sorted(status.tables.keys() | status.stopped.keys())
+    write_rows(
+        ["consistent_cut", "table", "replica_table", "rows", "renamed_columns", "stopped"],
+        [(status.cut, t, status.tables.get(t), None, {}, status.stopped.get(t)) for t in names]
+        or [(status.cut, None, None, None, None, None)],
+        args.format,
+    )
+    return 0
 
 
 def _run_stream(args: argparse.Namespace, replica: Any) -> int:

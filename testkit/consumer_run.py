@@ -21,7 +21,7 @@ from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit
 from spanner_cdc.consumer.spark.graceful_stop import StopRequest
 from spanner_cdc.consumer.spark.session import session_hadoop_settings
 
-REPLICAS = ("duckdb", "postgres")
+SQL_REPLICAS = ("duckdb", "postgres")
 #: The ``configure`` fixture: keyword overrides → a consumer configuration for this test.
 ConfigFactory = Callable[..., ConsumerConfig]
 
@@ -105,6 +105,9 @@ def consume_command(config: ConsumerConfig, *extra: str, max_events_per_batch: i
         config.topic_prefix,
         "--output-dir",
         str(config.output_dir),
+        "--replica",
+        config.replica,
+        *(["--postgres-dsn", config.postgres_dsn] if config.postgres_dsn else []),
         *(["--checkpoint-dir", config.checkpoint_dir] if config.checkpoint_dir else []),
         *(["--local-dir", str(config.local_dir)] if config.local_dir else []),
         *[

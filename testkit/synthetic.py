@@ -163,3 +163,16 @@ def _values(columns: Sequence[tuple[str, str]], step: int) -> dict[str, str]:
     """Spanner JSON values for ``columns`` at history step ``step``."""
     spelled = {"INT64": str(step), "STRING": f"n{step}"}
     return {name: spelled[code] for name, code in columns}
+
+
+def final_rows(events: Sequence[Event]) -> list[tuple[Any, ...]]:
+    """Each key's last image after ``events`` (random_history's, in commit order: every insert
+    and update sets both columns), deleted keys left out: what a replica of them holds."""
+    rows: dict[str, tuple[Any, ...]] = {}
+    for event in events:
+        payload = event.value["payload"]
+        if event.value["source_metadata"]["is_deleted"]:
+            rows.pop(payload["Id"], None)
+        else:
+            rows[payload["Id"]] = (payload["Id"], payload["Balance"], payload["Note"])
+    return sorted(rows.values())

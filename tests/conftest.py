@@ -13,7 +13,7 @@ from spanner_cdc.common.logs import PROJECT_LOGGERS
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.stack import EmbeddedStack, stop_on_signals
 from testkit.consumer_run import (
-    REPLICAS,
+    SQL_REPLICAS,
     ConfigFactory,
     consumer_config,
     fresh_postgres_database,
@@ -127,10 +127,11 @@ def _spark_starts_from_the_class_archive(request: pytest.FixtureRequest) -> None
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One local[2] Spark session per test run, with Spark's Kafka connector on its classpath."""
+    """One local[2] Spark session per test run, with Spark's Kafka connector and Delta Lake."""
     from spanner_cdc.consumer.spark.session import spark_session
 
-    session = spark_session("local[2]", "spanner-cdc-tests", log_dir=tmp_path_factory.mktemp("spark-logs"))
+    logs = tmp_path_factory.mktemp("spark-logs")
+    session = spark_session("local[2]", "spanner-cdc-tests", log_dir=logs, delta=True)
     try:
         yield session
     finally:
@@ -139,7 +140,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         session.stop()
 
 
-@pytest.fixture(params=REPLICAS)
+@pytest.fixture(params=SQL_REPLICAS)
 def configure(request: pytest.FixtureRequest, stack: EmbeddedStack, tmp_path: Path) -> ConfigFactory:
     """A consumer configuration per test and replica: its own topics, output directory and
     replica database."""

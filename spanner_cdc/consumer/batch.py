@@ -235,7 +235,9 @@ class BatchProcessor:
             staged = self.replica.staging(batch_id)
             tables = staging.replica_tables
             stage_held = self._held_stager(rows.sparkSession, context, batch_id, staged, tables)
-            contents = BatchContents(fresh, staged.read(), staged.messages(), watermarks, stage_held)
+            contents = BatchContents(
+                fresh, staged.read(), staged.messages(), watermarks, stage_held, rows.sparkSession
+            )
             self.replica.write(batch_id, contents)
             staged.clear()
         self.quarantine.publish(batch_id, refuted)

@@ -24,6 +24,7 @@ from spanner_cdc.common.schema_registry import REGISTRY_OPTIONS
 from spanner_cdc.schemas.topics import Topics
 
 SINKS = ("changelog", "replica")
+REPLICAS = ("duckdb", "postgres", "delta")
 #: The URI schemes a location may have besides a plain path: ``file://`` (a path) and Hadoop's
 #: S3A connector's ``s3a://`` (consumer.locations).
 LOCAL_SCHEME = "file"
@@ -132,8 +133,9 @@ CONSUME_OPTIONS = (
         ),
         Option(
             "replica",
-            "duckdb (replica.duckdb in --local-dir) or postgres",
-            choice("duckdb", "postgres"),
+            "duckdb (replica.duckdb in --local-dir), postgres, or delta (Delta Lake tables in "
+            "<output-dir>/lakehouse, written by Spark)",
+            choice(*REPLICAS),
             default="duckdb",
         ),
         Option("postgres-dsn", "PostgreSQL connection string when --replica postgres"),

@@ -22,12 +22,14 @@ from spanner_cdc.consumer.locations import ConsumerLocations, Location
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.query_rates import QueryRates
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
+from spanner_cdc.consumer.sinks.lakehouse.ledger import Ledger
+from spanner_cdc.consumer.sinks.lakehouse.merge import LAKEHOUSE_DIR, LakehouseMerge
 from spanner_cdc.consumer.sinks.quarantine import QuarantineSink
-from spanner_cdc.consumer.sinks.replica.backends import SqlBackend, open_backend
+from spanner_cdc.consumer.sinks.replica.backends import open_backend
 from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut
 from spanner_cdc.consumer.sinks.replica.history import RowHistory
 from spanner_cdc.consumer.sinks.replica.merge import ReplicaMerge
-from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit, ReplicaSink
+from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit, ReplicaSink, ReplicaStore
 from spanner_cdc.consumer.spark.data_loss import DataLossCounter
 from spanner_cdc.consumer.spark.graceful_stop import (
     POLL_SECONDS,
@@ -96,6 +98,53 @@ def open_registry(config: ConsumerConfig) -> SchemaRegistry | None:
     return registry
 
 
+def open_store(config: ConsumerConfig, locations: ConsumerLocations) -> ReplicaStore:
+    """The replica's tables: a DuckDB or PostgreSQL database, or Delta tables under
+    ``<output-dir>/lakehouse`` with their ledger in the checkpoint."""
+    if config.replica == "delta":
+        ledger = Ledger(locations.checkpoint / "lakehouse", locations.local)
+        return LakehouseMerge(ledger, locations.output / LAKEHOUSE_DIR)
+    backend = open_backend(config.replica, config.duckdb_path, config.postgres_dsn)
+    history = (
+        RowHistory(backend, config.history_retention_hours * 3600 * MICROS_PER_SECOND)
+        if config.whole_transactions
+        else None
+    )
+    return ReplicaMerge(backend, history)
+
+
+def replica_sink(
+    config: ConsumerConfig,
+    locations: ConsumerLocations,
+    store: ReplicaStore,
+    *,
+    metrics: ConsumerMetrics,
+    decoder: BatchDecoder,
+    on_replica_commit: Callable[[ReplicaCommit], None] | None,
+) -> ReplicaSink:
+    """The replica sink over ``store``, with whole transactions unless ``config`` says not."""
+    backend = store.backend
+    cut = (
+        ConsistentCut(backend, config.subscribed, config.max_events_per_batch, decoder.partitions.counts)
+        if config.whole_transactions
+        else None
+    )
+    tasks_load = config.replica == "postgres" and config.postgres_staging == "tasks"
+    sink = ReplicaSink(
+        store,
+        metrics,
+        locations.spark_checkpoint,
+        locations.replica_staging,
+        cut,
+        on_replica_commit,
+        tasks_load_with=config.postgres_dsn if tasks_load else None,
+        # Streams are the SQL replicas' (the lakehouse's changes are Delta's Change Data Feed).
+        streams_seen=list if config.replica == "delta" else lambda: streams_seen(backend),
+    )
+    store.release()  # until the first batch: stream commands may use a DuckDB replica
+    return sink
+
+
 @dataclass
 class ConsumerJob:
     """Everything one running consumer holds; :meth:`close` releases it."""
@@ -103,7 +152,7 @@ class ConsumerJob:
     config: ConsumerConfig
     locations: ConsumerLocations
     processor: BatchProcessor
-    backend: SqlBackend | None
+    store: ReplicaStore | None
     gate: BatchGate = field(default_factory=BatchGate)
 
     @classmethod
@@ -119,11 +168,6 @@ class ConsumerJob:
         check_kafka(config)
         locations = ConsumerLocations.of(config, hadoop)
         registry = open_registry(config)
-        backend = (
-            open_backend(config.replica, config.duckdb_path, config.postgres_dsn)
-            if "replica" in config.sinks
-            else None
-        )
         decoder = BatchDecoder(
             SchemaTopic(
                 config.client_config,
@@ -139,33 +183,19 @@ class ConsumerJob:
         # batch would be outlined twice (all of it unknown, then again after learning them).
         decoder.schemas.refresh()
         metrics = ConsumerMetrics(f"{config.topic_prefix}.* into {', '.join(config.sinks)}")
-        replica: ReplicaSink | None = None
-        if backend is not None:
-            cut = (
-                ConsistentCut(
-                    backend, config.subscribed, config.max_events_per_batch, decoder.partitions.counts
-                )
-                if config.whole_transactions
-                else None
+        store = open_store(config, locations) if "replica" in config.sinks else None
+        replica = (
+            None
+            if store is None
+            else replica_sink(
+                config,
+                locations,
+                store,
+                metrics=metrics,
+                decoder=decoder,
+                on_replica_commit=on_replica_commit,
             )
-            history = (
-                RowHistory(backend, config.history_retention_hours * 3600 * MICROS_PER_SECOND)
-                if config.whole_transactions
-                else None
-            )
-            merge = ReplicaMerge(backend, history)
-            tasks_load = config.replica == "postgres" and config.postgres_staging == "tasks"
-            replica = ReplicaSink(
-                merge,
-                metrics,
-                locations.spark_checkpoint,
-                locations.replica_staging,
-                cut,
-                on_replica_commit,
-                tasks_load_with=config.postgres_dsn if tasks_load else None,
-                streams_seen=lambda: streams_seen(backend),
-            )
-            backend.release()  # until the first batch: stream commands may use a DuckDB replica
+        )
         processor = BatchProcessor(
             decoder=decoder,
             delivered=DeliveredChanges(
@@ -182,7 +212,7 @@ class ConsumerJob:
             if config.fail_on_data_loss
             else DataLossCounter(locations.spark_checkpoint, config.client_config),
         )
-        return cls(config, locations, processor, backend)
+        return cls(config, locations, processor, store)
 
     def read_stream(self, spark: Any) -> Any:
         """The streaming DataFrame of the subscribed topics, from Spark's Kafka source."""
@@ -218,8 +248,8 @@ class ConsumerJob:
         self.processor.metrics.close()
         if self.processor.data_loss is not None:
             self.processor.data_loss.close()
-        if self.backend is not None:
-            self.backend.close()
+        if self.store is not None:
+            self.store.close()
 
 
 def wait_until_started(query: Any, timeout: float) -> None:
@@ -248,6 +278,7 @@ def consume(config: ConsumerConfig) -> None:
         config.spark_conf,
         log_dir=config.local_directory / "logs",
         ui=config.spark_ui,
+        delta=config.replica == "delta",
     )
     try:
         job.processor.metrics.serve(config.metrics_port, config.metrics_host)

@@ -14,6 +14,7 @@ import psycopg
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.locations import ConsumerLocations, Location
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
+from spanner_cdc.consumer.sinks.lakehouse.merge import LAKEHOUSE_DIR, lakehouse_table
 from spanner_cdc.consumer.sinks.replica.names import ReplicaNames, quote
 
 
@@ -32,12 +33,25 @@ def replica_connection(config: ConsumerConfig) -> Iterator[Any]:
 
 
 def replica_rows(config: ConsumerConfig, table: str, columns: str) -> list[tuple[Any, ...]]:
-    """``columns`` (SQL) of Spanner table ``table``, by the replica's name for it (names.py)."""
+    """``columns`` (SQL, names in double quotes) of Spanner table ``table``, by the replica's
+    name for it (names.py); of a Delta replica, read by this process's Spark session."""
+    if config.replica == "delta":
+        return lakehouse_rows(ConsumerLocations.of(config).output / LAKEHOUSE_DIR, table, columns)
     name = quote(ReplicaNames.for_dialect(config.replica).table(table))
     with replica_connection(config) as connection:
         return [
             tuple(row) for row in connection.execute(f"SELECT {columns} FROM {name} ORDER BY 1").fetchall()
         ]
+
+
+def lakehouse_rows(root: Location, table: str, columns: str) -> list[tuple[Any, ...]]:
+    """``columns`` of a Delta replica's table ``table``, ordered by the first."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.getOrCreate().newSession()
+    spark.conf.set("spark.sql.ansi.doubleQuotedIdentifiers", "true")
+    spark.read.format("delta").load(lakehouse_table(root, table, ()).rows.uri).createOrReplaceTempView("t")
+    return [tuple(row) for row in spark.sql(f"SELECT {columns} FROM t ORDER BY 1").collect()]
 
 
 def changelog_rows(config: ConsumerConfig, table: str, columns: str) -> list[tuple[Any, ...]]:

@@ -206,6 +206,7 @@ def run_pipeline(
         "spanner-cdc-demo",
         consumer.spark_conf,
         log_dir=consumer.local_directory / "logs",
+        delta=consumer.replica == "delta",
     )
     try:
         with ProducerThread(producer, watch):

@@ -22,11 +22,13 @@ from spanner_cdc.consumer.streams.api import StreamReplica
 from spanner_cdc.schemas.events import Event
 from spanner_cdc.schemas.wire import WriterSchema, encode
 from spanner_cdc.stack import EmbeddedStack
-from testkit.consumer_run import ConfigFactory, committed_batches, on_disk, run_consumer
+from testkit.consumer_run import SQL_REPLICAS, ConfigFactory, committed_batches, on_disk, run_consumer
 from testkit.synthetic import ChangeFactory, publish
 from tests.support.object_store import ObjectStore, reach_from
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
+#: The SQL replicas and the Delta replica: the same rules, the same rows.
+WITH_DELTA = pytest.mark.parametrize("configure", [*SQL_REPLICAS, "delta"], indirect=True)
 
 
 def test_duplicates_in_one_batch_and_across_batches_are_delivered_once(
@@ -35,12 +37,13 @@ def test_duplicates_in_one_batch_and_across_batches_are_delivered_once(
     deliver_duplicates_in_and_across_batches(spark, configure())
 
 
+@pytest.mark.parametrize("configure", ["duckdb", "delta"], indirect=True)
 def test_duplicates_are_delivered_once_with_every_location_on_an_object_store(
     spark: Any, stack: EmbeddedStack, configure: ConfigFactory, object_store: ObjectStore, tmp_path: Path
 ) -> None:
     """The same on ``s3a://``: the job's session reaches the bucket (as ``core-site.xml`` or
-    ``spark-submit --conf spark.hadoop.…`` would make it), and the consumer's own files follow
-    the session's settings."""
+    ``spark-submit --conf spark.hadoop.…`` would make it), and the consumer's own files — and a
+    Delta replica's tables — follow the session's settings."""
     bucket = object_store.bucket()
     reach_from(spark, object_store.spark_conf(bucket))
     config = configure(output_dir=f"s3a://{bucket}/out", local_dir=tmp_path / "local")
@@ -50,6 +53,8 @@ def test_duplicates_are_delivered_once_with_every_location_on_an_object_store(
     keys = object_store.keys(bucket)
     assert any(k.startswith("out/checkpoint/spark/commits/") for k in keys), keys[:20]
     assert any(k.startswith("out/changelog/object=Accounts/commit_date=") for k in keys), keys[:20]
+    if config.replica == "delta":
+        assert any(k.startswith("out/lakehouse/Accounts/_delta_log/") for k in keys), keys[:20]
 
 
 def deliver_duplicates_in_and_across_batches(spark: Any, config: ConsumerConfig) -> None:
@@ -71,6 +76,7 @@ def deliver_duplicates_in_and_across_batches(spark: Any, config: ConsumerConfig)
     assert replica_rows(config, "Accounts", '"Id", "Balance", "Note"') == [("a", 3, "x"), ("b", 2, "y")]
 
 
+@pytest.mark.parametrize("configure", SQL_REPLICAS, indirect=True)
 def test_out_of_order_events_never_overwrite_newer_state(
     spark: Any, stack: EmbeddedStack, configure: ConfigFactory
 ) -> None:
@@ -101,6 +107,7 @@ def test_out_of_order_events_never_overwrite_newer_state(
     )
 
 
+@WITH_DELTA
 def test_partial_updates_keep_other_columns_deletes_remove_and_reinsert_works(
     spark: Any, stack: EmbeddedStack, configure: ConfigFactory
 ) -> None:
@@ -253,6 +260,7 @@ def consumed_in_two_runs(spark: Any, config: ConsumerConfig, first: list[Event],
         run_consumer(spark, config)
 
 
+@WITH_DELTA
 def test_a_column_added_mid_stream_reaches_both_sinks(
     spark: Any, stack: EmbeddedStack, configure: ConfigFactory
 ) -> None:

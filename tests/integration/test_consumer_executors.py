@@ -37,7 +37,7 @@ from testkit.consumer_run import (
     run_consumer,
     unique_prefix,
 )
-from testkit.synthetic import ChangeFactory, publish, random_history
+from testkit.synthetic import ChangeFactory, final_rows, publish, random_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -132,19 +132,6 @@ def driver_heap_growth(spark: Any, config: ConsumerConfig) -> int:
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-
-
-def final_rows(events: list[Any]) -> list[tuple[Any, ...]]:
-    """Each key's last image after ``events`` (random_history's: every insert and update sets
-    both columns), deleted keys left out."""
-    rows: dict[str, tuple[Any, ...]] = {}
-    for event in events:
-        payload = event.value["payload"]
-        if event.value["source_metadata"]["is_deleted"]:
-            rows.pop(payload["Id"], None)
-        else:
-            rows[payload["Id"]] = (payload["Id"], payload["Balance"], payload["Note"])
-    return sorted(rows.values())
 
 
 def test_the_batch_context_reaches_the_executors_once_until_the_driver_learns_something(spark: Any) -> None:

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from spanner_cdc.consumer.config import ConsumerConfig
-from spanner_cdc.consumer.readers import changelog_rows
+from spanner_cdc.consumer.readers import changelog_rows, replica_rows
+from spanner_cdc.schemas.events import Event
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import (
     account_sinks,
@@ -28,12 +29,13 @@ from testkit.consumer_run import (
     run_consumer,
     unique_prefix,
 )
-from testkit.synthetic import ChangeFactory, publish, random_history
+from testkit.synthetic import ChangeFactory, final_rows, publish, random_history
 from tests.support.object_store import ObjectStore
 from tests.support.screen import foreign_lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 KILLS = 3
+ENVIRONMENT = {**os.environ, "PYSPARK_PYTHON": sys.executable}
 
 
 def wait_for_a_commit(
@@ -50,17 +52,13 @@ def wait_for_a_commit(
 
 @pytest.mark.parametrize("where", ["disk", "s3a"])
 def test_killed_consumer_restarts_to_the_same_sinks_as_an_uninterrupted_run(
-    spark: Any, stack: EmbeddedStack, tmp_path: Path, where: str, request: pytest.FixtureRequest
+    stack: EmbeddedStack, tmp_path: Path, where: str, request: pytest.FixtureRequest
 ) -> None:
     """On the disk, and with the checkpoint, changelog, quarantine, staging, dedupe memory and
-    schema cache on an object store (``s3a://``, moto's S3 server): Spark's checkpoint through
-    Hadoop's s3a, everything else through pyarrow's S3 file system."""
-    prefix = unique_prefix("K")
+    schema cache on an object store (``s3a://``, moto's S3 server: Spark's checkpoint through
+    Hadoop's s3a, everything else through pyarrow's S3 file system)."""
+    prefix, events = published_history(stack)
     kafka = stack.endpoint("kafka")
-    events = random_history(ChangeFactory(), 3000)
-    resent = random.Random(5).sample(events, 300)  # a producer restart's duplicates
-    publish(kafka, prefix, events + resent)
-
     if where == "s3a":
         store: ObjectStore = request.getfixturevalue("object_store")
         bucket = store.bucket()
@@ -73,35 +71,9 @@ def test_killed_consumer_restarts_to_the_same_sinks_as_an_uninterrupted_run(
         )
     else:
         killed = consumer_config(kafka, prefix, tmp_path / "killed")
-    rng = random.Random(3)
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    log = tmp_path / "killed.log"
-    for _ in range(KILLS):
-        before = committed_batches(killed)
-        with log.open("a") as stderr:
-            process = subprocess.Popen(
-                consume_command(killed), env=env, stdout=subprocess.DEVNULL, stderr=stderr
-            )
-        try:
-            wait_for_a_commit(process, killed, before, log)
-            time.sleep(rng.uniform(0, 2))  # batches take 1-2 s: the kill lands between or inside one
-        finally:
-            process.send_signal(signal.SIGKILL)
-            process.wait(30)
-    # The rest in batches of any size: what a kill left planned is replayed as planned (Spark's
-    # offsets log), so the size of later batches does not matter to what is tested here.
-    finished = subprocess.run(
-        consume_command(killed, "--available-now", "true", max_events_per_batch=5000),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert finished.returncode == 0, finished.stderr[-2000:]
-
+    killed_then_finished(killed, tmp_path / "killed.log")
     uninterrupted = consumer_config(kafka, prefix, tmp_path / "uninterrupted")
-    run_consumer(spark, uninterrupted)
+    finished(uninterrupted)
 
     killed_replica, killed_changelog = account_sinks(killed)
     clean_replica, clean_changelog = account_sinks(uninterrupted)
@@ -116,6 +88,63 @@ def test_killed_consumer_restarts_to_the_same_sinks_as_an_uninterrupted_run(
         left = [k for k in keys if "/_staging/" in k or k.startswith("killed/replica-staging/batch-")]
         assert not left, f"staged files left behind: {left[:5]}"
         assert not (tmp_path / "killed").exists(), "a location of the object store was taken for a path"
+
+
+def test_a_killed_consumer_s_delta_replica_ends_as_an_uninterrupted_run_s(
+    spark: Any, stack: EmbeddedStack, tmp_path: Path
+) -> None:
+    """Into a Delta replica, whose tables a kill leaves part-way through a batch: after the
+    restart the Delta tables (read by this process's Spark) hold each key's last change, and the
+    changelog every change once."""
+    prefix, events = published_history(stack, 1500)
+    killed = consumer_config(stack.endpoint("kafka"), prefix, tmp_path / "killed", replica="delta")
+    killed_then_finished(killed, tmp_path / "killed.log")
+    assert replica_rows(killed, "Accounts", '"Id", "Balance", "Note"') == final_rows(events)
+    uuids = [row[0] for row in changelog_rows(killed, "Accounts", '"envelope$uuid"')]
+    assert sorted(uuids) == sorted(e.value["uuid"] for e in events)
+
+
+def published_history(stack: EmbeddedStack, changes: int = 3000) -> tuple[str, list[Event]]:
+    """``changes`` changes of a random history and a tenth of them again (a producer restart's
+    duplicates), on topics of their own; their prefix, and the changes."""
+    prefix = unique_prefix("K")
+    events = random_history(ChangeFactory(), changes)
+    publish(stack.endpoint("kafka"), prefix, events + random.Random(5).sample(events, changes // 10))
+    return prefix, events
+
+
+def killed_then_finished(killed: ConsumerConfig, log: Path) -> None:
+    """``spanner-cdc consume`` killed with SIGKILL three times at random moments after a batch
+    of its own, then run to Kafka's end."""
+    rng = random.Random(3)
+    for _ in range(KILLS):
+        before = committed_batches(killed)
+        with log.open("a") as stderr:
+            process = subprocess.Popen(
+                consume_command(killed), env=ENVIRONMENT, stdout=subprocess.DEVNULL, stderr=stderr
+            )
+        try:
+            wait_for_a_commit(process, killed, before, log)
+            time.sleep(rng.uniform(0, 2))  # batches take 1-2 s: the kill lands between or inside one
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait(30)
+    # The rest in batches of any size: what a kill left planned is replayed as planned (Spark's
+    # offsets log), so the size of later batches does not matter to what is tested here.
+    finished(killed)
+
+
+def finished(config: ConsumerConfig) -> None:
+    """``spanner-cdc consume --available-now`` for ``config``, to Kafka's end, in its own process."""
+    done = subprocess.run(
+        consume_command(config, "--available-now", "true", max_events_per_batch=5000),
+        env=ENVIRONMENT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def newest(config: ConsumerConfig, log: str) -> int:

@@ -69,8 +69,9 @@ def watermark_past(service: ProducerService, micros: int) -> bool:
         {"release_order": "commit"},
         {"release_order": "partition"},
         {"release_order": "commit", "group": "two"},
+        {"release_order": "commit", "replica": "delta"},
     ],
-    ids=["commit-order", "partition-order", "two-producers"],
+    ids=["commit-order", "partition-order", "two-producers", "delta-replica"],
 )
 def test_bank_transfers_leave_every_replica_batch_a_consistent_cut_of_spanner(
     spark: Any, churn_spanner: str, stack: EmbeddedStack, tmp_path: Path, options: dict[str, str]
@@ -80,8 +81,14 @@ def test_bank_transfers_leave_every_replica_batch_a_consistent_cut_of_spanner(
     of balances is the opening total and the replica equals Spanner read at the recorded cut.
     With ``--release-order partition`` changes reach Kafka before the other partitions have read
     past them, and the watermark records must still promise only what is there. With a group,
-    two producers share the stream, each writing watermark records of the whole group's."""
+    two producers share the stream, each writing watermark records of the whole group's. A
+    Delta replica is checked the same way, its tables read by Spark after each batch."""
     database = create_database(churn_spanner, bank.DDL)
+    options = dict(options)
+    replica = options.pop("replica", "postgres")
+    # A Delta batch costs seconds whatever its size: half the transfers, in fewer, larger batches
+    # (each still splits transactions).
+    seconds, batch_events, least_batches = (8, 20, 10) if replica == "postgres" else (4, 100, 3)
     group = options.get("group")
     config = producer_config(
         churn_spanner, stack.endpoint("kafka"), database, bank.STREAM, **options,
@@ -95,7 +102,7 @@ def test_bank_transfers_leave_every_replica_batch_a_consistent_cut_of_spanner(
             for service in services:
                 await producers.enter_async_context(running(service))
             await asyncio.to_thread(workload.open_accounts)
-            await asyncio.to_thread(workload.run, 8, 25)
+            await asyncio.to_thread(workload.run, seconds, 25)
             last = now_micros()
             for service in services:
                 await wait_until(service, functools.partial(watermark_past, service, last), 120)
@@ -109,9 +116,9 @@ def test_bank_transfers_leave_every_replica_batch_a_consistent_cut_of_spanner(
         stack.endpoint("kafka"),
         config.topic_prefix,
         tmp_path,
-        replica="postgres",
-        postgres_dsn=fresh_postgres_database(stack.endpoint("postgres")),
-        max_events_per_batch=20,
+        replica=replica,
+        postgres_dsn=fresh_postgres_database(stack.endpoint("postgres")) if replica == "postgres" else None,
+        max_events_per_batch=batch_events,
     )
     checked: list[int] = []
     differences: list[str] = []
@@ -137,8 +144,8 @@ def test_bank_transfers_leave_every_replica_batch_a_consistent_cut_of_spanner(
 
     run_consumer(spark, consumer, compare_with_spanner)
 
-    assert workload.transfers > 50
-    assert len(checked) >= 10, "too few batches to split transactions"
+    assert workload.transfers > 25 * seconds / 4
+    assert len(checked) >= least_batches, "too few batches to split transactions"
     with database.snapshot() as snapshot:
         source = sorted(tuple(r) for r in snapshot.execute_sql("SELECT Id, Balance FROM Accounts"))
     with source_log.diagnosing():

@@ -63,7 +63,7 @@ def test_help_lists_options_under_their_topics_with_choices_and_defaults() -> No
     for topic in ("Kafka", "sinks", "micro-batches", "Spark", "timeouts, metrics and logs"):
         assert f"\n{topic}:\n" in shown, topic
     sinks = shown.split("\nsinks:\n", 1)[1].split("\nmicro-batches:\n", 1)[0]
-    assert "--replica {duckdb,postgres}" in sinks
+    assert "--replica {duckdb,postgres,delta}" in sinks
     assert "default duckdb" in shown and "default changelog,replica" in shown and "default true" in shown
 
 

@@ -35,6 +35,14 @@ JARS_SETTING = "spark.jars"
 _jvm_output: IO[bytes] | None = None
 
 
+#: What a session needs to write Delta tables (static settings: given at its start), besides
+#: Delta's jars (the project's ``delta`` jars, resolved at setup).
+DELTA_SETTINGS = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # Delta's state reconstruction otherwise runs 50 tasks per table snapshot.
+    "spark.databricks.delta.snapshotPartitions": "2",
+}
 #: With the UI: the streaming query's rates also in Spark's own metrics system.
 _UI_SETTINGS = {"spark.ui.enabled": "true", "spark.sql.streaming.metricsEnabled": "true"}
 
@@ -43,14 +51,17 @@ def spark_session(
     master: str,
     app_name: str,
     extra_conf: Mapping[str, str] | None = None,
+    *,
     log_dir: Path | None = None,
     ui: bool = False,
+    delta: bool = False,
 ) -> Any:
     """A session for the consumer (and its tests): Spark's Kafka connector on its classpath, UTC,
     few shuffle partitions; Python workers run this interpreter (it has the project installed).
     With ``log_dir``, Spark's and the JVM's output go to files there (see the module's doc).
-    With ``ui``, Spark serves its web UI (``spark.ui.port``, 4040 or the next free one); the
-    caller's settings win over both."""
+    With ``ui``, Spark serves its web UI (``spark.ui.port``, 4040 or the next free one); with
+    ``delta``, it writes Delta tables (:data:`DELTA_SETTINGS` and Delta's jars). The caller's
+    settings win over all of them."""
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
@@ -58,8 +69,10 @@ def spark_session(
     conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(_SETTINGS.items()))
     if ui:
         conf.setAll(list(_UI_SETTINGS.items()))
+    if delta:
+        conf.setAll(list(DELTA_SETTINGS.items()))
     conf.setAll(list((extra_conf or {}).items()))
-    conf.set(JARS_SETTING, with_connector_jars(conf.get(JARS_SETTING, "")))
+    conf.set(JARS_SETTING, with_connector_jars(conf.get(JARS_SETTING, ""), delta=delta))
     if log_dir is not None and SparkContext._gateway is None:  # this session launches the JVM
         _start_jvm_logging_to(log_dir, conf)
     return SparkSession.builder.config(conf=conf).getOrCreate()
@@ -71,10 +84,11 @@ def session_hadoop_settings(spark: Any) -> dict[str, str]:
     return {str(key): str(found.get(key)) for key in found.keySet()}
 
 
-def with_connector_jars(given: str) -> str:
-    """``spark.jars`` with Spark's Kafka connector and its dependencies (the project's ``spark``
-    jars, resolved at setup) after the caller's own. Spark ships them to every executor."""
-    ours = [str(jar) for jar in jars("spark")]
+def with_connector_jars(given: str, *, delta: bool = False) -> str:
+    """``spark.jars`` with Spark's connectors (the project's ``spark`` jars: Kafka, S3; with
+    ``delta``, the ``delta`` jars too; resolved at setup) after the caller's own. Spark ships
+    them to every executor."""
+    ours = [str(jar) for jar in [*jars("spark"), *(jars("delta") if delta else [])]]
     return ",".join([entry for entry in given.split(",") if entry.strip()] + ours)
 
 

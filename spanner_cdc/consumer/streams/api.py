@@ -21,7 +21,7 @@ from spanner_cdc.consumer.sinks.replica.cut import recorded_cut
 from spanner_cdc.consumer.sinks.replica.generations import recreated_since
 from spanner_cdc.consumer.sinks.replica.history import HistoryState, read_state
 from spanner_cdc.consumer.sinks.replica.names import REPLICA_PREFIX, ReplicaNames, quote, quote_all
-from spanner_cdc.consumer.sinks.replica.stopped import STOPPED_TABLE, StoppedTable, stopped_tables
+from spanner_cdc.consumer.sinks.replica.stopped import STOPPED_TABLE, stopped_tables
 from spanner_cdc.consumer.streams.catalog import Stream, StreamCatalog, StreamError
 from spanner_cdc.consumer.streams.delta import CHANGE_COLUMNS, delta_query
 from spanner_cdc.consumer.streams.modes import DEFAULT_MODE, MODES
@@ -219,13 +219,13 @@ class StreamReplica:
             for name in replicated_tables(self.backend):
                 rows = int(self.backend.execute(f"SELECT count(*) FROM {quote(name)}")[0][0])
                 source = sources.get(catalog_key(name), SourceNames((name,), {}))
-                why = [_stopped_text(stopped.pop(t)) for t in source.tables if t in stopped]
+                why = [stopped.pop(t).described() for t in source.tables if t in stopped]
                 tables.append(
                     TableStatus(
                         ", ".join(source.tables), name, rows, source.renamed_columns, "; ".join(why) or None
                     )
                 )
-            tables += [TableStatus(t, None, None, {}, _stopped_text(s)) for t, s in sorted(stopped.items())]
+            tables += [TableStatus(t, None, None, {}, s.described()) for t, s in sorted(stopped.items())]
         return ReplicaStatus(None if cut is None else datetime_from_micros(cut), tables)
 
     # --- inside a transaction -----------------------------------------------------------------
@@ -291,8 +291,3 @@ class StreamReplica:
 def _check_mode(mode: str) -> None:
     if mode not in MODES:
         raise StreamError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
-
-
-def _stopped_text(stopped: StoppedTable) -> str:
-    since = datetime_from_micros(stopped.since_micros).isoformat()
-    return f"since {since}, {stopped.skipped_events} change(s) not applied: {stopped.reason}"

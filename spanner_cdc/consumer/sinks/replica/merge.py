@@ -108,8 +108,9 @@ class ReplicaMerge:
         return int(rows[0][0]) if rows else None
 
     @contextmanager
-    def batch(self, query_id: str, batch_id: int) -> Iterator[bool]:
-        """One database transaction for one micro-batch of one streaming query.
+    def batch(self, query_id: str, batch_id: int, spark: Any = None) -> Iterator[bool]:
+        """One database transaction for one micro-batch of one streaming query (``spark``, the
+        batch's session, is not needed: the database does the work).
 
         Yields False, and records nothing, when the query already committed this batch (a
         replay); otherwise True, and on leaving the block records the batch id with whatever
@@ -134,6 +135,21 @@ class ReplicaMerge:
             self.stopped.forget()
             self._generations.clear()
             raise
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        return self.backend.execute(sql)
+
+    def has_table(self, table: str) -> bool:
+        found = self.backend.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]
+        )
+        return bool(found[0][0])
+
+    def release(self) -> None:
+        self.backend.release()
+
+    def close(self) -> None:
+        self.backend.close()
 
     def write(self, parts: Sequence[StagedPart], cut: int | None = None) -> None:
         """Merge each table's staged changes (stage.rows.combined: one part per table and key, a

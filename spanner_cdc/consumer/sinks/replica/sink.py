@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -22,8 +23,9 @@ from spanner_cdc.consumer.decode.decoded import WatermarkSeen
 from spanner_cdc.consumer.locations import Location
 from spanner_cdc.consumer.metrics import ConsumerMetrics
 from spanner_cdc.consumer.sinks.parquet_files import batch_file_name
+from spanner_cdc.consumer.sinks.replica.backends import SqlBackend
 from spanner_cdc.consumer.sinks.replica.cut import ConsistentCut, Slice
-from spanner_cdc.consumer.sinks.replica.merge import ReplicaMerge
+from spanner_cdc.consumer.sinks.replica.history import RowHistory
 from spanner_cdc.consumer.sinks.replica.names import quote_all
 from spanner_cdc.consumer.sinks.replica.stage.held import HeldStageRows
 from spanner_cdc.consumer.sinks.replica.stage.loaded import StagedTables, batch_prefix, query_prefix
@@ -34,6 +36,7 @@ from spanner_cdc.consumer.sinks.replica.stage.rows import (
     combined,
     parts_of_events,
 )
+from spanner_cdc.consumer.sinks.replica.stopped import StoppedTables
 from spanner_cdc.consumer.status import StreamSeen
 
 log = logging.getLogger("spanner_cdc.consumer")
@@ -53,14 +56,16 @@ class BatchContents:
     watermarks: list[WatermarkSeen]
     #: Held events' Kafka rows (``kafka_rows.DECODE_SCHEMA``) staged again, when the cut passes them.
     stage_held: Callable[[pa.Table], StagedEvents]
+    #: The micro-batch's Spark session (a store Spark writes writes with it).
+    spark: Any
 
 
 @dataclass(frozen=True)
 class ReplicaCommit:
     """What a committed replica batch holds, for observers (the demo's invariant check, tests).
 
-    ``query`` runs SQL on the replica's own connection, after the commit and before the next
-    batch, so an observer sees exactly this batch's state.
+    ``query`` runs SQL (names in double quotes) on the replica, after the commit and before
+    the next batch, so an observer sees exactly this batch's state.
     """
 
     batch_id: int
@@ -69,16 +74,47 @@ class ReplicaCommit:
     applied_commits: list[int]
     held: int
     query: Callable[[str], list[tuple[Any, ...]]]
+    #: Has the replica created the table yet (the cut may not have reached its first change)?
+    has_table: Callable[[str], bool]
 
-    def has_table(self, table: str) -> bool:
-        """Has the replica created ``table`` yet (the cut may not have reached its first change)?"""
-        found = self.query(f"SELECT count(*) FROM information_schema.tables WHERE table_name = '{table}'")
-        return bool(found[0][0])
+
+class ReplicaStore(Protocol):
+    """Where the replica's tables are, and how a batch's slices are merged into them: one SQL
+    database (merge.ReplicaMerge) or Delta tables (sinks.lakehouse)."""
+
+    @property
+    def backend(self) -> SqlBackend:
+        """The replica's bookkeeping (and, for the SQL replicas, its tables)."""
+        ...
+
+    @property
+    def history(self) -> RowHistory | None:
+        """The row history streams read; None keeps none."""
+        ...
+
+    @property
+    def stopped(self) -> StoppedTables: ...
+
+    def batch(self, query_id: str, batch_id: int, spark: Any) -> AbstractContextManager[bool]:
+        """The batch's transaction; yields False for a batch the store has (a replay)."""
+        ...
+
+    def write(self, parts: Sequence[StagedPart], cut: int | None = None) -> None: ...
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]: ...
+
+    def has_table(self, table: str) -> bool: ...
+
+    def release(self) -> None:
+        """Let other processes use the replica between batches."""
+        ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
 class ReplicaSink:
-    merge: ReplicaMerge
+    merge: ReplicaStore
     metrics: ConsumerMetrics
     #: Spark's checkpoint of the query; its ``metadata`` file holds the query id.
     spark_checkpoint: Location
@@ -134,12 +170,12 @@ class ReplicaSink:
         try:
             self._write(batch_id, contents)
         finally:
-            self.merge.backend.release()
+            self.merge.release()
 
     def _write(self, batch_id: int, contents: BatchContents) -> None:
         self.metrics.watermarks.inc(len(contents.watermarks))
         commit = None
-        with self.merge.batch(self.query_id, batch_id) as new:
+        with self.merge.batch(self.query_id, batch_id, contents.spark) as new:
             if new:
                 commit = self._apply(batch_id, contents)
             self._drop_staged_tables(batch_prefix(self.query_id, batch_id))
@@ -156,11 +192,11 @@ class ReplicaSink:
 
     def _apply(self, batch_id: int, contents: BatchContents) -> ReplicaCommit:
         """The batch's merge (or, with whole transactions, what the cut lets through)."""
-        query = self.merge.backend.execute
+        query, has_table = self.merge.query, self.merge.has_table
         fresh = contents.fresh
         if self.cut is None:
             self.merge.write(combined(parts_of_events(contents.staged, fresh)))
-            return ReplicaCommit(batch_id, None, _commits(fresh), 0, query)
+            return ReplicaCommit(batch_id, None, _commits(fresh), 0, query, has_table)
         applied: list[int] = []
 
         def apply(piece: Slice, cut: int) -> None:
@@ -179,7 +215,7 @@ class ReplicaSink:
             release.cut_micros, release.held, release.incomplete_transactions, release.behind_cut
         )
         self.metrics.observe_streams(self.streams_seen())
-        return ReplicaCommit(batch_id, release.cut_micros, applied, release.held, query)
+        return ReplicaCommit(batch_id, release.cut_micros, applied, release.held, query, has_table)
 
     def _drop_staged_tables(self, prefix: str) -> None:
         """Drop the tables the tasks loaded whose names begin with ``prefix`` (stage/loaded.py)."""

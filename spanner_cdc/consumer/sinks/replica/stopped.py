@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from spanner_cdc.consumer.sinks.replica.backends import SqlBackend
 from spanner_cdc.consumer.sinks.replica.names import quote
+from spanner_cdc.schemas.timestamps import datetime_from_micros
 
 log = logging.getLogger("spanner_cdc.consumer")
 STOPPED_TABLE = "cdc$stopped"
@@ -36,6 +37,11 @@ class StoppedTable:
     #: The commit time of the first change not applied.
     since_micros: int
     skipped_events: int
+
+    def described(self) -> str:
+        """One line for ``replica status``: since when, how many changes, why."""
+        since = datetime_from_micros(self.since_micros).isoformat()
+        return f"since {since}, {self.skipped_events} change(s) not applied: {self.reason}"
 
 
 def stopped_tables(backend: SqlBackend) -> dict[str, StoppedTable]:

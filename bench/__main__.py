@@ -198,6 +198,7 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
             found.changelog_in_the_jvm_in_batches,
             *found.replicas,
             found.postgres_loaded_by_driver,
+            *found.lakehouse,
             found.changelog_warm,
             *([one_cpu] if one_cpu else []),
             found.changelog_on_one_core,
@@ -232,6 +233,7 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
     for figure, baseline, target in (
         (found.changelog, raw, CHANGELOG_TARGET_EVENTS_PER_SECOND),
         *((replica, raw, REPLICA_TARGET_EVENTS_PER_SECOND) for replica in found.replicas),
+        *((replica, raw, REPLICA_TARGET_EVENTS_PER_SECOND) for replica in found.lakehouse),
         *((replica, found.wide_raw, REPLICA_TARGET_EVENTS_PER_SECOND) for replica in found.wide_replicas),
     ):
         print(
@@ -242,6 +244,11 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
         print(
             f"  {whole.name.split(' (')[0]}: {whole.per_second / apart.per_second:.2f}x "
             "the same replica without transaction grouping"
+        )
+    for lakehouse in found.lakehouse:
+        print(
+            f"  {lakehouse.name.split(' (')[0]}: {lakehouse.per_second / found.replicas[0].per_second:.2f}x "
+            "DuckDB's with whole transactions"
         )
     by_tasks, by_driver = found.replicas[2], found.postgres_loaded_by_driver
     print(
@@ -277,27 +284,33 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
         f"raw {raw.per_second:,.0f} ev/s, changelog {found.changelog.per_second:,.0f} "
         f"({found.changelog.per_second / raw.per_second:.2f}x raw), "
         f"replica DuckDB {duckdb.per_second:,.0f} / "
-        f"PostgreSQL {postgres.per_second:,.0f} (whole transactions)"
+        f"PostgreSQL {postgres.per_second:,.0f} / "
+        f"Delta {found.lakehouse[0].per_second:,.0f} ({found.lakehouse[1].per_second:,.0f} in large batches) "
+        "(whole transactions)"
     )
 
 
 def pipeline_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
-    """Commit → replica latency of the whole pipeline under the demo's workload; the producer's
-    own commit → ack latency, (c) above, is its baseline (what the consumer adds is the rest)."""
-    print(f"pipeline: the demo's workload at {DEFAULT_TRANSFERS_PER_SECOND} transfers/s, DuckDB")
-    workdir = Path(tempfile.mkdtemp(prefix="spanner-cdc-bench-"))
-    try:
-        run = run_bank(stack, workdir, args.seconds, DEFAULT_TRANSFERS_PER_SECOND, "duckdb")
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    latencies = run.watch.latencies
-    p50, p99 = percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000
-    print(
-        f"  commit → replica for {args.seconds:.0f} s: p50 {p50:,.0f} ms, p99 {p99:,.0f} ms over "
-        f"{len(latencies)} changes; p99/target {PIPELINE_TARGET_P99_MS:,} ms "
-        f"{p99 / PIPELINE_TARGET_P99_MS:.2f}x"
-    )
-    return f"commit → replica p50 {p50:,.0f} ms, p99 {p99:,.0f} ms (target p99 {PIPELINE_TARGET_P99_MS:,} ms)"
+    """Commit → replica latency of the whole pipeline under the demo's workload, into DuckDB and
+    into Delta; the producer's own commit → ack latency, (c) above, is its baseline (what the
+    consumer adds is the rest)."""
+    print(f"pipeline: the demo's workload at {DEFAULT_TRANSFERS_PER_SECOND} transfers/s")
+    found = []
+    for replica in ("duckdb", "delta"):
+        workdir = Path(tempfile.mkdtemp(prefix="spanner-cdc-bench-"))
+        try:
+            run = run_bank(stack, workdir, args.seconds, DEFAULT_TRANSFERS_PER_SECOND, replica)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        latencies = run.watch.latencies
+        p50, p99 = percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000
+        print(
+            f"  {replica}: commit → replica for {args.seconds:.0f} s: p50 {p50:,.0f} ms, "
+            f"p99 {p99:,.0f} ms over {len(latencies)} changes; p99/target {PIPELINE_TARGET_P99_MS:,} ms "
+            f"{p99 / PIPELINE_TARGET_P99_MS:.2f}x"
+        )
+        found.append(f"{replica} p50 {p50:,.0f} ms, p99 {p99:,.0f} ms")
+    return f"commit → replica {'; '.join(found)} (target p99 {PIPELINE_TARGET_P99_MS:,} ms)"
 
 
 def peer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:

@@ -14,7 +14,8 @@ duplicates) is consumed by separate Trigger.AvailableNow queries:
   Spark alone (``decoded_in_the_jvm``: ``from_avro``, ``dropDuplicates``, Spark's Parquet), the
   other design's cost;
 - replica DuckDB / replica PostgreSQL: decode, dedupe, order, merge — each with whole
-  transactions (the default: hold what the watermarks have not passed) and without;
+  transactions (the default: hold what the watermarks have not passed) and without; the Delta
+  replica with whole transactions, in the default batches and in larger ones;
 - growth: the changelog again on a ``local[1]`` session (the rest run on ``local[2]``), the
   issue's figure. A session's queries get faster one after another while its JVM compiles
   (9.3, 5.5, 5.2 s for the same query), and the ``local[1]`` session
@@ -90,6 +91,7 @@ JVM_CHANGELOG = "changelog decoded in the JVM (from_avro, dropDuplicates, Spark'
 WIDE_VALUE_COLUMNS = 30
 WIDE_UPDATED_COLUMNS = 3
 WIDE_NAME = f"a table of {WIDE_VALUE_COLUMNS} value columns, {WIDE_UPDATED_COLUMNS} set per update"
+LAKEHOUSE_LARGE_BATCH = 200_000
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,9 @@ class ConsumerFigures:
     #: The raw read of the wide table's topic, then its DuckDB and PostgreSQL replicas.
     wide_raw: Figure
     wide_replicas: list[Figure]
+    #: The Delta replica with whole transactions: in the consumer's default batches, then in
+    #: batches of LAKEHOUSE_LARGE_BATCH (a Delta batch's cost is mostly fixed: its MERGEs' jobs).
+    lakehouse: list[Figure]
 
 
 def into_noop(batch: Any) -> None:
@@ -365,6 +370,22 @@ def replica_figures(consumed: Callable[..., int], postgres_dsn: str) -> tuple[li
     return [*duckdb, *postgres], loaded_by_driver
 
 
+def lakehouse_figures(consumed: Callable[..., int]) -> list[Figure]:
+    """The Delta replica with whole transactions, in the default batches and in large ones."""
+    name = "replica Delta, whole transactions"
+    return [
+        timed(f"{name} (decode, dedupe, order, MERGE)", functools.partial(consumed, "delta", **DELTA)),
+        timed(
+            f"{name}, batches of {LAKEHOUSE_LARGE_BATCH:,}",
+            functools.partial(consumed, "delta-large", max_events_per_batch=LAKEHOUSE_LARGE_BATCH, **DELTA),
+        ),
+    ]
+
+
+#: The consumer's settings of the Delta figures.
+DELTA: dict[str, Any] = {"sinks": ("replica",), "replica": "delta"}
+
+
 def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> ConsumerFigures:
     prefix, messages = published_history(bootstrap, ChangeFactory(), changes)
     wide_prefix, wide_messages = published_history(
@@ -398,7 +419,7 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
 
     writer = WriterSchema.from_schema(random_history(ChangeFactory(), 1)[0].table.event_schema)
     avro = {"spark.jars": ",".join(map(str, bench_jars("spark-avro")))}
-    spark = spark_session("local[2]", "spanner-cdc-bench", avro, log_dir=logs)
+    spark = spark_session("local[2]", "spanner-cdc-bench", avro, log_dir=logs, delta=True)
     try:
         warm_up("warm-up")
         raw_executors, raw_in_batches = timed_with_batches(
@@ -427,6 +448,7 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
             ),
         )
         replicas, loaded_by_driver = replica_figures(consumed, postgres_dsn)
+        lakehouse = lakehouse_figures(consumed)
         wide_raw, wide_replicas = wide_figures(
             spark, consumer_config(bootstrap, wide_prefix, work / "unused-wide"), consumed, postgres_dsn
         )
@@ -469,4 +491,5 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
         rss[1],
         wide_raw,
         wide_replicas,
+        lakehouse,
     )

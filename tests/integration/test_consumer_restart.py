@@ -30,7 +30,7 @@ from testkit.consumer_run import (
     unique_prefix,
 )
 from testkit.synthetic import ChangeFactory, final_rows, publish, random_history
-from tests.support.object_store import ObjectStore
+from tests.support.object_store import ObjectStore, reach_from
 from tests.support.screen import foreign_lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -50,27 +50,12 @@ def wait_for_a_commit(
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("where", ["disk", "s3a"])
 def test_killed_consumer_restarts_to_the_same_sinks_as_an_uninterrupted_run(
-    stack: EmbeddedStack, tmp_path: Path, where: str, request: pytest.FixtureRequest
+    stack: EmbeddedStack, tmp_path: Path
 ) -> None:
-    """On the disk, and with the checkpoint, changelog, quarantine, staging, dedupe memory and
-    schema cache on an object store (``s3a://``, moto's S3 server: Spark's checkpoint through
-    Hadoop's s3a, everything else through pyarrow's S3 file system)."""
     prefix, events = published_history(stack)
     kafka = stack.endpoint("kafka")
-    if where == "s3a":
-        store: ObjectStore = request.getfixturevalue("object_store")
-        bucket = store.bucket()
-        killed = consumer_config(
-            kafka,
-            prefix,
-            f"s3a://{bucket}/killed",
-            local_dir=tmp_path / "killed-local",
-            spark_conf=store.spark_conf(bucket),
-        )
-    else:
-        killed = consumer_config(kafka, prefix, tmp_path / "killed")
+    killed = consumer_config(kafka, prefix, tmp_path / "killed")
     killed_then_finished(killed, tmp_path / "killed.log")
     uninterrupted = consumer_config(kafka, prefix, tmp_path / "uninterrupted")
     finished(uninterrupted)
@@ -80,28 +65,39 @@ def test_killed_consumer_restarts_to_the_same_sinks_as_an_uninterrupted_run(
     assert killed_replica == clean_replica
     assert sorted(killed_changelog) == sorted(clean_changelog)
     assert len(clean_changelog) == len(events) == len({row[0] for row in clean_changelog})
-    if where == "s3a":
-        keys = store.keys(bucket)
-        assert any(k.startswith("killed/checkpoint/spark/commits/") for k in keys), keys[:20]
-        assert any(k.startswith("killed/checkpoint/dedupe/batch-") for k in keys), keys[:20]
-        assert any(k.startswith("killed/changelog/object=Accounts/") for k in keys), keys[:20]
-        left = [k for k in keys if "/_staging/" in k or k.startswith("killed/replica-staging/batch-")]
-        assert not left, f"staged files left behind: {left[:5]}"
-        assert not (tmp_path / "killed").exists(), "a location of the object store was taken for a path"
 
 
-def test_a_killed_consumer_s_delta_replica_ends_as_an_uninterrupted_run_s(
-    spark: Any, stack: EmbeddedStack, tmp_path: Path
+def test_a_killed_consumer_on_an_object_store_ends_with_each_change_once_in_delta(
+    spark: Any, stack: EmbeddedStack, object_store: ObjectStore, tmp_path: Path
 ) -> None:
-    """Into a Delta replica, whose tables a kill leaves part-way through a batch: after the
-    restart the Delta tables (read by this process's Spark) hold each key's last change, and the
-    changelog every change once."""
+    """Every location on an object store (``s3a://``, moto's S3 server: Spark's checkpoint and
+    the Delta tables through Hadoop's s3a, the consumer's own files through pyarrow's S3 file
+    system) and the replica in Delta tables, which a kill leaves part-way through a batch: after
+    the restarts the Delta tables (read by this process's Spark) hold each key's last change,
+    and the changelog every change once."""
     prefix, events = published_history(stack, 1500)
-    killed = consumer_config(stack.endpoint("kafka"), prefix, tmp_path / "killed", replica="delta")
+    bucket = object_store.bucket()
+    reach = object_store.spark_conf(bucket)
+    killed = consumer_config(
+        stack.endpoint("kafka"),
+        prefix,
+        f"s3a://{bucket}/killed",
+        replica="delta",
+        local_dir=tmp_path / "killed-local",
+        spark_conf=reach,
+    )
     killed_then_finished(killed, tmp_path / "killed.log")
+    reach_from(spark, reach)
     assert replica_rows(killed, "Accounts", '"Id", "Balance", "Note"') == final_rows(events)
     uuids = [row[0] for row in changelog_rows(killed, "Accounts", '"envelope$uuid"')]
     assert sorted(uuids) == sorted(e.value["uuid"] for e in events)
+    keys = object_store.keys(bucket)
+    assert any(k.startswith("killed/checkpoint/spark/commits/") for k in keys), keys[:20]
+    assert any(k.startswith("killed/checkpoint/dedupe/batch-") for k in keys), keys[:20]
+    assert any(k.startswith("killed/lakehouse/Accounts/_delta_log/") for k in keys), keys[:20]
+    left = [k for k in keys if "/_staging/" in k or k.startswith("killed/replica-staging/batch-")]
+    assert not left, f"staged files left behind: {left[:5]}"
+    assert not (tmp_path / "killed").exists(), "a location of the object store was taken for a path"
 
 
 def published_history(stack: EmbeddedStack, changes: int = 3000) -> tuple[str, list[Event]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import uuid
 from collections.abc import Callable
@@ -22,6 +24,8 @@ from spanner_cdc.consumer.spark.graceful_stop import StopRequest
 from spanner_cdc.consumer.spark.session import session_hadoop_settings
 
 SQL_REPLICAS = ("duckdb", "postgres")
+#: What ``spanner-cdc consume`` runs with as a process of a test: its Python workers are this one.
+CONSUMER_ENVIRONMENT = {**os.environ, "PYSPARK_PYTHON": sys.executable}
 #: The ``configure`` fixture: keyword overrides → a consumer configuration for this test.
 ConfigFactory = Callable[..., ConsumerConfig]
 
@@ -122,6 +126,20 @@ def consume_command(config: ConsumerConfig, *extra: str, max_events_per_batch: i
         "--no-spark-ui",
         *extra,
     ]
+
+
+def consumed_to_the_end(config: ConsumerConfig) -> None:
+    """``spanner-cdc consume --available-now`` for ``config``, to Kafka's end, in its own process
+    (and its own Spark): a test that runs it needs no Spark session of its own."""
+    done = subprocess.run(
+        consume_command(config, "--available-now", "true", max_events_per_batch=5000),
+        env=CONSUMER_ENVIRONMENT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def account_sinks(config: ConsumerConfig) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:

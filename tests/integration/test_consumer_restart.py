@@ -5,11 +5,9 @@ Every sink must end up equal to an uninterrupted run over the same topics.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,9 +19,11 @@ from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.schemas.events import Event
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import (
+    CONSUMER_ENVIRONMENT,
     account_sinks,
     committed_batches,
     consume_command,
+    consumed_to_the_end,
     consumer_config,
     on_disk,
     run_consumer,
@@ -35,7 +35,6 @@ from tests.support.screen import foreign_lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 KILLS = 3
-ENVIRONMENT = {**os.environ, "PYSPARK_PYTHON": sys.executable}
 
 
 def wait_for_a_commit(
@@ -58,7 +57,7 @@ def test_killed_consumer_restarts_to_the_same_sinks_as_an_uninterrupted_run(
     killed = consumer_config(kafka, prefix, tmp_path / "killed")
     killed_then_finished(killed, tmp_path / "killed.log")
     uninterrupted = consumer_config(kafka, prefix, tmp_path / "uninterrupted")
-    finished(uninterrupted)
+    consumed_to_the_end(uninterrupted)
 
     killed_replica, killed_changelog = account_sinks(killed)
     clean_replica, clean_changelog = account_sinks(uninterrupted)
@@ -117,7 +116,7 @@ def killed_then_finished(killed: ConsumerConfig, log: Path) -> None:
         before = committed_batches(killed)
         with log.open("a") as stderr:
             process = subprocess.Popen(
-                consume_command(killed), env=ENVIRONMENT, stdout=subprocess.DEVNULL, stderr=stderr
+                consume_command(killed), env=CONSUMER_ENVIRONMENT, stdout=subprocess.DEVNULL, stderr=stderr
             )
         try:
             wait_for_a_commit(process, killed, before, log)
@@ -127,20 +126,7 @@ def killed_then_finished(killed: ConsumerConfig, log: Path) -> None:
             process.wait(30)
     # The rest in batches of any size: what a kill left planned is replayed as planned (Spark's
     # offsets log), so the size of later batches does not matter to what is tested here.
-    finished(killed)
-
-
-def finished(config: ConsumerConfig) -> None:
-    """``spanner-cdc consume --available-now`` for ``config``, to Kafka's end, in its own process."""
-    done = subprocess.run(
-        consume_command(config, "--available-now", "true", max_events_per_batch=5000),
-        env=ENVIRONMENT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    consumed_to_the_end(killed)
 
 
 def newest(config: ConsumerConfig, log: str) -> int:
@@ -157,10 +143,11 @@ def test_a_stopped_consumer_ends_between_batches(spark: Any, stack: EmbeddedStac
     events = random_history(ChangeFactory(), 6000)
     publish(kafka, prefix, events)
     config = consumer_config(kafka, prefix, tmp_path / "out")
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     log = tmp_path / "stopped.log"
     with log.open("w") as stderr:
-        process = subprocess.Popen(consume_command(config), env=env, stdout=stderr, stderr=stderr)
+        process = subprocess.Popen(
+            consume_command(config), env=CONSUMER_ENVIRONMENT, stdout=stderr, stderr=stderr
+        )
     try:
         wait_for_a_commit(process, config, 0, log)
         time.sleep(1.5)

@@ -14,7 +14,6 @@ import sysconfig
 import time
 import venv
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,8 +24,8 @@ from testkit.consumer_run import (
     account_sinks,
     committed_batches,
     consume_command,
+    consumed_to_the_end,
     consumer_config,
-    run_consumer,
     unique_prefix,
 )
 from testkit.spark_cluster import SPARK_HOME, spark_cluster, without_python_path
@@ -110,7 +109,7 @@ def shipped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def test_the_readme_job_on_a_cluster_that_loses_a_worker_writes_what_one_process_writes(
-    spark: Any, stack: EmbeddedStack, shipped: tuple[Path, Path], tmp_path: Path
+    stack: EmbeddedStack, shipped: tuple[Path, Path], tmp_path: Path
 ) -> None:
     kafka = stack.endpoint("kafka")
     prefix = unique_prefix("cluster")
@@ -156,7 +155,7 @@ def test_the_readme_job_on_a_cluster_that_loses_a_worker_writes_what_one_process
     assert committed_batches(submitted) > 3, "the loss came after the last batch: nothing tested"
 
     uninterrupted = consumer_config(kafka, prefix, tmp_path / "uninterrupted")
-    run_consumer(spark, uninterrupted)
+    consumed_to_the_end(uninterrupted)
     submitted_replica, submitted_changelog = account_sinks(submitted)
     assert submitted_replica == account_sinks(uninterrupted)[0]
     assert submitted_changelog == account_sinks(uninterrupted)[1]

@@ -296,7 +296,8 @@ def pipeline_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
     consumer adds is the rest)."""
     print(f"pipeline: the demo's workload at {DEFAULT_TRANSFERS_PER_SECOND} transfers/s")
     found = []
-    for replica in ("duckdb", "delta"):
+    # Delta first: the process has one JVM, and Delta's jars are given when it starts.
+    for replica in ("delta", "duckdb"):
         workdir = Path(tempfile.mkdtemp(prefix="spanner-cdc-bench-"))
         try:
             run = run_bank(stack, workdir, args.seconds, DEFAULT_TRANSFERS_PER_SECOND, replica)

@@ -15,7 +15,7 @@ import statistics
 import tempfile
 import threading
 import time
-from contextlib import closing
+from contextlib import closing, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -103,7 +103,10 @@ class ProducerThread:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         if self._loop is not None and self.service is not None:
-            self._loop.call_soon_threadsafe(self.service.request_stop)
+            # A producer that stopped on its own (an error) has closed its loop: nothing to stop,
+            # and its error, not the closed loop's, is what the caller must see.
+            with suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self.service.request_stop)
         self._thread.join()
         if self._error is not None and error is None:
             raise self._error
@@ -163,12 +166,15 @@ def run_bank(stack: EmbeddedStack, workdir: Path, seconds: float, rate: float, r
     spanner, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
     database_id = f"bank-{dt.datetime.now(dt.UTC):%H%M%S}"
     database = create_emulator_database(spanner, EMULATOR_PROJECT, "demo", database_id, DDL)
-    print(f"[1/4] database {database_id}: Accounts, Transfers, change stream {STREAM}")
+    print(f"[1/4] database {database_id}: Accounts, Transfers, change stream {STREAM} → {database_id}.*")
     producer = ProducerConfig(
         project=EMULATOR_PROJECT,
         instance="demo",
         database=database_id,
         change_stream=STREAM,
+        # Topics (and so the producer's checkpoint) of this database's own: a second run on the
+        # same broker must neither resume the first's partitions nor mix its changes in.
+        topic_prefix=database_id,
         kafka_bootstrap=kafka,
         emulator_host=spanner,
         start_timestamp_micros=timestamp_micros(dt.datetime.now(dt.UTC)),
@@ -177,7 +183,7 @@ def run_bank(stack: EmbeddedStack, workdir: Path, seconds: float, rate: float, r
     )
     consumer = ConsumerConfig(
         kafka_bootstrap=kafka,
-        topic_prefix=STREAM,
+        topic_prefix=database_id,
         output_dir=str(workdir),
         replica=replica,
         postgres_dsn=stack.endpoint("postgres") if replica == "postgres" else None,

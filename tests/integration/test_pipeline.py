@@ -103,6 +103,8 @@ def test_bank_transfers_leave_every_replica_batch_a_consistent_cut_of_spanner(
                 await producers.enter_async_context(running(service))
             await asyncio.to_thread(workload.open_accounts)
             await asyncio.to_thread(workload.run, seconds, 25)
+            while workload.transfers <= 25 * seconds / 4:  # a loaded emulator commits slower than asked
+                await asyncio.to_thread(workload.run, 1, 25)
             last = now_micros()
             for service in services:
                 await wait_until(service, functools.partial(watermark_past, service, last), 120)
@@ -144,7 +146,6 @@ def test_bank_transfers_leave_every_replica_batch_a_consistent_cut_of_spanner(
 
     run_consumer(spark, consumer, compare_with_spanner)
 
-    assert workload.transfers > 25 * seconds / 4
     assert len(checked) >= least_batches, "too few batches to split transactions"
     with database.snapshot() as snapshot:
         source = sorted(tuple(r) for r in snapshot.execute_sql("SELECT Id, Balance FROM Accounts"))

@@ -81,15 +81,6 @@ class Commit:
     def metadata(self) -> str:
         return json.dumps({"batch": self.batch_id, "slice": self.slice, "cut_micros": self.cut_micros})
 
-    @staticmethod
-    def version_of(metadata: str | None) -> int | None:
-        """The transaction version a commit's ``userMetadata`` names; None for another's commit."""
-        try:
-            found = json.loads(metadata or "")
-            return int(found["batch"]) * SLICES_PER_BATCH + int(found["slice"])
-        except (ValueError, TypeError, KeyError):
-            return None
-
 
 class DeltaSession:
     """A Spark session of the lakehouse's own (a new session of the job's, sharing its context):

@@ -144,8 +144,12 @@ class LakehouseMerge:
         assert self._commit is not None and self._session is not None, "write outside a batch"
         commit = Commit(self._commit.batch_id, self._commit.slice, cut)
         for part in parts:
-            if part.rows.num_rows and self._mergeable(part):
-                self._merge(self._session, part, commit)
+            if part.rows.num_rows:
+                target, wanted = lakehouse_table(self.root, part.table, part.key), _spark_types(part)
+                stored = self._admitted(self._session, target, part, wanted)
+                if stored is not None:
+                    added = [(c, kind) for c, kind in wanted.items() if stored and c not in stored]
+                    self._merge(self._session, target, part, commit, create=not stored, added=added)
         self._commit = Commit(commit.batch_id, commit.slice + 1, cut)
 
     def query(self, sql: str) -> list[tuple[Any, ...]]:
@@ -182,57 +186,72 @@ class LakehouseMerge:
             self._session.spark.conf.set("spark.sql.ansi.doubleQuotedIdentifiers", "true")
         return self._session
 
-    def _mergeable(self, part: StagedPart) -> bool:
-        """Whether ``part``'s changes go into its tables: not when the table is stopped, or when
-        they cannot go in, which stops it. A stopped table whose Delta tables are gone starts again."""
+    def _admitted(
+        self, session: DeltaSession, target: DeltaTable, part: StagedPart, wanted: dict[str, str]
+    ) -> dict[str, str] | None:
+        """The columns (and Spark SQL types) of ``part``'s rows table when its changes go into
+        it (none: its Delta tables are still to be made); None when they do not: the table is
+        stopped, or they cannot go in, which stops it. A stopped table whose Delta tables are
+        gone starts again. ``wanted``: the changes' columns and their Spark SQL types."""
         table, events = part.table, part.rows.num_rows
-        target = lakehouse_table(self.root, table, part.key)
         if table in self.stopped.known:
-            if self._session is not None and self._session.exists(target.rows):
+            if session.exists(target.rows):
                 self.stopped.skip(table, events)
-                return False
+                return None
             self.stopped.start_again(table)
-        refusal = self._refusal(target, part)
+        if not (session.exists(target.rows) and session.exists(target.tombstones)):
+            return {}
+        stored = session.columns(target.rows)
+        refusal = self._refusal(session, target, part, stored, wanted)
         if refusal is None:
-            return True
+            return stored
         self.stopped.stop(table, refusal, part.first_commit, events)
-        return False
+        return None
 
-    def _refusal(self, target: DeltaTable, part: StagedPart) -> str | None:
-        """Why ``part``'s changes cannot go into its existing tables; None when they can."""
-        session = self._session
-        assert session is not None
-        if not session.exists(target.tombstones):
-            return None
+    def _refusal(
+        self,
+        session: DeltaSession,
+        target: DeltaTable,
+        part: StagedPart,
+        stored: dict[str, str],
+        wanted: dict[str, str],
+    ) -> str | None:
+        """Why ``part``'s changes (with the columns ``wanted``) cannot go into its Delta tables,
+        whose rows have the columns ``stored``; None when they can."""
+        start_over = f"delete {target.rows.uri} and {target.tombstones.uri} to start it over"
         stored_key = tuple(c for c in session.columns(target.tombstones) if c not in ORDER_COLUMNS)
         if stored_key != part.key:
             return (
                 f"created again with primary key ({', '.join(part.key)}), its Delta tables have "
-                f"({', '.join(stored_key)}): delete {target.rows.uri} and {target.tombstones.uri} "
-                "to start it over"
+                f"({', '.join(stored_key)}): {start_over}"
             )
-        stored = session.columns(target.rows)
-        wanted = _spark_types(part)
         changed = [c for c, kind in wanted.items() if c in stored and stored[c] != kind]
         if changed:
             column = changed[0]
             return (
                 f"column {column} is {wanted[column]} in these changes and {stored[column]} in its Delta "
-                f"table, which cannot change a column's type: delete {target.rows.uri} and "
-                f"{target.tombstones.uri} to start it over"
+                f"table, which cannot change a column's type: {start_over}"
             )
         return None
 
-    def _merge(self, session: DeltaSession, part: StagedPart, commit: Commit) -> None:
-        target = lakehouse_table(self.root, part.table, part.key)
+    def _merge(
+        self,
+        session: DeltaSession,
+        target: DeltaTable,
+        part: StagedPart,
+        commit: Commit,
+        *,
+        create: bool,
+        added: list[tuple[str, str]],
+    ) -> None:
+        """``part``'s changes into its Delta tables: made first (``create``), or given the
+        columns ``added`` (name, Spark SQL type) first."""
         values = [c.name for c in part.columns if c.name not in part.key]
         stage = session.frame(part.stage_rows())
         try:
-            if not session.exists(target.rows) or not session.exists(target.tombstones):
+            if create:
                 target.create(session, stage, values, commit)
-            else:
-                stored, wanted = session.columns(target.rows), _spark_types(part)
-                target.add_columns(session, [(c, k) for c, k in wanted.items() if c not in stored], commit)
+            target.add_columns(session, added, commit)
             deletes = bool(pc.any(part.rows.column(IS_DELETE)).as_py())
             target.merge(session, stage, values, commit, deletes=deletes)
         finally:

@@ -3,26 +3,20 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
+from tests.support.command_line import spanner_cdc
 
 pytestmark = pytest.mark.integration
 EXIT_USAGE, EXIT_FAILURE = 2, 1
 
 
 def consume(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "spanner_cdc.cli", "consume", "--output-dir", str(tmp_path), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return spanner_cdc("consume", "--output-dir", str(tmp_path), *args, timeout=120)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -30,6 +29,7 @@ from spanner_cdc.stack import EmbeddedStack, ServiceError
 from spanner_cdc.stack.process import free_port
 from spanner_cdc.stack.services import start_kafka
 from testkit.spanner_db import create_database, read_pg_change_stream
+from tests.support.command_line import spanner_cdc
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,14 +113,7 @@ def run_stack_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.C
     """``spanner-cdc stack …`` in a subprocess, without the stack addresses of this test run
     (but those in ``env``)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("SPANNER_CDC_", "SPANNER_EMULATOR"))}
-    return subprocess.run(
-        [sys.executable, "-m", "spanner_cdc.cli", "stack", *args],
-        capture_output=True,
-        text=True,
-        env={**clean, **(env or {})},
-        timeout=120,
-        check=False,
-    )
+    return spanner_cdc("stack", *args, env={**clean, **(env or {})}, timeout=120)
 
 
 def test_stack_cli_up_status_down(tmp_path: Path) -> None:

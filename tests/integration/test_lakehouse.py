@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import random
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,7 @@ import pytest
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import account_sinks, consumer_config, run_consumer, unique_prefix
 from testkit.synthetic import ChangeFactory, publish, random_history
+from tests.support.command_line import spanner_cdc
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -39,14 +38,14 @@ def test_a_delta_replica_holds_what_a_duckdb_replica_holds(
 
     assert account_sinks(delta) == account_sinks(duckdb)
     where = ("--replica", "delta", "--output-dir", str(tmp_path / "delta"))
-    status = cli("replica", "status", "--format", "json", *where)
+    status = spanner_cdc("replica", "status", "--format", "json", *where)
     assert status.returncode == 0, status.stderr
     accounts = next(r for r in map(json.loads, status.stdout.splitlines()) if r["table"] == "Accounts")
     at_cut = spark.read.format("delta").load(accounts["replica_table"])  # <location>@v<version>
     assert sorted(tuple(r) for r in at_cut.select("Id", "Balance").collect()) == sorted(
         (row[0], row[1]) for row in account_sinks(duckdb)[0]
     )
-    refused = cli("stream", "show", *where)
+    refused = spanner_cdc("stream", "show", *where)
     assert refused.returncode != 0 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     table = (tmp_path / "delta" / "lakehouse" / "Accounts").as_posix()
     history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect()
@@ -89,16 +88,6 @@ def test_a_batch_replayed_after_its_tables_committed_commits_nothing_twice(
         slices = merged_slices(spark, path)
         assert len(slices) == len(set(slices)), sorted(slices)
     assert len({batch for batch, _ in merged_slices(spark, lakehouse / "Accounts")}) >= 2
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "spanner_cdc.cli", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
 
 
 def merged_slices(spark: Any, table: Path) -> list[tuple[int, int]]:

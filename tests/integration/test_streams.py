@@ -36,6 +36,7 @@ from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import ConfigFactory, consume_command, consumer_config, run_consumer, unique_prefix
 from testkit.spanner_db import create_database
 from testkit.synthetic import ChangeFactory, publish, random_history
+from tests.support.command_line import spanner_cdc
 from tests.support.produce_process import run_producer_while
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -375,13 +376,7 @@ def test_the_command_line_works_while_the_consumer_runs_on_the_duckdb_file(
     where = ["--replica", "duckdb", "--output-dir", str(config.output_dir)]
 
     def cli(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "spanner_cdc.cli", *args, *where],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        done = spanner_cdc(*args, *where)
         assert done.returncode == 0, done.stderr
         assert done.stderr == ""
         return done.stdout
@@ -421,13 +416,7 @@ def test_the_command_line_works_while_the_consumer_runs_on_the_duckdb_file(
     assert {r["table"]: r["rows"] for r in map(json.loads, status_lines)}["T"] == 1
     shown = cli("stream", "show", "--format", "csv").splitlines()
     assert shown[0].startswith("created_on,name,table_on") and ",s,T," in shown[1]
-    refused = subprocess.run(
-        [sys.executable, "-m", "spanner_cdc.cli", "stream", "consume", "s", "--into", "T$deleted", *where],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    refused = spanner_cdc("stream", "consume", "s", "--into", "T$deleted", *where)
     assert (
         refused.returncode == 1
         and refused.stderr.count("\n") == 1

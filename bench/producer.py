@@ -55,7 +55,7 @@ from spanner_cdc.schemas.timestamps import (
     micros_from_datetime,
     parse_timestamp_micros,
 )
-from spanner_cdc.schemas.wire import WriterSchema
+from spanner_cdc.schemas.wire import WriterSchema, encode
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.services import EMULATOR_PROJECT
 from testkit.producer_run import running
@@ -120,6 +120,10 @@ def pipeline_figures(bootstrap: str, count: int) -> list[Figure]:
         for event in events:
             fastavro.schemaless_writer(buffer, writer.parsed, event.value)
 
+    def encoder_alone() -> None:
+        for event in events:
+            encode(writer, event.value)
+
     def kafka_alone() -> None:
         producer = Producer({**TUNED_DEFAULTS, "bootstrap.servers": bootstrap, **GUARANTEED_SETTINGS})
         topic = f"bench-raw-{uuid.uuid4().hex[:6]}"
@@ -141,6 +145,7 @@ def pipeline_figures(bootstrap: str, count: int) -> list[Figure]:
 
     return [
         timed("(a) baseline: fastavro encode alone", count, fastavro_alone),
+        timed("(a) the producer's Avro encoder alone", count, encoder_alone),
         timed("(a) baseline: confluent-kafka produce alone", count, kafka_alone),
         timed("(a) producer: record → event → Avro → Kafka ack", count, through_producer(False)),
         timed("(a) producer --format json: record → event → JSON", count, through_producer(True)),

@@ -32,29 +32,11 @@ from typing import Any
 
 from fastavro.read import LOGICAL_READERS
 
-from spanner_cdc.schemas.avro_steps import CompiledReader, Kind, Step
-from spanner_cdc.schemas.errors import ContractError
+from spanner_cdc.schemas.avro_steps import CompiledReader
+from spanner_cdc.schemas.avro_tree import CALENDAR_KINDS, schema_steps
 
 #: ``(message, position)`` → the value read from ``position`` on and the position after it.
 Reader = Callable[[bytes, int], tuple[Any, int]]
-
-_PRIMITIVE_KINDS = {
-    "null": Kind.NULL_VALUE,
-    "boolean": Kind.BOOLEAN,
-    "int": Kind.LONG,
-    "long": Kind.LONG,
-    "float": Kind.FLOAT,
-    "double": Kind.DOUBLE,
-    "string": Kind.STRING,
-    "bytes": Kind.BYTES,
-}
-#: Logical types the C steps make themselves (``avro_steps.calendar_value``), by fastavro's
-#: ``LOGICAL_READERS`` key; fastavro's converter stays the step's, for values out of range.
-_CALENDAR_KINDS = {
-    "long-timestamp-micros": Kind.UTC_MICROS,
-    "long-timestamp-millis": Kind.UTC_MILLIS,
-    "int-date": Kind.DAYS,
-}
 
 
 def compile_reader(parsed_schema: Any, *, calendar_numbers: bool = False) -> CompiledReader:
@@ -62,7 +44,7 @@ def compile_reader(parsed_schema: Any, *, calendar_numbers: bool = False) -> Com
     With ``calendar_numbers``, timestamps and dates read as the numbers written (micros, millis,
     days since the epoch: what an Arrow column of their type holds), still refused outside the
     years 1-9999 as fastavro refuses them."""
-    return CompiledReader(_StepBuilder(calendar_numbers).step(parsed_schema))
+    return CompiledReader(schema_steps(parsed_schema, calendar_numbers=calendar_numbers))
 
 
 def calendar_converter(avro_type: Any) -> Callable[[int], Any] | None:
@@ -72,52 +54,7 @@ def calendar_converter(avro_type: Any) -> Callable[[int], Any] | None:
     if not isinstance(avro_type, dict):
         return None
     logical = f"{avro_type.get('type')}-{avro_type.get('logicalType')}"
-    if logical not in _CALENDAR_KINDS:
+    if logical not in CALENDAR_KINDS:
         return None
     convert = LOGICAL_READERS[logical]
     return lambda number: convert(number, avro_type, None)
-
-
-class _StepBuilder:
-    """Walks a parsed schema into steps. A named record's step is registered before its fields
-    are built, so later references (``"type": "ns.Name"``) share it."""
-
-    def __init__(self, calendar_numbers: bool) -> None:
-        self.records: dict[str, Step] = {}
-        self.calendar_numbers = calendar_numbers
-
-    def step(self, schema: Any) -> Step:
-        if isinstance(schema, list):
-            if any(isinstance(branch, list) for branch in schema):
-                raise ContractError("a union directly inside a union")
-            if len(schema) == 2 and schema[0] == "null":
-                return Step(Kind.NULLABLE, child=self.step(schema[1]))
-            return Step(Kind.UNION, branches=tuple(self.step(branch) for branch in schema))
-        if isinstance(schema, str):
-            if schema in _PRIMITIVE_KINDS:
-                return Step(_PRIMITIVE_KINDS[schema])
-            if schema not in self.records:
-                raise ContractError(f"the schema references {schema!r} before defining it")
-            return self.records[schema]
-        kind = schema["type"]
-        if kind == "record":
-            record = self.records[schema["name"]] = Step(Kind.RECORD)
-            fields = schema["fields"]
-            record.set_fields(
-                tuple(field["name"] for field in fields), tuple(self.step(field["type"]) for field in fields)
-            )
-            return record
-        if kind == "array":
-            return Step(Kind.ARRAY, child=self.step(schema["items"]))
-        if kind == "map":
-            return Step(Kind.MAP, child=self.step(schema["values"]))
-        if isinstance(kind, str) and kind in _PRIMITIVE_KINDS:  # a primitive, perhaps with a logicalType
-            logical = f"{kind}-{schema.get('logicalType')}"
-            step_kind = _CALENDAR_KINDS.get(logical, _PRIMITIVE_KINDS[kind])
-            return Step(
-                step_kind,
-                convert=LOGICAL_READERS.get(logical),
-                schema=schema,
-                as_number=self.calendar_numbers,
-            )
-        raise ContractError(f"the compiled Avro reader does not support type {kind!r}")

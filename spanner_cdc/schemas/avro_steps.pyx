@@ -38,6 +38,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.datetime cimport date_new, datetime_new, import_datetime
 from cpython.unicode cimport PyUnicode_DATA, PyUnicode_DecodeUTF8, PyUnicode_GET_LENGTH
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.math cimport isinf
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy, memset
 
@@ -46,7 +47,9 @@ cdef extern from "Python.h":
     # A dict with room for its keys from the start: a record's fields never make it grow.
     dict _PyDict_NewPresized(Py_ssize_t minused)
     bint PyUnicode_IS_COMPACT_ASCII(object o)
+    const char* PyUnicode_AsUTF8AndSize(object o, Py_ssize_t* size) except NULL
 
+from collections.abc import Mapping
 from datetime import timezone
 
 import_datetime()
@@ -93,9 +96,18 @@ cdef class Step:
     cdef tuple names
     cdef tuple steps  # a record's fields or a union's branches
     cdef str last_text  # a string step's last value, handed out again while the bytes repeat
+    cdef bint int32  # an Avro int (a LONG or DAYS step): the writer refuses a value beyond 32 bits
+    cdef dict defaults  # a record's field defaults, by name: what the writer writes for a missing field
 
     def __init__(
-        self, int kind, convert=None, schema=None, Step child=None, tuple branches=(), bint as_number=False
+        self,
+        int kind,
+        convert=None,
+        schema=None,
+        Step child=None,
+        tuple branches=(),
+        bint as_number=False,
+        bint int32=False,
     ):
         self.kind = kind
         self.as_number = as_number
@@ -105,10 +117,13 @@ cdef class Step:
         self.names = ()
         self.steps = branches
         self.last_text = None
+        self.int32 = int32
+        self.defaults = {}
 
-    def set_fields(self, tuple names, tuple steps):
+    def set_fields(self, tuple names, tuple steps, dict defaults=None):
         self.names = names
         self.steps = steps
+        self.defaults = defaults or {}
 
 
 cdef class CompiledReader:
@@ -820,3 +835,197 @@ cdef class ColumnsReader:
                 exc.message_index = i
                 raise
         return column.arrow()
+
+
+# Writing: the same steps, walked over a value into Avro's binary encoding.
+
+cdef int64_t INT_MIN = -(2**31)
+cdef int64_t INT_MAX = 2**31 - 1
+
+
+@cython.final
+cdef class CompiledWriter:
+    """``writer(header, value)`` → ``header`` followed by the Avro body of ``value``, the
+    :data:`schemas.avro_writer.Writer` contract. Values must be in Avro's primitive forms (ints
+    for timestamps and dates, bytes for decimals, text for JSON): a logical type is written as
+    its primitive. For such values the bytes are fastavro's. A value the schema cannot hold is
+    refused, never written: a long or int out of range or a value no union branch takes
+    (``ValueError``), a value of another type (``TypeError``), a record without a field that has
+    no default (``KeyError``)."""
+
+    cdef Step top
+
+    def __init__(self, Step top not None):
+        self.top = top
+
+    def __call__(self, bytes header not None, value):
+        cdef Buffer out = Buffer.__new__(Buffer)
+        cdef Py_ssize_t size = PyBytes_GET_SIZE(header)
+        out.extend(512)  # room for a typical event at once: most need no second allocation
+        out.size = 0
+        memcpy(out.extend(size), PyBytes_AS_STRING(header), size)
+        write(self.top, value, out)
+        return PyBytes_FromStringAndSize(out.data, out.size)
+
+
+cdef int write(Step step, object value, Buffer out) except -1:
+    cdef int kind = step.kind
+    cdef Py_ssize_t i
+    if kind == RECORD:
+        return write_record(step, value, out)
+    if kind == NULLABLE:
+        if value is None:
+            out.extend(1)[0] = 0
+            return 0
+        out.extend(1)[0] = 2
+        return write(step.child, value, out)
+    if kind == UNION:
+        for i in range(len(step.steps)):
+            if takes(<Step>step.steps[i], value):
+                write_varint(i, out)
+                return write(<Step>step.steps[i], value, out)
+        raise ValueError(f"{value!r} matches no branch of the union")
+    if kind == ARRAY or kind == MAP:
+        return write_repeated(step, value, out)
+    if kind == LONG or is_calendar(kind):
+        return write_long(value, step.int32, out)
+    if kind == STRING:
+        return write_text(value, out)
+    if kind == BYTES:
+        return write_bytes(value, out)
+    if kind == DOUBLE:
+        return write_little_endian(double_bits(value), 8, out)
+    if kind == FLOAT:
+        return write_little_endian(float_bits(value), 4, out)
+    if kind == BOOLEAN:
+        out.extend(1)[0] = 1 if value else 0
+        return 0
+    if value is not None:  # NULL_VALUE
+        raise ValueError(f"{value!r} is not null")
+    return 0
+
+
+cdef int write_record(Step step, object value, Buffer out) except -1:
+    cdef Py_ssize_t i
+    cdef object name, item
+    cdef bint is_dict = type(value) is dict
+    for i in range(len(step.names)):
+        name = step.names[i]
+        item = (<dict>value).get(name, _MISSING) if is_dict else value.get(name, _MISSING)
+        if item is _MISSING:
+            if name not in step.defaults:
+                raise KeyError(name)
+            item = step.defaults[name]
+        write(<Step>step.steps[i], item, out)
+    return 0
+
+
+cdef object _MISSING = object()
+
+
+cdef bint takes(Step branch, object value) except -1:
+    """Whether a union branch takes ``value``, as fastavro decides it (the first that does is
+    written)."""
+    cdef int kind = branch.kind
+    if kind == NULL_VALUE:
+        return value is None
+    if kind == BOOLEAN:
+        return isinstance(value, bool)
+    if kind == LONG or is_calendar(kind):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == FLOAT or kind == DOUBLE:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == STRING:
+        return isinstance(value, str)
+    if kind == BYTES:
+        return isinstance(value, bytes)
+    if kind == ARRAY:
+        return isinstance(value, (list, tuple))
+    return isinstance(value, Mapping)  # RECORD, MAP
+
+
+cdef int write_repeated(Step step, object value, Buffer out) except -1:
+    """An array's or map's items as one block of ``len(value)`` items, then the empty block."""
+    cdef object key, item
+    if value:
+        write_varint(len(value), out)
+        if step.kind == ARRAY:
+            for item in value:
+                write(step.child, item, out)
+        else:
+            for key, item in value.items():
+                write_text(key, out)
+                write(step.child, item, out)
+    out.extend(1)[0] = 0
+    return 0
+
+
+cdef int write_long(object value, bint int32, Buffer out) except -1:
+    cdef int64_t number
+    if type(value) is not int and not isinstance(value, int):  # a float is not taken, even a whole one
+        raise TypeError(f"{value!r:.100} is not an integer")
+    try:
+        number = value
+    except OverflowError:
+        raise ValueError(f"{value} is out of the range of an Avro {'int' if int32 else 'long'}") from None
+    if int32 and not INT_MIN <= number <= INT_MAX:
+        raise ValueError(f"{value} is out of the range of an Avro int")
+    return write_varint(number, out)
+
+
+cdef int write_varint(int64_t value, Buffer out) except -1:
+    """Zig-zag, seven bits a byte, low bits first."""
+    cdef uint64_t number = (<uint64_t>value << 1) ^ <uint64_t>(value >> 63)
+    cdef char* target = out.extend(LONGEST_VARINT)
+    cdef int length = 0
+    while number > 0x7F:
+        target[length] = <char>((number & 0x7F) | 0x80)
+        number >>= 7
+        length += 1
+    target[length] = <char>number
+    out.size -= LONGEST_VARINT - length - 1
+    return 0
+
+
+cdef int write_text(object value, Buffer out) except -1:
+    cdef Py_ssize_t size
+    cdef const char* utf8
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r:.100} is not a string")
+    utf8 = PyUnicode_AsUTF8AndSize(value, &size)  # surrogates: UnicodeEncodeError, as str.encode
+    write_varint(size, out)
+    memcpy(out.extend(size), utf8, size)
+    return 0
+
+
+cdef int write_bytes(object value, Buffer out) except -1:
+    cdef bytes data = value if type(value) is bytes else bytes(memoryview(value))
+    cdef Py_ssize_t size = PyBytes_GET_SIZE(data)
+    write_varint(size, out)
+    memcpy(out.extend(size), PyBytes_AS_STRING(data), size)
+    return 0
+
+
+cdef uint64_t double_bits(object value) except? 0:
+    cdef double number = value
+    cdef uint64_t bits
+    memcpy(&bits, &number, 8)
+    return bits
+
+
+cdef uint64_t float_bits(object value) except? 0:
+    cdef double number = value
+    cdef float narrow = <float>number
+    cdef uint32_t bits
+    if isinf(narrow) and not isinf(number):
+        raise OverflowError("float too large to pack with f format")  # struct's refusal, word for word
+    memcpy(&bits, &narrow, 4)
+    return bits
+
+
+cdef int write_little_endian(uint64_t bits, int width, Buffer out) except -1:
+    cdef char* target = out.extend(width)
+    cdef int i
+    for i in range(width):
+        target[i] = <char>((bits >> (8 * i)) & 0xFF)
+    return 0

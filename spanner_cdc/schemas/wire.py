@@ -106,9 +106,7 @@ def without_logical_types(schema: Any, logical_types: Collection[str]) -> Any:
 def encode(writer: WriterSchema, record: Mapping[str, Any], header: bytes | None = None) -> bytes:
     """One record (its values in Avro's primitive forms) → ``header`` + its Avro body; the
     header is the single-object one unless another is given (:func:`registry_header`)."""
-    buffer = bytearray(writer.header if header is None else header)
-    writer.writer(buffer, record)
-    return bytes(buffer)
+    return writer.writer(writer.header if header is None else header, record)
 
 
 def registry_header(schema_id: int) -> bytes:

@@ -169,11 +169,12 @@ class EventSender:
                     shard=shard,
                     on_staged=functools.partial(tracker.staged, commit),
                 )
-        self.kafka.poll()
         if time.monotonic() >= self._next_turn:
             # A partition with a backlog never waits for its reader: without a turn of the loop
             # now and then the transaction's commit (KafkaClient.run_poller) would wait for the
-            # backlog's end. Not at every event: a turn costs about as much as encoding one.
+            # backlog's end. Not at every event: a turn costs about as much as encoding one, and
+            # serving the delivery reports (librdkafka's poll) more than that.
+            self.kafka.poll()
             await asyncio.sleep(0)
             self._next_turn = time.monotonic() + LOOP_TURN_SECONDS
 

@@ -205,16 +205,48 @@ def test_values_outside_the_schema_are_refused_not_written() -> None:
         {"name": "u", "type": ["string", "long"]},
     ]}))  # fmt: skip
     with pytest.raises(ValueError, match="range of an Avro long"):
-        write(bytearray(), {"n": 2**63, "u": 1})
+        write(b"", {"n": 2**63, "u": 1})
     with pytest.raises(ValueError, match="range of an Avro int"):
-        write(bytearray(), {"n": 1, "i": 2**31, "u": 1})
+        write(b"", {"n": 1, "i": 2**31, "u": 1})
     with pytest.raises(ValueError, match="no branch"):
-        write(bytearray(), {"n": 1, "u": 1.5})
+        write(b"", {"n": 1, "u": 1.5})
     with pytest.raises(KeyError):
-        write(bytearray(), {"u": 1})
-    write(bytearray(), {"n": 10**10, "u": 1})  # 10**10's bytes are now kept (write_long)
+        write(b"", {"u": 1})
+    write(b"", {"n": 10**10, "u": 1})  # 10**10's bytes are now kept (write_long)
     with pytest.raises(TypeError):
-        write(bytearray(), {"n": 1e10, "u": 1})  # an equal float is still not a long
+        write(b"", {"n": 1e10, "u": 1})  # an equal float is still not a long
+
+
+def test_unions_maps_and_defaults_are_written_as_fastavro_writes_them() -> None:
+    """The parts of Avro the events use little or not at all, against fastavro's bytes."""
+    schema = fastavro.parse_schema({"type": "record", "name": "R", "fields": [
+        {"name": "u", "type": ["null", "boolean", "long", "double", "bytes", "string",
+                               {"type": "array", "items": "int"},
+                               {"type": "record", "name": "S", "fields": [{"name": "x", "type": "float"}]}]},
+        {"name": "m", "type": {"type": "map", "values": ["null", "S"]}},
+        {"name": "d", "type": "string", "default": "dflt"},
+        {"name": "n", "type": "null", "default": None},
+    ]})  # fmt: skip
+    write = compile_writer(schema)
+    for u in (None, True, 0, -(2**63), 2.5, b"\x00\xff", "ü", [1, -1, 2**31 - 1], {"x": -0.0}):
+        for m in ({}, {"k": None, "ü": {"x": float("inf")}}):
+            value = {"u": u, "m": m}
+            expected = io.BytesIO()
+            fastavro.schemaless_writer(expected, schema, value)
+            assert write(b"\xc3", value) == b"\xc3" + expected.getvalue(), value
+
+
+def test_values_too_large_for_their_width_are_refused() -> None:
+    write = compile_writer(fastavro.parse_schema({"type": "record", "name": "R", "fields": [
+        {"name": "f", "type": "float"}, {"name": "a", "type": {"type": "array", "items": "int"}},
+    ]}))  # fmt: skip
+    with pytest.raises(OverflowError, match="float too large"):
+        write(b"", {"f": 1e300, "a": []})
+    with pytest.raises(ValueError, match="range of an Avro int"):
+        write(b"", {"f": 0.0, "a": [1, -(2**31) - 1]})
+    with pytest.raises(TypeError, match="not a string"):
+        compile_writer(fastavro.parse_schema("string"))(b"", b"bytes")
+    assert write(b"", {"f": float("-inf"), "a": [True]}) == b"\x00\x00\x80\xff\x02\x02\x00"
 
 
 def test_types_the_project_never_writes_are_refused_when_compiling() -> None:

@@ -18,6 +18,7 @@ class ProducerMetrics(ServedMetrics):
             ["table", "change_type"],
             registry=self.registry,
         )
+        self._event_counts: dict[tuple[str, str], Counter] = {}
         self.backfill_rows = Counter(
             "spanner_cdc_producer_backfill_rows",
             "Snapshot rows of a backfill acknowledged by Kafka (also counted in events as INSERT)",
@@ -81,6 +82,14 @@ class ProducerMetrics(ServedMetrics):
             ["kind"],
             registry=self.registry,
         )
+
+    def count_event(self, table: str, change_type: str) -> None:
+        """One event acknowledged. Each (table, change type) child is looked up once: ``labels``
+        costs several times the count itself, and it ran for every event."""
+        child = self._event_counts.get((table, change_type))
+        if child is None:
+            child = self._event_counts[(table, change_type)] = self.events.labels(table, change_type)
+        child.inc()
 
     def observe_commit_to_ack(self, seconds: float) -> None:
         self.commit_to_ack.observe(seconds)

@@ -248,7 +248,7 @@ class EventSender:
                 return
             tracker.acknowledged(outgoing.commit)
             self.acknowledged += 1
-            self.metrics.events.labels(outgoing.table, outgoing.change_type).inc()
+            self.metrics.count_event(outgoing.table, outgoing.change_type)
             if outgoing.changed_live:  # a backfill row's "commit" is its snapshot: no latency
                 self.metrics.observe_commit_to_ack(seconds_behind(outgoing.commit))
 

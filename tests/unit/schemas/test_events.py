@@ -127,6 +127,19 @@ def test_named_schema_table_splits_schema_and_table() -> None:
     assert event.table.namespace == "spanner_cdc.finance.AccountBalance"
 
 
+def test_each_table_version_is_built_once_and_found_by_its_columns() -> None:
+    builder = EventBuilder(STREAM_NAME, "bank")
+    first = builder.table_schema("T", COLUMNS)
+    assert builder.table_schema("T", [dict(c) for c in COLUMNS]) is first  # an equal list, not the same
+    assert builder.table_schema("T", tuple(COLUMNS)) is first
+    added = [*COLUMNS, {"name": "Note", "type": {"code": "STRING"}, "is_primary_key": False,
+                        "ordinal_position": len(COLUMNS) + 1}]  # fmt: skip
+    second = builder.table_schema("T", added)
+    assert second is not first and "Note" in second.converters
+    assert builder.table_schema("T", COLUMNS) is first and builder.table_schema("T", added) is second
+    assert builder.table_schema("U", COLUMNS) is not first
+
+
 def test_value_for_unknown_column_is_an_error() -> None:
     with pytest.raises(ContractError, match="unknown column 'Nope'"):
         build("INSERT", "NEW_ROW", {"keys": {"AccountId": "A"}, "new_values": {"Nope": "1"}})

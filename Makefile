@@ -21,7 +21,7 @@ PYTEST_WORKERS ?= 2
 # every strategy by setuptools 84) opened every fresh clone's output.
 # The package has one compiled module (spanner_cdc/schemas/avro_steps.pyx): installing it needs a C
 # compiler and Python's headers, which `system-deps.sh build` checks for (and installs when missing).
-$(STAMP): pyproject.toml spanner_cdc/consumer/spark/pyspark_bytecode.py spanner_cdc/schemas/avro_steps.pyx
+$(STAMP): pyproject.toml setup.py spanner_cdc/consumer/spark/pyspark_bytecode.py spanner_cdc/schemas/avro_steps.pyx
 	@PYTHON=$(PYTHON) bash scripts/system-deps.sh build
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -qq --upgrade pip

@@ -4,7 +4,7 @@
 # /usr/local/share/spanner-cdc/jars, where the consumer finds it; Maven is removed afterwards.
 FROM python:3.11-slim-bookworm
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY spanner_cdc spanner_cdc
 COPY jvm jvm
 COPY scripts/jars.sh scripts/jars.sh

@@ -2,7 +2,7 @@
 # module (spanner_cdc/schemas/avro_steps.pyx): a C compiler is there while pip builds it, then removed.
 FROM python:3.11-slim-bookworm
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY spanner_cdc spanner_cdc
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -30,21 +31,28 @@ def python_without(blocked: set[str], script: str) -> subprocess.CompletedProces
     return subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
 
 
-def test_the_wheel_installs_one_top_level_package(tmp_path: Path) -> None:
-    source = tmp_path / "source"  # setuptools builds in the source tree: use a copy
+def build_wheel(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """``pip wheel`` of a copy of the source (setuptools builds in the source tree), the
+    compiled module built from its ``.pyx``, with ``env`` added to the environment."""
+    source = tmp_path / "source"
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(REPOSITORY / name, source / name)
     shutil.copytree(
         REPOSITORY / "spanner_cdc",
         source / "spanner_cdc",
-        ignore=shutil.ignore_patterns("__pycache__", "*.so", "avro_steps.c"),  # built from source
+        ignore=shutil.ignore_patterns("__pycache__", "*.so", "avro_steps.c"),
     )
-    subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
          "--wheel-dir", str(tmp_path), str(source)],
-        check=True, capture_output=True, cwd=tmp_path,
+        check=False, capture_output=True, text=True, cwd=tmp_path, env={**os.environ, **env},
     )  # fmt: skip
+
+
+def test_the_wheel_installs_one_top_level_package(tmp_path: Path) -> None:
+    built = build_wheel(tmp_path)
+    assert built.returncode == 0, built.stderr
     [wheel] = tmp_path.glob("spanner_cdc-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
@@ -53,6 +61,13 @@ def test_the_wheel_installs_one_top_level_package(tmp_path: Path) -> None:
     # The compiled reader's steps, and their types for mypy in projects that import them.
     assert any(re.fullmatch(r"spanner_cdc/schemas/avro_steps\.cpython-.*\.so", name) for name in names)
     assert "spanner_cdc/schemas/avro_steps.pyi" in names
+
+
+def test_a_machine_without_a_c_compiler_is_told_so_in_one_line(tmp_path: Path) -> None:
+    built = build_wheel(tmp_path, CC=str(tmp_path / "no-compiler"))
+    assert built.returncode != 0
+    [line] = [line.strip() for line in built.stderr.splitlines() if "spanner-cdc: building" in line]
+    assert "needs a C compiler and Python's headers" in line and "no-compiler" in line
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,8 @@ def freeze_startup_heap() -> None:
     collections walk every tracked object, and the producer's per-event garbage triggers one
     every few thousand events, so they walked that heap again and again: a large share of the
     event loop's time (docs/producer.md, Performance). Frozen objects are still freed by
-    reference counting; only a reference cycle among them is never collected, which start-up
-    objects, alive to the end, do not become.
+    reference counting; a reference cycle among them is never collected, so what can stay
+    behind is bounded by the start-up heap itself, once: it cannot grow with the run.
     """
     gc.collect()
     gc.freeze()

@@ -1,7 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""The compiled Avro reader's steps, in C: one :class:`Step` per node of a writer schema.
+"""The compiled Avro steps, in C: one :class:`Step` per node of a writer schema, walked by the
+reader over a message's bytes and by :class:`CompiledWriter` over a value.
 
-``schemas.avro_reader`` turns a parsed writer schema into a tree of steps once per schema and
+``schemas.avro_tree`` turns a parsed writer schema into a tree of steps once per schema and
 process; :class:`CompiledReader` then walks that tree over each message's bytes. Reading the
 bytes by position (varints, lengths, UTF-8, floats) is what the consumer's tasks spent most of
 their decoding time on in the generated-Python reader this replaces; in C it takes a quarter of

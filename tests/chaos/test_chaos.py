@@ -55,6 +55,7 @@ from tests.support.churn import (
     now_micros,
     produce_command,
 )
+from tests.support.freezing import frozen
 from tests.support.kafka_read import Received, read_all, read_events
 from tests.support.workload import AccountWriter
 
@@ -145,11 +146,8 @@ def _last(directory: Path) -> int:
 
 
 def freeze(pgid: int, seconds: float) -> None:
-    os.killpg(pgid, signal.SIGSTOP)
-    try:
+    with frozen(pgid):
         time.sleep(seconds)
-    finally:
-        os.killpg(pgid, signal.SIGCONT)
 
 
 @RERUN_ON_EMULATOR_SKIP

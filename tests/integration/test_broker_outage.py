@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -21,6 +17,7 @@ from spanner_cdc.stack.process import free_port
 from testkit.scrape import scrape
 from testkit.spanner_db import create_database
 from tests.support.churn import ACCOUNTS_DDL, produce_command
+from tests.support.freezing import frozen
 from tests.support.kafka_read import read_all
 from tests.support.produce_process import published_ids, upsert_account
 from tests.support.stopping import stop_with_sigterm
@@ -30,18 +27,6 @@ pytestmark = pytest.mark.integration
 #: What the producer is told to wait for a delivery; the outage lasts longer.
 DELIVERY_TIMEOUT_MS = 3000
 OUTAGE_SECONDS = 8.0
-
-
-@contextmanager
-def broker_frozen(stack: EmbeddedStack) -> Iterator[None]:
-    """The broker's processes stopped (SIGSTOP): connections stay open, nothing answers."""
-    group = stack.services["kafka"].pgid
-    assert group is not None, "the broker is not a process this stack started"
-    os.killpg(group, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.killpg(group, signal.SIGCONT)
 
 
 def newest_checkpoint_micros(kafka: str, prefix: str) -> int:
@@ -70,7 +55,7 @@ def test_an_outage_longer_than_the_delivery_timeout_loses_nothing(stack: Embedde
         scrape(port, "queries_started_total")
         upsert_account(bank, "before")
         assert eventually(lambda: "before" in published_ids(stack, prefix), 60), "nothing published"
-        with broker_frozen(stack):
+        with frozen(stack.services["kafka"].pgid):
             upsert_account(bank, "during")
             time.sleep(OUTAGE_SECONDS)
         upsert_account(bank, "after")

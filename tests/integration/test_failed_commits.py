@@ -1,5 +1,6 @@
-"""A transaction that cannot commit, on the embedded Apache Kafka: nothing of it — nor of what
-was kept for the next one while it tried — reaches a ``read_committed`` reader."""
+"""Transactions whose commit fails, or is slow to be confirmed, on the embedded Apache Kafka: a
+failed one shows nothing of itself — nor of what was kept for the next one while it tried — to a
+``read_committed`` reader; a slow one is resumed until it commits."""
 
 from __future__ import annotations
 
@@ -10,11 +11,17 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from spanner_cdc.producer.publish import transactions
 from spanner_cdc.producer.publish.transactions import DeliveryCallback, TransactionalWriter
 from spanner_cdc.stack import EmbeddedStack
+from tests.support.freezing import frozen
 from tests.support.kafka_read import read_all
 
 pytestmark = pytest.mark.integration
+#: How long one try of a commit may take here, and how long the broker stops answering: the
+#: commit times out several times before it can complete.
+COMMIT_TRY_SECONDS = 1.0
+FROZEN_SECONDS = 5.0
 #: Over the broker's message.max.bytes (about 1 MB by default), under the client's limit here.
 TOO_LARGE_FOR_THE_BROKER = 2_000_000
 
@@ -62,3 +69,38 @@ def test_messages_kept_during_a_failed_commit_fail_with_it(stack: EmbeddedStack)
     assert all(error is not None for error in reports.values()), reports
     assert failed >= 1
     assert read_all(bootstrap, topic) == []
+
+
+def test_a_commit_the_broker_is_slow_to_confirm_is_resumed_until_it_commits(
+    stack: EmbeddedStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker stops answering after it took a transaction's messages in, for several times
+    the commit's own timeout. A commit that timed out is still under way in librdkafka: it is
+    resumed (aborting it then fails the client: "Conflicting commit_transaction API call is
+    already in progress"), and once the broker answers again the messages commit, delivered."""
+    monkeypatch.setattr(transactions, "TRANSACTION_TIMEOUT_SECONDS", COMMIT_TRY_SECONDS)
+    bootstrap = stack.endpoint("kafka")
+    topic = f"slow-commit-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    writer = TransactionalWriter(
+        Producer({"bootstrap.servers": bootstrap, "transactional.id": f"slow-commit-{uuid.uuid4().hex[:8]}"})
+    )
+    reports: list[KafkaError | None] = []
+
+    async def scenario() -> int:
+        await writer.take_over()
+        for n in range(3):
+            writer.produce(topic, b"k", f"message {n}".encode(), lambda error, _: reports.append(error))
+        while len(writer.producer) > 0:  # every message staged: what is left is the commit
+            writer.poll(0.05)
+        with frozen(stack.services["kafka"].pgid):
+            commit = asyncio.create_task(writer.commit())
+            await asyncio.sleep(FROZEN_SECONDS)
+        return await commit
+
+    assert asyncio.run(scenario()) == 0
+    assert writer.lost is None, writer.lost
+    assert reports == [None, None, None]
+    committed = [value for _, _, _, value in read_all(bootstrap, topic)]
+    assert committed == [f"message {n}".encode() for n in range(3)]

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from spanner_cdc.producer.errors import KafkaClientLostError
 from spanner_cdc.producer.publish.transactions import (
-    COMMIT_ATTEMPTS,
+    COMMIT_PATIENCE_SECONDS,
     TRANSACTION_TIMEOUT_SECONDS,
     TransactionalWriter,
 )
@@ -33,9 +33,9 @@ from tests.support.waiting import eventually, wait_for
 
 pytestmark = pytest.mark.integration
 #: How long the first producer may take to stop once fenced: it learns of the fence at its next
-#: transactional step, and a commit in flight at the takeover may wait out its timeout on every
-#: attempt before it reports the fence.
-FENCED_STOP_SECONDS = COMMIT_ATTEMPTS * TRANSACTION_TIMEOUT_SECONDS + 30
+#: transactional step, and a commit in flight at the takeover may be resumed, timing out, for as
+#: long as commits are before it reports the fence.
+FENCED_STOP_SECONDS = COMMIT_PATIENCE_SECONDS + TRANSACTION_TIMEOUT_SECONDS + 30
 
 
 def test_a_second_producer_on_a_prefix_fences_the_first(stack: EmbeddedStack) -> None:

@@ -49,6 +49,7 @@ from tests.support.event_checks import (
     assert_per_key_commit_order,
     assert_watermarks_cover_what_precedes_them,
 )
+from tests.support.freezing import frozen
 from tests.support.kafka_read import Received, read_all, read_events, read_topic
 from tests.support.workload import AccountWriter
 
@@ -447,11 +448,8 @@ def test_stalled_spanner_restarts_partitions_from_their_checkpoints(stack: Embed
             service = await build_service(config)
             async with running(service):
                 await asyncio.to_thread(writer.run, 3)
-                os.killpg(pgid, signal.SIGSTOP)
-                try:
+                with frozen(pgid):
                     await asyncio.sleep(8)  # > 3 heartbeat intervals: every query is declared stalled
-                finally:
-                    os.killpg(pgid, signal.SIGCONT)
                 await asyncio.to_thread(writer.run, 3)
                 last = max(c.commit_micros for c in writer.committed)
                 await wait_until(service, lambda: (service.scheduler.low_watermark_micros() or 0) > last, 120)

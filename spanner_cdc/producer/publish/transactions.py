@@ -13,9 +13,10 @@ acknowledgement of a message inside a transaction (``on_staged``) promises nothi
 transaction is then aborted. Once every message of the open transaction is staged, the writer
 asks its ``closing`` function for records the transaction carries too — the checkpoints of what
 it delivers (producer.shards.transaction_checkpoints) — so events and the checkpoint covering them
-commit together. When a commit fails, the transaction is aborted and each of its messages —
-and each message kept for the next one — reports the commit's error (a partition then restarts
-from its checkpoint, as after any failed delivery).
+commit together. A commit Kafka has not confirmed yet is resumed, for up to
+:data:`COMMIT_PATIENCE_SECONDS`. When a commit fails, the transaction is aborted and each of its
+messages — and each message kept for the next one — reports the commit's error (a partition then
+restarts from its checkpoint, as after any failed delivery).
 
 Before a commit the event loop serves the transaction's delivery reports itself (librdkafka
 would otherwise serve them on the commit's thread, one GIL hand-over each); the commit then
@@ -28,6 +29,7 @@ waits when librdkafka's own queue is full.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +39,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from spanner_cdc.producer.errors import KafkaClientLostError
 
+log = logging.getLogger(__name__)
 #: A delivery report: the error (None: delivered) and the message — librdkafka's for a failure
 #: it reported, None for what is reported at a commit (delivered, or failed with the commit).
 DeliveryCallback = Callable[[KafkaError | None, Message | None], None]
@@ -67,8 +70,12 @@ TRANSACTION_SECONDS = 0.1
 TRANSACTION_TIMEOUT_SECONDS = 30.0
 #: How long the loop sleeps between serving delivery reports while a commit waits for them.
 DRAIN_PAUSE_SECONDS = 0.002
-#: Tries of a commit whose error says it may be retried.
-COMMIT_ATTEMPTS = 3
+#: How long a commit is resumed while its errors say it may be: past the broker's own
+#: ``transaction.timeout.ms`` (60 s), after which the broker aborts the transaction and the
+#: commit's error says so.
+COMMIT_PATIENCE_SECONDS = 90.0
+#: The pause before resuming a commit whose error came back at once.
+COMMIT_RESUME_PAUSE_SECONDS = 0.1
 #: Messages kept while a commit runs before the event loop waits for it.
 MAX_DEFERRED = 100_000
 #: librdkafka's "no partition given": the partitioner picks one by the key.
@@ -308,13 +315,16 @@ class TransactionalWriter:
             await asyncio.sleep(DRAIN_PAUSE_SECONDS)
 
     def _finish(self) -> KafkaError | None:
-        """On a worker thread: commit (or abort) and begin the next transaction; the error."""
+        """On a worker thread: commit (or abort) and begin the next transaction; the error.
+
+        librdkafka's commit errors are of three kinds: retriable (the commit is still under way
+        and must be resumed — an abort now would conflict with it), abortable, and fatal."""
         try:
             error = self._commit()
-            if error is not None and lost_for_good(error):
-                return self._lose(error)
-            if error is not None:
+            if error is not None and error.txn_requires_abort():
                 self.producer.abort_transaction(TRANSACTION_TIMEOUT_SECONDS)
+            elif error is not None:
+                return self._lose(error)
             self.producer.begin_transaction()
             return error
         except KafkaException as exc:  # the abort or the next begin failed: the client cannot go on
@@ -345,13 +355,16 @@ class TransactionalWriter:
         return error
 
     def _commit(self) -> KafkaError | None:
-        error: KafkaError | None = None
-        for _ in range(COMMIT_ATTEMPTS):
+        """Commit, resuming the commit while its error says it may be (a coordinator moving or
+        loading, a broker not answering), for at most COMMIT_PATIENCE_SECONDS; the last error."""
+        give_up = time.monotonic() + COMMIT_PATIENCE_SECONDS
+        while True:
             try:
                 self.producer.commit_transaction(TRANSACTION_TIMEOUT_SECONDS)
                 return None
             except KafkaException as exc:
-                error = exc.args[0]
-                if error is None or not error.retriable():
+                error: KafkaError = exc.args[0]
+                if not error.retriable() or time.monotonic() >= give_up:
                     return error
-        return error
+                log.warning("Kafka has not confirmed a commit yet (%s): resuming it", error.str())
+                time.sleep(COMMIT_RESUME_PAUSE_SECONDS)

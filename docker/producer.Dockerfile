@@ -1,5 +1,5 @@
-# spanner-cdc producer (and the `spanner-cdc` CLI): Python only, no JVM. The package has a compiled
-# module (spanner_cdc/schemas/avro_steps.pyx): a C compiler is there while pip builds it, then removed.
+# spanner-cdc producer (and the `spanner-cdc` CLI): Python only, no JVM. The package has compiled
+# modules (spanner_cdc/schemas/*.pyx): a C compiler is there while pip builds them, then removed.
 FROM python:3.11-slim-bookworm
 WORKDIR /app
 COPY pyproject.toml setup.py README.md ./

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from spanner_cdc.schemas import row_values
 from spanner_cdc.schemas.errors import UnsupportedTypeError, ValueConversionError
 from spanner_cdc.schemas.timestamps import (
     date_from_days,
@@ -110,6 +111,14 @@ def converter(spanner_type: SpannerType, table: str, column: str) -> Converter:
             raise ValueConversionError(table, column, value, str(exc) or type(exc).__name__) from exc
 
     return convert
+
+
+def row_value_kind(spanner_type: SpannerType) -> int:
+    """How ``schemas.row_values`` reads this type's common forms in C (``OTHER``: it hands every
+    value to :func:`converter`'s function)."""
+    if spanner_type.element is not None and spanner_type.code == "ARRAY":
+        return row_values.OTHER
+    return _ROW_VALUE_KINDS.get(_type_name(spanner_type), row_values.OTHER)
 
 
 def json_formatter(spanner_type: SpannerType) -> Converter:
@@ -259,6 +268,16 @@ _PARSERS: dict[str, Converter] = {
     "PROTO": _parse_bytes,
     "ENUM": _parse_int64,
     "UUID": _parse_uuid,
+}
+#: The types whose parser above ``row_values`` also has in C, for the forms Spanner sends.
+_ROW_VALUE_KINDS = {
+    "STRING": row_values.STRING,
+    "INT64": row_values.INT64,
+    "ENUM": row_values.INT64,
+    "TIMESTAMP": row_values.TIMESTAMP,
+    "FLOAT64": row_values.FLOAT,
+    "FLOAT32": row_values.FLOAT,
+    "BOOL": row_values.BOOL,
 }
 
 

@@ -19,7 +19,15 @@ from importlib import resources
 from typing import Any
 
 from spanner_cdc.schemas.errors import ContractError
-from spanner_cdc.schemas.spanner_types import Converter, SpannerType, avro_type, converter, json_formatter
+from spanner_cdc.schemas.row_values import RowConverter
+from spanner_cdc.schemas.spanner_types import (
+    Converter,
+    SpannerType,
+    avro_type,
+    converter,
+    json_formatter,
+    row_value_kind,
+)
 
 _AVRO_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _INVALID_NAME_CHARS = re.compile(r"[^A-Za-z0-9_]")
@@ -160,17 +168,22 @@ class TableSchema:
         return schema
 
     def convert_row(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """Change-record JSON values (by column name) → Avro values (by field name).
+        """Change-record JSON values (by column name) → Avro values (by field name), each by its
+        column's converter (``schemas.row_values``).
 
         A name that is not a column of this table version is an error, not a silent drop.
         """
-        out = {}
-        for name, value in values.items():
-            convert = self.converters.get(name)
-            if convert is None:
-                raise ContractError(f"table {self.table!r}: value for unknown column {name!r}")
-            out[self._avro_names[name]] = convert(value)
-        return out
+        return self._row_converter.convert(values)
+
+    @cached_property
+    def _row_converter(self) -> RowConverter:
+        return RowConverter(
+            [(c.name, c.avro_name, row_value_kind(c.type), self.converters[c.name]) for c in self.columns],
+            self._unknown_column,
+        )
+
+    def _unknown_column(self, name: str) -> None:
+        raise ContractError(f"table {self.table!r}: value for unknown column {name!r}")
 
     def json_row(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Avro values (by field name) → change-record JSON values (by column name): the

@@ -33,7 +33,7 @@ def python_without(blocked: set[str], script: str) -> subprocess.CompletedProces
 
 def build_wheel(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """``pip wheel`` of a copy of the source (setuptools builds in the source tree), the
-    compiled module built from its ``.pyx``, with ``env`` added to the environment."""
+    compiled modules built from their ``.pyx``, with ``env`` added to the environment."""
     source = tmp_path / "source"
     source.mkdir()
     for name in ("pyproject.toml", "setup.py", "README.md"):
@@ -41,7 +41,7 @@ def build_wheel(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     shutil.copytree(
         REPOSITORY / "spanner_cdc",
         source / "spanner_cdc",
-        ignore=shutil.ignore_patterns("__pycache__", "*.so", "avro_steps.c"),
+        ignore=shutil.ignore_patterns("__pycache__", "*.so", "avro_steps.c", "row_values.c"),
     )
     return subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
@@ -58,9 +58,10 @@ def test_the_wheel_installs_one_top_level_package(tmp_path: Path) -> None:
     top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert top_level == {"spanner_cdc"}
     assert "spanner_cdc/schemas/avsc/envelope.avsc" in names
-    # The compiled reader's steps, and their types for mypy in projects that import them.
-    assert any(re.fullmatch(r"spanner_cdc/schemas/avro_steps\.cpython-.*\.so", name) for name in names)
-    assert "spanner_cdc/schemas/avro_steps.pyi" in names
+    # The compiled modules, and their types for mypy in projects that import them.
+    for module in ("avro_steps", "row_values"):
+        assert any(re.fullmatch(rf"spanner_cdc/schemas/{module}\.cpython-.*\.so", name) for name in names)
+        assert f"spanner_cdc/schemas/{module}.pyi" in names
 
 
 def test_a_machine_without_a_c_compiler_is_told_so_in_one_line(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from spanner_cdc.common.blocking import call_with_deadline
 from spanner_cdc.common.kafka_offsets import READER_SETTINGS, read_to_end
 from spanner_cdc.producer.errors import KafkaClientLostError, KafkaSetupError, ShardNotOwnedError
 from spanner_cdc.producer.publish.transactions import (
+    FAILURES_ONLY,
     PARTITION_BY_KEY,
     TRANSACTION_SECONDS,
     ClosingRecord,
@@ -287,6 +288,7 @@ class KafkaClient:
                     **TUNED_DEFAULTS,
                     **self.client_settings,
                     **GUARANTEED_SETTINGS,
+                    **FAILURES_ONLY,
                     "transactional.id": self.topics.writer_transactional_id(shard, self.shards),
                 }
             ),

@@ -9,11 +9,15 @@ new one begun every :data:`TRANSACTION_SECONDS`.
 
 A message counts as delivered — its ``on_delivery`` runs, so acknowledgement trackers, hence
 checkpoints and watermarks, move — only once its transaction committed: the broker's
-acknowledgement of a message inside a transaction (``on_staged``) promises nothing if the
-transaction is then aborted. Once every message of the open transaction is staged, the writer
-asks its ``closing`` function for records the transaction carries too — the checkpoints of what
-it delivers (producer.shards.transaction_checkpoints) — so events and the checkpoint covering them
-commit together. A commit Kafka has not confirmed yet is resumed, for up to
+acknowledgement of a message inside a transaction promises nothing if the transaction is then
+aborted, and a transaction that commits delivered every message of it. So librdkafka reports
+failures only (``delivery.report.only.error``, which the producer's writers set): the writer
+keeps each message of the open transaction and reports them all when it commits, instead of
+being handed a report per message by librdkafka. Once every message of the open transaction was
+answered by the broker, each is *staged* (``on_staged``: delivered exactly if the transaction
+commits) and the writer asks its ``closing`` function for records the transaction carries too —
+the checkpoints of what it delivers (producer.shards.transaction_checkpoints) — so events and
+the checkpoint covering them commit together. A commit Kafka has not confirmed yet is resumed, for up to
 :data:`COMMIT_PATIENCE_SECONDS`. When a commit fails, the transaction is aborted and each of its
 messages — and each message kept for the next one — reports the commit's error (a partition then
 restarts from its checkpoint, as after any failed delivery).
@@ -43,8 +47,10 @@ log = logging.getLogger(__name__)
 #: A delivery report: the error (None: delivered) and the message — librdkafka's for a failure
 #: it reported, None for what is reported at a commit (delivered, or failed with the commit).
 DeliveryCallback = Callable[[KafkaError | None, Message | None], None]
-#: Called when the broker took a message into the open transaction (before it commits).
+#: Called once a message is in the open transaction for good: delivered exactly if it commits.
 StagedCallback = Callable[[], None]
+#: What the producer's writers set: librdkafka reports a message only when it failed.
+FAILURES_ONLY = {"delivery.report.only.error": True}
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,35 @@ def client_lost(error: KafkaError) -> str:
     )
 
 
+class _Sent:
+    """One message of the open transaction: its callbacks, and whether it was reported. It is
+    also librdkafka's delivery report for it — called for a failure (or, from a client that
+    reports every message, for a delivery too, which waits for the commit like the rest)."""
+
+    __slots__ = ("on_delivery", "on_staged", "reported", "writer")
+
+    def __init__(
+        self, writer: TransactionalWriter, on_delivery: DeliveryCallback, on_staged: StagedCallback | None
+    ) -> None:
+        self.writer = writer
+        self.on_delivery = on_delivery
+        self.on_staged = on_staged
+        self.reported = False
+
+    def __call__(self, error: KafkaError | None, message: Message | None) -> None:
+        """librdkafka's report; one a commit serves on its worker thread is handed to the loop.
+        A failure is reported at once (its partition restarts from its checkpoint) and dooms
+        the transaction; a report for a message already reported (with a failed commit) is
+        dropped: each message is reported once."""
+        writer = self.writer
+        if threading.get_ident() != writer._loop_thread and writer._loop is not None:
+            writer._loop.call_soon_threadsafe(self, error, message)
+        elif error is not None and not self.reported:
+            self.reported = True
+            writer._failed_in_transaction = True
+            self.on_delivery(error, message)
+
+
 class TransactionalWriter:
     """One transactional producer: messages in, commits every interval, reports after commit.
 
@@ -125,9 +160,8 @@ class TransactionalWriter:
         self._commit_done = threading.Event()
         self._commit_done.set()
         self._deferred: list[_Deferred] = []
-        #: The reports of the open transaction's delivered messages, run once it commits.
-        self._held: list[DeliveryCallback] = []
-        self._sent_in_transaction = 0
+        #: The open transaction's messages, reported when it commits (or fails).
+        self._in_transaction: list[_Sent] = []
         #: A message of the open transaction failed: it can only abort, and carries no checkpoint.
         self._failed_in_transaction = False
         self._commit_lock = asyncio.Lock()
@@ -201,11 +235,11 @@ class TransactionalWriter:
         """Into librdkafka; when its queue is full, serve delivery reports until it is not."""
         if self.lost is not None:
             raise KafkaClientLostError(client_lost(self.lost))
-        report = self._held_until_commit(on_delivery, on_staged)
+        sent = _Sent(self, on_delivery, on_staged)
         while True:
             try:
-                self.producer.produce(topic, value=value, key=key, partition=partition, on_delivery=report)
-                self._sent_in_transaction += 1
+                self.producer.produce(topic, value=value, key=key, partition=partition, on_delivery=sent)
+                self._in_transaction.append(sent)
                 return
             except BufferError:
                 self.producer.poll(0.05)
@@ -224,27 +258,6 @@ class TransactionalWriter:
             return 0
         return served
 
-    def _held_until_commit(
-        self, on_delivery: DeliveryCallback, on_staged: StagedCallback | None
-    ) -> DeliveryCallback:
-        """A failure is reported at once (its partition restarts from its checkpoint); a
-        delivery is held until the transaction commits — the caller's callback alone, not the
-        message: what waits for a commit is kept small, the garbage collector walks it. A report
-        a commit serves on its worker thread is handed to the loop."""
-
-        def delivered(error: KafkaError | None, message: Message | None) -> None:
-            if threading.get_ident() != self._loop_thread and self._loop is not None:
-                self._loop.call_soon_threadsafe(delivered, error, message)
-            elif error is None:
-                if on_staged is not None:
-                    on_staged()
-                self._held.append(on_delivery)
-            else:
-                self._failed_in_transaction = True
-                on_delivery(error, message)
-
-        return delivered
-
     async def commit(self, deadline: float | None = None, *, checkpoints: bool = False) -> int:
         """Commit the open transaction and begin the next; then report its messages delivered,
         or each with the commit's error. Returns how many failed. ``deadline`` (monotonic)
@@ -253,14 +266,15 @@ class TransactionalWriter:
         ``checkpoints`` a transaction with nothing else in it commits the closing records
         alone: how progress without events (heartbeats) is recorded."""
         async with self._commit_lock:
-            if not self._began or (self._sent_in_transaction == 0 and not checkpoints):
+            if not self._began or (not self._in_transaction and not checkpoints):
                 return 0
             self._open = False
             await self._delivered_on_the_loop(deadline)
             if self.closing is not None and self.lost is None and not self._failed_in_transaction:
+                self._staged()
                 self._close_with(self.closing())
                 await self._delivered_on_the_loop(deadline)
-            if self._sent_in_transaction == 0:  # no record to carry either
+            if not self._in_transaction:  # no record to carry either
                 self._open = True
                 if self._deferred:
                     self._send_deferred()
@@ -268,12 +282,14 @@ class TransactionalWriter:
             self._commit_done.clear()
             error = await asyncio.to_thread(self._finish)
             # Reports the worker thread handed over ran before this line (one queue, in order).
-            held, self._held = self._held, []
-            self._sent_in_transaction = 0
+            sent, self._in_transaction = self._in_transaction, []
             self._failed_in_transaction = False
             self._open = True
             if self.lost is not None:
                 error = self.lost
+            held = [message.on_delivery for message in sent if not message.reported]
+            for message in sent:
+                message.reported = True  # a failure librdkafka reports after this is dropped
             if error is None:
                 if self._deferred:
                     self._send_deferred()
@@ -285,6 +301,14 @@ class TransactionalWriter:
             for on_delivery in held:
                 on_delivery(error, None)
             return len(held) if error is not None else 0
+
+    def _staged(self) -> None:
+        """No message of the open transaction failed so far (each was answered, or is still on
+        its way at a shutdown's deadline): each is delivered exactly if the transaction commits,
+        which a later failure would keep from happening."""
+        for message in self._in_transaction:
+            if message.on_staged is not None:
+                message.on_staged()
 
     def _close_with(self, records: list[ClosingRecord]) -> None:
         """Add the closing records to the open transaction. librdkafka refuses them ("Erroneous
@@ -300,10 +324,12 @@ class TransactionalWriter:
                 return
 
     async def _delivered_on_the_loop(self, deadline: float | None) -> None:
-        """Serve the transaction's delivery reports here before the commit, which would otherwise
-        serve them on its worker thread: a thread that takes the GIL back for every report while
-        the loop runs waits for the interpreter's switch interval each time (measured: 16 commits
-        for 100,000 messages, the producer at 0.6x). Bounded by ``message.timeout.ms``, after
+        """Wait here until the broker answered every message of the transaction, serving the
+        reports librdkafka has (failures; every message, from a client not set to
+        :data:`FAILURES_ONLY`) before the commit, which would otherwise serve them on its worker
+        thread: a thread that takes the GIL back for every report while the loop runs waits for
+        the interpreter's switch interval each time (measured: 16 commits for 100,000 messages,
+        the producer at 0.6x). Bounded by ``message.timeout.ms``, after
         which an undelivered message reports its failure, or by ``deadline``. After a failure
         the rest of the transaction's messages report only once ``transaction.timeout.ms`` passed
         (docs/producer.md); the abort cannot come sooner — it waits for messages in flight, and

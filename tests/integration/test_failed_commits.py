@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import uuid
 
 import pytest
@@ -13,7 +14,12 @@ from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from spanner_cdc.producer.publish import transactions
-from spanner_cdc.producer.publish.transactions import FAILURES_ONLY, DeliveryCallback, TransactionalWriter
+from spanner_cdc.producer.publish.transactions import (
+    FAILURES_ONLY,
+    ClosingRecord,
+    DeliveryCallback,
+    TransactionalWriter,
+)
 from spanner_cdc.stack import EmbeddedStack
 from tests.support.freezing import frozen
 from tests.support.kafka_read import read_all
@@ -116,3 +122,39 @@ def test_a_commit_the_broker_is_slow_to_confirm_is_resumed_until_it_commits(
     assert reports == [None, None, None]
     committed = [value for _, _, _, value in read_all(bootstrap, topic)]
     assert committed == [f"message {n}".encode() for n in range(3)]
+
+
+def test_a_commit_interrupted_after_staging_stages_each_message_once(stack: EmbeddedStack) -> None:
+    """A commit can stop after it staged the transaction's messages and before it committed —
+    a shutdown cancels the checkpoint round it runs in; here the closing records' maker fails
+    once. The next commit carries the same messages: each is staged once, and delivered."""
+    bootstrap = stack.endpoint("kafka")
+    topic = f"interrupted-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    interrupted: list[bool] = []
+
+    def closing() -> list[ClosingRecord]:
+        if not interrupted:
+            interrupted.append(True)
+            raise asyncio.CancelledError  # what a cancelled round meets at its next await
+        return []
+
+    settings = {"bootstrap.servers": bootstrap, "transactional.id": f"interrupted-{uuid.uuid4().hex[:8]}"}
+    writer = TransactionalWriter(Producer({**settings, **FAILURES_ONLY}), closing)
+    staged: list[int] = []
+    delivered: list[KafkaError | None] = []
+
+    async def scenario() -> None:
+        await writer.take_over()
+        for n in range(3):
+            on_staged = functools.partial(staged.append, n)
+            writer.produce(topic, b"k", b"v", lambda error, _: delivered.append(error), on_staged=on_staged)
+        with pytest.raises(asyncio.CancelledError):
+            await writer.commit()
+        assert await writer.commit() == 0
+
+    asyncio.run(scenario())
+    assert sorted(staged) == [0, 1, 2]
+    assert delivered == [None, None, None]
+    assert len(read_all(bootstrap, topic)) == 3

@@ -309,6 +309,7 @@ class TransactionalWriter:
         for message in self._in_transaction:
             if message.on_staged is not None:
                 message.on_staged()
+                message.on_staged = None  # once: a commit cancelled after this stages them again
 
     def _close_with(self, records: list[ClosingRecord]) -> None:
         """Add the closing records to the open transaction. librdkafka refuses them ("Erroneous

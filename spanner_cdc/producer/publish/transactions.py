@@ -22,8 +22,8 @@ the checkpoint covering them commit together. A commit Kafka has not confirmed y
 messages — and each message kept for the next one — reports the commit's error (a partition then
 restarts from its checkpoint, as after any failed delivery).
 
-Before a commit the event loop serves the transaction's delivery reports itself (librdkafka
-would otherwise serve them on the commit's thread, one GIL hand-over each); the commit then
+Before a commit the event loop waits for the broker's answers, serving failure reports itself
+(librdkafka would otherwise serve them on the commit's thread, one GIL hand-over each); the commit then
 blocks for the broker's round trips, so it runs on a worker thread. From the start of a commit
 to its end librdkafka takes no new messages for the transaction: they are kept, in order, and
 sent into the next one — about :data:`MAX_DEFERRED` at most, then the event loop waits, as it

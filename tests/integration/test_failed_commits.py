@@ -8,6 +8,7 @@ import asyncio
 import collections
 import functools
 import uuid
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
@@ -33,6 +34,21 @@ FROZEN_SECONDS = 5.0
 TOO_LARGE_FOR_THE_BROKER = 2_000_000
 
 
+def new_topic(bootstrap: str, name: str, partitions: int) -> str:
+    """A topic of its own, ``name`` and a random suffix, created now."""
+    topic = f"{name}-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    return topic
+
+
+def transactional_client(bootstrap: str, **settings: Any) -> Producer:
+    """A client with a transactional id of its own and ``settings``."""
+    return Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": f"writer-{uuid.uuid4().hex[:8]}", **settings}
+    )
+
+
 @pytest.mark.parametrize("reports_of", ["failures only", "every message"])
 def test_messages_kept_during_a_failed_commit_fail_with_it(stack: EmbeddedStack, reports_of: str) -> None:
     """A message the broker refuses dooms its transaction. The messages produced while its
@@ -41,17 +57,11 @@ def test_messages_kept_during_a_failed_commit_fail_with_it(stack: EmbeddedStack,
     Each message is reported once, whether librdkafka reports failures only (as the producer's
     writers have it) or every message."""
     bootstrap = stack.endpoint("kafka")
-    topic = f"failed-commit-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "transactional.id": f"failed-commit-{uuid.uuid4().hex[:8]}",
-            "message.max.bytes": 3 * TOO_LARGE_FOR_THE_BROKER,
-            "linger.ms": 20,
-            **(FAILURES_ONLY if reports_of == "failures only" else {}),
-        }
+    topic = new_topic(bootstrap, "failed-commit", 2)
+    producer = transactional_client(
+        bootstrap,
+        **{"message.max.bytes": 3 * TOO_LARGE_FOR_THE_BROKER, "linger.ms": 20},
+        **(FAILURES_ONLY if reports_of == "failures only" else {}),
     )
     writer = TransactionalWriter(producer)
     reports: dict[str, list[KafkaError | None]] = collections.defaultdict(list)
@@ -92,18 +102,8 @@ def test_a_commit_the_broker_is_slow_to_confirm_is_resumed_until_it_commits(
     already in progress"), and once the broker answers again the messages commit, delivered."""
     monkeypatch.setattr(transactions, "TRANSACTION_TIMEOUT_SECONDS", COMMIT_TRY_SECONDS)
     bootstrap = stack.endpoint("kafka")
-    topic = f"slow-commit-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-    writer = TransactionalWriter(
-        Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "transactional.id": f"slow-commit-{uuid.uuid4().hex[:8]}",
-                **FAILURES_ONLY,
-            }
-        )
-    )
+    topic = new_topic(bootstrap, "slow-commit", 1)
+    writer = TransactionalWriter(transactional_client(bootstrap, **FAILURES_ONLY))
     reports: list[KafkaError | None] = []
 
     async def scenario() -> int:
@@ -129,9 +129,7 @@ def test_a_commit_interrupted_after_staging_stages_each_message_once(stack: Embe
     a shutdown cancels the checkpoint round it runs in; here the closing records' maker fails
     once. The next commit carries the same messages: each is staged once, and delivered."""
     bootstrap = stack.endpoint("kafka")
-    topic = f"interrupted-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    topic = new_topic(bootstrap, "interrupted", 1)
     interrupted: list[bool] = []
 
     def closing() -> list[ClosingRecord]:
@@ -140,8 +138,7 @@ def test_a_commit_interrupted_after_staging_stages_each_message_once(stack: Embe
             raise asyncio.CancelledError  # what a cancelled round meets at its next await
         return []
 
-    settings = {"bootstrap.servers": bootstrap, "transactional.id": f"interrupted-{uuid.uuid4().hex[:8]}"}
-    writer = TransactionalWriter(Producer({**settings, **FAILURES_ONLY}), closing)
+    writer = TransactionalWriter(transactional_client(bootstrap, **FAILURES_ONLY), closing)
     staged: list[int] = []
     delivered: list[KafkaError | None] = []
 

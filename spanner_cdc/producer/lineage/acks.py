@@ -89,7 +89,13 @@ class AckTracker:
 
     def checkpoint_if_committed(self, watermark_micros: int) -> int:
         """:meth:`checkpoint` as it will be once the open transaction commits: staged events
-        counted as acknowledged."""
+        counted as acknowledged — unless a delivery of this run failed. Then staged events may
+        belong to a transaction that was aborted (a failed commit reports them failed, it does
+        not unstage them), and only acknowledged ones count: the checkpoint a run that failed
+        still writes (at shutdown, after a flush whose commit failed) never passes an event
+        that was not delivered."""
+        if self.failed is not None or self.fatal is not None:
+            return self.checkpoint(watermark_micros)
         if not self._unstaged:
             return watermark_micros
         return min(next(iter(self._unstaged)) - 1, watermark_micros)

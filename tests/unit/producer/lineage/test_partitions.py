@@ -259,3 +259,20 @@ def test_a_transaction_s_checkpoint_counts_its_staged_events_as_delivered() -> N
         assert tracker.checkpoint(100) == tracker.checkpoint_if_committed(100) == 100
 
     asyncio.run(scenario())
+
+
+def test_after_a_failed_delivery_staged_events_no_longer_count() -> None:
+    """Events staged in a transaction whose commit then failed were not delivered: once the run
+    has a failure, the checkpoint a transaction may carry is the acknowledged one (before, a
+    shutdown's last checkpoint after a failed flush passed them: 100 here)."""
+
+    async def scenario() -> None:
+        tracker = AckTracker()
+        for commit in (10, 20):
+            tracker.sent(commit)
+            tracker.staged(commit)
+        assert tracker.checkpoint_if_committed(100) == 100
+        tracker.delivery_failed("the commit failed")
+        assert tracker.checkpoint_if_committed(100) == tracker.checkpoint(100) == 9
+
+    asyncio.run(scenario())

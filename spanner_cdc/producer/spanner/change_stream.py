@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from spanner_cdc.producer.change_stream_rules import POSTGRESQL
 from spanner_cdc.producer.spanner.database import SpannerDatabase
 from spanner_cdc.producer.spanner.query import ChangeStreamQuery
-from spanner_cdc.producer.spanner.rows import records_from_googlesql_row
+from spanner_cdc.producer.spanner.rows import row_converter
 from spanner_cdc.schemas.records import ChangeStreamRecord, DataChangeRecord, records_from_json
 
 log = logging.getLogger(__name__)
@@ -29,11 +29,14 @@ class ChangeStreamReader:
             results = snapshot.execute_sql(
                 query.sql, params=params, param_types=types, request_options=self.db.request_options
             )
+            googlesql_records = None
             for row in results:
                 if self.db.dialect == POSTGRESQL:
                     records = list(records_from_json(row[0]))
                 else:
-                    records = list(records_from_googlesql_row(row, results.fields))
+                    if googlesql_records is None:  # the field metadata came with the first rows
+                        googlesql_records = row_converter(results.fields)
+                    records = list(googlesql_records(row))
                 if log.isEnabledFor(logging.DEBUG):
                     log_returned(records)
                 yield records

@@ -64,8 +64,7 @@ class SyntheticStream:
         while (now := now_micros()) < end:
             time.sleep(STEP_SECONDS)
             sequence += 1
-            change = dataclasses.replace(
-                template,
+            change = template._replace(
                 commit_timestamp_micros=now,
                 server_transaction_id=f"{token}-{sequence}",
                 record_sequence=f"{sequence:08d}",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import itertools
 import json
 import threading
@@ -144,9 +143,7 @@ def test_a_change_being_published_holds_back_its_checkpoint_and_finish(stack: Em
     written then passed it, and the producer, SIGKILLed before the ack, lost the change (2 of
     18,485 in a chaos run)."""
     start = now_micros() - 1_000_000
-    change = dataclasses.replace(
-        DataChangeRecord.from_json(account_transfer_records()[0]), commit_timestamp_micros=start + 100
-    )
+    change = a_change_at(start + 100)
     source = ScriptedSource(
         {
             None: [[children(start, "A", ROOT)]],
@@ -208,9 +205,7 @@ def test_a_run_that_fails_after_publishing_sends_nothing_twice(stack: EmbeddedSt
     freeze failed many runs at once. The retry now waits for what the run sent and resumes
     after what that delivered."""
     start = now_micros() - 1_000_000
-    change = dataclasses.replace(
-        DataChangeRecord.from_json(account_transfer_records()[0]), commit_timestamp_micros=start + 100
-    )
+    change = a_change_at(start + 100)
     source = ResumingSource(
         {
             None: [[children(start, "A", ROOT)]],
@@ -240,9 +235,7 @@ def test_nothing_of_a_shard_starts_while_it_is_handed_back(stack: EmbeddedStack)
     producer stopped with "shard 1 of ... is not this process's"."""
     start = now_micros() - 1_000_000
     token = next(f"X{n}" for n in itertools.count() if shard_of(f"X{n}", 2) == 1)
-    change = dataclasses.replace(
-        DataChangeRecord.from_json(account_transfer_records()[0]), commit_timestamp_micros=start + 100
-    )
+    change = a_change_at(start + 100)
     source = ScriptedSource({token: [[[change], [HeartbeatRecord(start + 200)]]]})
     root = Partition(ROOT, (), start, PartitionState.FINISHED, children=(token,))
     scheduler = PartitionScheduler(
@@ -354,3 +347,10 @@ def test_a_restore_waits_for_a_transaction_another_writer_left_open(stack: Embed
     threading.Timer(2.0, stray.abort_transaction, (30,)).start()
     restored = {partition.token: partition for partition in store.read()}
     assert restored["A"].checkpoint_micros == 20
+
+
+def a_change_at(commit_micros: int) -> DataChangeRecord:
+    """The first recorded transfer, committed at ``commit_micros``."""
+    return DataChangeRecord.from_json(account_transfer_records()[0])._replace(
+        commit_timestamp_micros=commit_micros
+    )

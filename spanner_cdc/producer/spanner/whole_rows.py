@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from google.api_core import exceptions as google_exceptions
@@ -108,10 +108,10 @@ class RowFiller:
                 continue
             rest = {name: value for name, value in zip(columns, row, strict=True) if name not in key}
             if into_old:
-                mods.append(replace(mod, old_values={**rest, **mod.old_values}))
+                mods.append(mod._replace(old_values={**rest, **mod.old_values}))
             else:
-                mods.append(replace(mod, new_values={**rest, **mod.new_values}))
-        return replace(record, mods=tuple(mods))
+                mods.append(mod._replace(new_values={**rest, **mod.new_values}))
+        return record._replace(mods=tuple(mods))
 
     async def _key(self, table: str) -> list[str]:
         if table not in self._keys:

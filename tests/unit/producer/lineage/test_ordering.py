@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
 import pytest
 
@@ -21,8 +20,9 @@ TEMPLATE = DataChangeRecord.from_json(account_transfer_records()[0])
 
 
 def record(commit: int, tx: str = "t", sequence: str = "00000000") -> DataChangeRecord:
-    return dataclasses.replace(TEMPLATE, commit_timestamp_micros=commit, server_transaction_id=tx,
-                               record_sequence=sequence)  # fmt: skip
+    return TEMPLATE._replace(
+        commit_timestamp_micros=commit, server_transaction_id=tx, record_sequence=sequence
+    )
 
 
 def release(buffer: CommitOrderBuffer, up_to: int | None) -> list[Held]:

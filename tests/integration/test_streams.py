@@ -67,7 +67,7 @@ def row_ids(selected: Selected) -> list[str]:
     return [row_id for (row_id,) in values(selected, "change$row_id")]
 
 
-def test_the_seed_004_session_step_by_step(spark: Any, configure: ConfigFactory) -> None:
+def test_databend_s_documented_stream_session_step_by_step(spark: Any, configure: ConfigFactory) -> None:
     config, table = configure(), ChangeFactory("T", COLUMNS)
     streams = replica(config)
     try:
@@ -425,7 +425,9 @@ def test_the_command_line_works_while_the_consumer_runs_on_the_duckdb_file(
     cli("stream", "drop", "s")
 
 
-def test_the_seed_004_session_from_spanner(spark: Any, stack: EmbeddedStack, tmp_path: Path) -> None:
+def test_databend_s_documented_stream_session_from_spanner(
+    spark: Any, stack: EmbeddedStack, tmp_path: Path
+) -> None:
     """Databend's documented standard-stream steps as a user runs them: SQL-ish writes to Spanner, the
     producer running, each step waiting until the replica's cut passes the write's commit."""
     database = create_database(

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from spanner_cdc.consumer.readers import changelog_rows, replica_rows
 from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit
 from spanner_cdc.consumer.spark.graceful_stop import StopRequest
 from spanner_cdc.consumer.spark.session import session_hadoop_settings
+from spanner_cdc.schemas.events import Event
 
 SQL_REPLICAS = ("duckdb", "postgres")
 #: What ``spanner-cdc consume`` runs with as a process of a test: its Python workers are this one.
@@ -149,3 +150,21 @@ def account_sinks(config: ConsumerConfig) -> tuple[list[tuple[Any, ...]], list[t
         replica_rows(config, "Accounts", '"Id", "Balance", "Note", "cdc$commit_micros"'),
         sorted(changelog_rows(config, "Accounts", '"envelope$uuid", "Id", "change$type"')),
     )
+
+
+def expected_account_sinks(events: Sequence[Event]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """What :func:`account_sinks` reads once a consumer took ``events`` (a ``random_history``, in
+    commit order) each once: every key's last image and its commit time, deleted keys left out;
+    every change's uuid, key and change type."""
+    replica: dict[str, tuple[Any, ...]] = {}
+    for event in events:
+        payload, metadata = event.value["payload"], event.value["source_metadata"]
+        if metadata["is_deleted"]:
+            replica.pop(payload["Id"], None)
+        else:
+            row = (payload["Id"], payload["Balance"], payload["Note"], metadata["commit_timestamp"])
+            replica[payload["Id"]] = row
+    changelog = [
+        (e.value["uuid"], e.value["payload"]["Id"], e.value["source_metadata"]["change_type"]) for e in events
+    ]
+    return sorted(replica.values()), sorted(changelog)

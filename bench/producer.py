@@ -284,7 +284,7 @@ def read_backlog_alone(database: Any, config: ProducerConfig, rows: int) -> None
         mods, children = 0, []
         params, types = query.params(token, start)
         with database.snapshot() as snapshot:
-            results = snapshot.execute_sql(query.sql, params=params, param_types=types)
+            results = snapshot.execute_sql(query.sql, params=params, param_types=types, lazy_decode=True)
             records = None
             for row in results:
                 records = records or row_converter(results.fields)

@@ -25,13 +25,18 @@ class ChangeStreamReader:
     ) -> Iterator[list[ChangeStreamRecord]]:
         """The query's rows as parsed records, one list per row (runs on a worker thread)."""
         params, types = query.params(token, start_micros)
+        postgresql = self.db.dialect == POSTGRESQL
         with self.db.database.snapshot() as snapshot:
             results = snapshot.execute_sql(
-                query.sql, params=params, param_types=types, request_options=self.db.request_options
+                query.sql,
+                params=params,
+                param_types=types,
+                request_options=self.db.request_options,
+                lazy_decode=not postgresql,  # GoogleSQL rows are decoded by row_converter
             )
             googlesql_records = None
             for row in results:
-                if self.db.dialect == POSTGRESQL:
+                if postgresql:
                     records = list(records_from_json(row[0]))
                 else:
                     if googlesql_records is None:  # the field metadata came with the first rows

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from google.cloud.spanner_v1 import StructType, Type, TypeCode
+from google.protobuf.struct_pb2 import NULL_VALUE, ListValue, Value  # type: ignore[import-untyped]
 
 from spanner_cdc.producer.spanner.rows import converter, row_converter
 from spanner_cdc.schemas.errors import ContractError
 from spanner_cdc.schemas.records import ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord
+from spanner_cdc.schemas.timestamps import parse_timestamp_micros
 
 
 def scalar(code: int) -> Type:
@@ -33,7 +36,7 @@ CHANGE_RECORD = array(
     struct(
         data_change_record=array(
             struct(
-                commit_timestamp=scalar(TypeCode.INT64),
+                commit_timestamp=scalar(TypeCode.TIMESTAMP),
                 record_sequence=scalar(TypeCode.STRING),
                 server_transaction_id=scalar(TypeCode.STRING),
                 is_last_record_in_transaction_in_partition=scalar(TypeCode.BOOL),
@@ -61,10 +64,10 @@ CHANGE_RECORD = array(
                 is_system_transaction=scalar(TypeCode.BOOL),
             )
         ),
-        heartbeat_record=array(struct(timestamp=scalar(TypeCode.INT64))),
+        heartbeat_record=array(struct(timestamp=scalar(TypeCode.TIMESTAMP))),
         child_partitions_record=array(
             struct(
-                start_timestamp=scalar(TypeCode.INT64),
+                start_timestamp=scalar(TypeCode.TIMESTAMP),
                 record_sequence=scalar(TypeCode.STRING),
                 child_partitions=array(
                     struct(
@@ -85,58 +88,81 @@ class Field:
         self.type_ = type_
 
 
-def data_change(commit: int, key: str) -> list[Any]:
+def wire(value: Any, spanner_type: Type) -> Value:
+    """``value`` as Spanner sends it undecoded: a protobuf ``Value`` of ``spanner_type``."""
+    if value is None:
+        return Value(null_value=NULL_VALUE)
+    code = TypeCode(int(spanner_type.code))
+    if code == TypeCode.STRUCT:
+        fields = spanner_type.struct_type.fields
+        return Value(
+            list_value=ListValue(values=[wire(v, f.type_) for f, v in zip(fields, value, strict=True)])
+        )
+    if code == TypeCode.ARRAY:
+        return Value(list_value=ListValue(values=[wire(v, spanner_type.array_element_type) for v in value]))
+    if code == TypeCode.JSON:
+        return Value(string_value=json.dumps(value))
+    if code == TypeCode.BOOL:
+        return Value(bool_value=value)
+    return Value(string_value=str(value))
+
+
+def data_change(commit: str, key: str) -> list[Any]:
     return [
         commit, "00000001", "tx-1", True, "Accounts",
         [["Id", {"code": "STRING"}, True, 1], ["Balance", {"code": "INT64"}, False, 2]],
-        [[{"Id": key}, {"Balance": "1"}, {}]],
+        [[{"Id": key}, {"Balance": "1", "Score": 1.5, "Tags": ["a", None]}, {}]],
         "INSERT", "NEW_ROW", 1, 1, "", False,
     ]  # fmt: skip
 
 
 def test_a_row_becomes_the_records_it_holds_named_by_its_fields() -> None:
-    row = [
+    change_records = [
         [
-            [[data_change(1_000, "a"), data_change(2_000, "b")], [], []],
-            [[], [[3_000]], []],
-            [[], [], [[4_000, "00000002", [["child", ["parent", None]]]]]],
-        ]
+            [data_change("2026-12-06T00:00:00.001Z", "a"), data_change("2026-12-06T00:00:00.002Z", "b")],
+            [],
+            [],
+        ],
+        [[], [["2026-12-06T00:00:00.003Z"]], []],
+        [[], [], [["2026-12-06T00:00:00.004Z", "00000002", [["child", ["parent", None]]]]]],
     ]
+    row = [wire(change_records, CHANGE_RECORD)]
     records = list(row_converter([Field("ChangeRecord", CHANGE_RECORD)])(row))
     first, second, heartbeat, children = records
     assert isinstance(first, DataChangeRecord) and isinstance(second, DataChangeRecord)
-    assert (first.commit_timestamp_micros, first.mods[0].keys, first.mods[0].new_values) == (
-        1_000,
-        {"Id": "a"},
-        {"Balance": "1"},
+    assert first.commit_timestamp_micros == parse_timestamp_micros("2026-12-06T00:00:00.001Z")
+    assert first.mods[0].keys == {"Id": "a"}
+    assert first.mods[0].new_values == {"Balance": "1", "Score": 1.5, "Tags": ["a", None]}
+    assert type(first.mods[0].keys) is dict  # not the client's JsonObject
+    assert (first.number_of_records_in_transaction, first.is_last_record_in_transaction_in_partition) == (
+        1,
+        True,
     )
     assert [c["name"] for c in first.column_types] == ["Id", "Balance"]
     assert second.mods[0].keys == {"Id": "b"}
-    assert heartbeat == HeartbeatRecord(3_000)
+    assert heartbeat == HeartbeatRecord(parse_timestamp_micros("2026-12-06T00:00:00.003Z"))
     assert isinstance(children, ChildPartitionsRecord)
     assert [(c.token, c.parent_tokens) for c in children.children] == [("child", ("parent",))]
 
 
-def test_nulls_stay_null_and_values_without_structs_are_their_own_json() -> None:
-    assert converter(scalar(TypeCode.STRING)) is None
-    assert converter(array(scalar(TypeCode.INT64))) is None
-    nested = converter(array(struct(name=scalar(TypeCode.STRING), tags=array(scalar(TypeCode.STRING)))))
-    assert nested is not None
-    assert nested(None) is None
-    assert nested([None, ["x", None], ["y", ["t"]]]) == [
+def test_nulls_stay_null_at_every_level() -> None:
+    kind = array(
+        struct(name=scalar(TypeCode.STRING), tags=array(scalar(TypeCode.STRING)), n=scalar(TypeCode.INT64))
+    )
+    convert = converter(kind)
+    assert convert(wire(None, kind)) is None
+    rows = [None, ["x", None, None], ["y", ["t", None], 7]]
+    assert convert(wire(rows, kind)) == [
         None,
-        {"name": "x", "tags": None},
-        {"name": "y", "tags": ["t"]},
+        {"name": "x", "tags": None, "n": None},
+        {"name": "y", "tags": ["t", None], "n": 7},
     ]
-    inner = converter(struct(outer=struct(inner=scalar(TypeCode.STRING))))
-    assert inner is not None
-    assert inner([None]) == {"outer": None}
-    assert inner([["v"]]) == {"outer": {"inner": "v"}}
 
 
-@pytest.mark.parametrize("values", [["only one"], ["one", "two", "three"]])
-def test_a_struct_with_other_than_its_fields_is_refused(values: list[str]) -> None:
-    convert = converter(struct(a=scalar(TypeCode.STRING), b=scalar(TypeCode.STRING)))
-    assert convert is not None
-    with pytest.raises(ContractError, match="STRUCT of"):
-        convert(values)
+def test_a_struct_with_other_than_its_fields_is_refused() -> None:
+    two = struct(a=scalar(TypeCode.STRING), b=scalar(TypeCode.STRING))
+    convert = converter(two)
+    for values in (["only one"], ["one", "two", "three"]):
+        sent = Value(list_value=ListValue(values=[Value(string_value=v) for v in values]))
+        with pytest.raises(ContractError, match="STRUCT of"):
+            convert(sent)

@@ -23,6 +23,7 @@ from spanner_cdc.consumer.sinks.replica.sink import ReplicaCommit
 from spanner_cdc.consumer.spark.graceful_stop import StopRequest
 from spanner_cdc.consumer.spark.session import session_hadoop_settings
 from spanner_cdc.schemas.events import Event
+from testkit.synthetic import account_row, last_images
 
 SQL_REPLICAS = ("duckdb", "postgres")
 #: What ``spanner-cdc consume`` runs with as a process of a test: its Python workers are this one.
@@ -156,15 +157,8 @@ def expected_account_sinks(events: Sequence[Event]) -> tuple[list[tuple[Any, ...
     """What :func:`account_sinks` reads once a consumer took ``events`` (a ``random_history``, in
     commit order) each once: every key's last image and its commit time, deleted keys left out;
     every change's uuid, key and change type."""
-    replica: dict[str, tuple[Any, ...]] = {}
-    for event in events:
-        payload, metadata = event.value["payload"], event.value["source_metadata"]
-        if metadata["is_deleted"]:
-            replica.pop(payload["Id"], None)
-        else:
-            row = (payload["Id"], payload["Balance"], payload["Note"], metadata["commit_timestamp"])
-            replica[payload["Id"]] = row
+    replica = [(*account_row(e), e.value["source_metadata"]["commit_timestamp"]) for e in last_images(events)]
     changelog = [
         (e.value["uuid"], e.value["payload"]["Id"], e.value["source_metadata"]["change_type"]) for e in events
     ]
-    return sorted(replica.values()), sorted(changelog)
+    return replica, sorted(changelog)

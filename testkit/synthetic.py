@@ -165,14 +165,26 @@ def _values(columns: Sequence[tuple[str, str]], step: int) -> dict[str, str]:
     return {name: spelled[code] for name, code in columns}
 
 
-def final_rows(events: Sequence[Event]) -> list[tuple[Any, ...]]:
-    """Each key's last image after ``events`` (random_history's, in commit order: every insert
-    and update sets both columns), deleted keys left out: what a replica of them holds."""
-    rows: dict[str, tuple[Any, ...]] = {}
+def last_images(events: Sequence[Event]) -> list[Event]:
+    """Each key's last event after ``events`` (a random_history, in commit order), keys whose
+    last change deleted them left out: the events a replica's rows come from, by key."""
+    last: dict[str, Event] = {}
     for event in events:
-        payload = event.value["payload"]
+        key = event.value["payload"]["Id"]
         if event.value["source_metadata"]["is_deleted"]:
-            rows.pop(payload["Id"], None)
+            last.pop(key, None)
         else:
-            rows[payload["Id"]] = (payload["Id"], payload["Balance"], payload["Note"])
-    return sorted(rows.values())
+            last[key] = event
+    return [last[key] for key in sorted(last)]
+
+
+def account_row(event: Event) -> tuple[Any, ...]:
+    """The ``Accounts`` row ``event`` (an insert or update of random_history's, which sets every
+    column) leaves: key, balance, note."""
+    payload = event.value["payload"]
+    return payload["Id"], payload["Balance"], payload["Note"]
+
+
+def final_rows(events: Sequence[Event]) -> list[tuple[Any, ...]]:
+    """What a replica of ``events`` holds, sorted by key."""
+    return [account_row(e) for e in last_images(events)]

@@ -48,7 +48,7 @@ from spanner_cdc.producer.publish.kafka import GUARANTEED_SETTINGS, TUNED_DEFAUL
 from spanner_cdc.producer.publish.publisher import EventPublisher, EventSender
 from spanner_cdc.producer.spanner.catalog import CatalogColumn, TableCatalog
 from spanner_cdc.producer.spanner.query import ChangeStreamQuery
-from spanner_cdc.producer.spanner.rows import row_converter
+from spanner_cdc.producer.spanner.rows import records_of
 from spanner_cdc.producer.spanner.snapshot_read import rows_stamped_since
 from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.records import ChildPartitionsRecord, DataChangeRecord
@@ -285,10 +285,8 @@ def read_backlog_alone(database: Any, config: ProducerConfig, rows: int) -> None
         params, types = query.params(token, start)
         with database.snapshot() as snapshot:
             results = snapshot.execute_sql(query.sql, params=params, param_types=types, lazy_decode=True)
-            records = None
-            for row in results:
-                records = records or row_converter(results.fields)
-                for record in records(row):
+            for records in records_of(results):
+                for record in records:
                     if isinstance(record, DataChangeRecord):
                         mods += len(record.mods)
                     elif isinstance(record, ChildPartitionsRecord):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from spanner_cdc.producer.change_stream_rules import POSTGRESQL
 from spanner_cdc.producer.spanner.database import SpannerDatabase
 from spanner_cdc.producer.spanner.query import ChangeStreamQuery
-from spanner_cdc.producer.spanner.rows import row_converter
+from spanner_cdc.producer.spanner.rows import records_of
 from spanner_cdc.schemas.records import ChangeStreamRecord, DataChangeRecord, records_from_json
 
 log = logging.getLogger(__name__)
@@ -32,16 +32,10 @@ class ChangeStreamReader:
                 params=params,
                 param_types=types,
                 request_options=self.db.request_options,
-                lazy_decode=not postgresql,  # GoogleSQL rows are decoded by row_converter
+                lazy_decode=not postgresql,  # GoogleSQL rows are decoded by records_of
             )
-            googlesql_records = None
-            for row in results:
-                if postgresql:
-                    records = list(records_from_json(row[0]))
-                else:
-                    if googlesql_records is None:  # the field metadata came with the first rows
-                        googlesql_records = row_converter(results.fields)
-                    records = list(googlesql_records(row))
+            rows = (list(records_from_json(row[0])) for row in results) if postgresql else records_of(results)
+            for records in rows:
                 if log.isEnabledFor(logging.DEBUG):
                     log_returned(records)
                 yield records

@@ -10,7 +10,7 @@ Why not the client's decoding: it makes every JSON value (a mod's keys, new and 
 column's type) a ``JsonObject``, whose construction and ``items()`` are Python; in a profile of
 a backlog read they were most of the reader threads' time and a sixth of the event loop's. Here
 JSON values become plain dicts (``json.loads``), and the field metadata is read once per query
-(:func:`row_converter`), not per value: reading a ``Type`` message's code, fields and names
+(:func:`records_of`), not per value: reading a ``Type`` message's code, fields and names
 costs far more than the value it describes.
 """
 
@@ -66,13 +66,12 @@ def _struct_converter(fields: Any) -> Converter:
     return convert
 
 
-def row_converter(fields: Any) -> Callable[[list[Any]], Iterator[ChangeStreamRecord]]:
-    """An undecoded ``SELECT ChangeRecord FROM READ_…`` query's rows → records, from the result
-    set's field metadata (``results.fields``, the same for every row of the query)."""
-    convert = converter(fields[0].type_)
-
-    def records(row: list[Any]) -> Iterator[ChangeStreamRecord]:
-        for change_record in convert(row[0]) or ():
-            yield from records_from_json(change_record)
-
-    return records
+def records_of(results: Any) -> Iterator[list[ChangeStreamRecord]]:
+    """An undecoded ``SELECT ChangeRecord FROM READ_…`` query's streamed results → each row's
+    records, one list per row. The field metadata (``results.fields``) comes with the first rows
+    and is the same for every row of the query: it is read once."""
+    convert: Converter | None = None
+    for row in results:
+        if convert is None:
+            convert = converter(results.fields[0].type_)
+        yield [record for change in convert(row[0]) or () for record in records_from_json(change)]

@@ -9,7 +9,7 @@ import pytest
 from google.cloud.spanner_v1 import StructType, Type, TypeCode
 from google.protobuf.struct_pb2 import NULL_VALUE, ListValue, Value  # type: ignore[import-untyped]
 
-from spanner_cdc.producer.spanner.rows import converter, row_converter
+from spanner_cdc.producer.spanner.rows import converter, records_of
 from spanner_cdc.schemas.errors import ContractError
 from spanner_cdc.schemas.records import ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord
 from spanner_cdc.schemas.timestamps import parse_timestamp_micros
@@ -81,11 +81,28 @@ CHANGE_RECORD = array(
 
 
 class Field:
-    """What ``results.fields`` holds: a name and a type."""
+    """One of ``results.fields``: a name and a type."""
 
     def __init__(self, name: str, type_: Type) -> None:
         self.name = name
         self.type_ = type_
+
+
+class StreamedResults:
+    """What the client's streamed result set offers: its rows, and ``fields`` once the first
+    rows came (not before: reading the metadata early is the mistake this shape can catch)."""
+
+    def __init__(self, rows: list[list[Value]], fields: list[Field]) -> None:
+        self.rows, self._fields, self.started = rows, fields, False
+
+    def __iter__(self) -> Any:
+        self.started = True
+        return iter(self.rows)
+
+    @property
+    def fields(self) -> list[Field]:
+        assert self.started, "the field metadata comes with the first rows"
+        return self._fields
 
 
 def wire(value: Any, spanner_type: Type) -> Value:
@@ -126,9 +143,10 @@ def test_a_row_becomes_the_records_it_holds_named_by_its_fields() -> None:
         [[], [["2026-12-06T00:00:00.003Z"]], []],
         [[], [], [["2026-12-06T00:00:00.004Z", "00000002", [["child", ["parent", None]]]]]],
     ]
-    row = [wire(change_records, CHANGE_RECORD)]
-    records = list(row_converter([Field("ChangeRecord", CHANGE_RECORD)])(row))
-    first, second, heartbeat, children = records
+    rows = [[wire(change_records[:1], CHANGE_RECORD)], [wire(change_records[1:], CHANGE_RECORD)]]
+    per_row = list(records_of(StreamedResults(rows, [Field("ChangeRecord", CHANGE_RECORD)])))
+    assert [len(records) for records in per_row] == [2, 2]
+    first, second, heartbeat, children = per_row[0] + per_row[1]
     assert isinstance(first, DataChangeRecord) and isinstance(second, DataChangeRecord)
     assert first.commit_timestamp_micros == parse_timestamp_micros("2026-12-06T00:00:00.001Z")
     assert first.mods[0].keys == {"Id": "a"}

@@ -41,7 +41,7 @@ from spanner_cdc.producer.change_stream_rules import GOOGLE_STANDARD_SQL
 from spanner_cdc.producer.config import ProducerConfig
 from spanner_cdc.producer.lineage.acks import AckTracker
 from spanner_cdc.producer.main import build_service
-from spanner_cdc.producer.metrics import ProducerMetrics
+from spanner_cdc.producer.metrics import AcknowledgedEvents, ProducerMetrics
 from spanner_cdc.producer.poll.config import PollConfig
 from spanner_cdc.producer.poll.main import build_poller
 from spanner_cdc.producer.publish.kafka import GUARANTEED_SETTINGS, TUNED_DEFAULTS, KafkaClient
@@ -502,11 +502,24 @@ class SampledMetrics(ProducerMetrics):
 
     def __init__(self) -> None:
         super().__init__()
+        self.registry.unregister(self.acknowledged)
+        self.acknowledged = self.sampled = SampledEvents()
+        self.registry.register(self.acknowledged)
+
+    @property
+    def samples(self) -> list[float]:
+        return self.sampled.samples
+
+
+class SampledEvents(AcknowledgedEvents):
+    def __init__(self) -> None:
+        super().__init__()
         self.samples: list[float] = []
 
-    def observe_commit_to_ack(self, seconds: float) -> None:
-        super().observe_commit_to_ack(seconds)
-        self.samples.append(seconds)
+    def count(self, table: str, change_type: str, lag_seconds: float | None) -> None:
+        super().count(table, change_type, lag_seconds)
+        if lag_seconds is not None:
+            self.samples.append(lag_seconds)
 
 
 def percentile(samples: list[float], fraction: float) -> float:

@@ -2,23 +2,69 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import bisect
+from collections.abc import Iterator
+
+from prometheus_client import Counter, Gauge
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from spanner_cdc.common.metrics import ServedMetrics
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 
+class AcknowledgedEvents(Collector):
+    """``spanner_cdc_producer_events_total`` (by table and change type) and the histogram
+    ``spanner_cdc_producer_commit_to_ack_seconds``, counted in plain numbers and exposed at each
+    scrape. Both move once per event, on the event loop's thread: the client library's
+    ``Counter.inc`` and ``Histogram.observe`` take a lock and walk their children or buckets
+    per call, and it offers no way to add many observations at once; in a profile of the
+    producer they were most of a delivery report's cost. A scrape (on the metrics server's
+    thread) reads copies, each made whole under the interpreter lock."""
+
+    def __init__(self) -> None:
+        self._events: dict[tuple[str, str], int] = {}
+        #: Observations per bucket (not cumulative; the last is beyond the largest bound).
+        self._buckets = [0] * (len(LATENCY_BUCKETS) + 1)
+        self._seconds = 0.0
+
+    def count(self, table: str, change_type: str, lag_seconds: float | None) -> None:
+        """One event acknowledged, ``lag_seconds`` after its commit (None: it has no commit to
+        measure from, as a backfill row, whose timestamp is its snapshot's)."""
+        events = self._events
+        key = (table, change_type)
+        events[key] = events.get(key, 0) + 1
+        if lag_seconds is not None:
+            self._buckets[bisect.bisect_left(LATENCY_BUCKETS, lag_seconds)] += 1
+            self._seconds += lag_seconds
+
+    def collect(self) -> Iterator[Metric]:
+        events = CounterMetricFamily(
+            "spanner_cdc_producer_events", "Events acknowledged by Kafka", labels=["table", "change_type"]
+        )
+        for (table, change_type), count in dict(self._events).items():
+            events.add_metric([table, change_type], count)
+        yield events
+        buckets, seconds = list(self._buckets), self._seconds
+        cumulative, total = [], 0
+        for bound, count in zip((*map(floatToGoString, LATENCY_BUCKETS), "+Inf"), buckets, strict=True):
+            total += count
+            cumulative.append((bound, total))
+        yield HistogramMetricFamily(
+            "spanner_cdc_producer_commit_to_ack_seconds",
+            "Spanner commit timestamp to Kafka acknowledgement",
+            buckets=cumulative,
+            sum_value=seconds,
+        )
+
+
 class ProducerMetrics(ServedMetrics):
     def __init__(self) -> None:
         super().__init__()
-        self.events = Counter(
-            "spanner_cdc_producer_events",
-            "Events acknowledged by Kafka",
-            ["table", "change_type"],
-            registry=self.registry,
-        )
-        self._event_counts: dict[tuple[str, str], Counter] = {}
+        self.acknowledged = AcknowledgedEvents()
+        self.registry.register(self.acknowledged)
         self.backfill_rows = Counter(
             "spanner_cdc_producer_backfill_rows",
             "Snapshot rows of a backfill acknowledged by Kafka (also counted in events as INSERT)",
@@ -52,12 +98,6 @@ class ProducerMetrics(ServedMetrics):
             "Now minus the last watermark written to every event-topic partition",
             registry=self.registry,
         )
-        self.commit_to_ack = Histogram(
-            "spanner_cdc_producer_commit_to_ack_seconds",
-            "Spanner commit timestamp to Kafka acknowledgement",
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
         self.delivery_errors = Counter(
             "spanner_cdc_producer_delivery_errors", "Events Kafka did not acknowledge", registry=self.registry
         )
@@ -82,14 +122,3 @@ class ProducerMetrics(ServedMetrics):
             ["kind"],
             registry=self.registry,
         )
-
-    def count_event(self, table: str, change_type: str) -> None:
-        """One event acknowledged. Each (table, change type) child is looked up once: ``labels``
-        costs several times the count itself, and it ran for every event."""
-        child = self._event_counts.get((table, change_type))
-        if child is None:
-            child = self._event_counts[(table, change_type)] = self.events.labels(table, change_type)
-        child.inc()
-
-    def observe_commit_to_ack(self, seconds: float) -> None:
-        self.commit_to_ack.observe(seconds)

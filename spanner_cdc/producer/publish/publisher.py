@@ -122,9 +122,9 @@ class Outgoing:
             return
         self.tracker.acknowledged(self.commit)
         sender.acknowledged += 1
-        sender.metrics.count_event(self.table, self.change_type)
-        if self.changed_live:  # a backfill row's "commit" is its snapshot: no latency
-            sender.metrics.observe_commit_to_ack(seconds_behind(self.commit))
+        # A backfill row's "commit" is its snapshot: no latency.
+        lag = seconds_behind(self.commit) if self.changed_live else None
+        sender.metrics.acknowledged.count(self.table, self.change_type, lag)
 
     def staged(self) -> None:
         """The broker took the event into the open transaction."""

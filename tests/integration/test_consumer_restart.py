@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from spanner_cdc.consumer.config import ConsumerConfig
-from spanner_cdc.consumer.readers import changelog_rows, replica_rows
+from spanner_cdc.consumer.locations import ConsumerLocations
+from spanner_cdc.consumer.readers import changelog_rows
+from spanner_cdc.consumer.sinks.lakehouse.merge import LAKEHOUSE_DIR, lakehouse_table
 from spanner_cdc.schemas.events import Event
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import (
@@ -31,7 +33,7 @@ from testkit.consumer_run import (
     unique_prefix,
 )
 from testkit.synthetic import ChangeFactory, final_rows, publish, random_history
-from tests.support.object_store import ObjectStore, reach_from
+from tests.support.object_store import ObjectStore
 from tests.support.screen import foreign_lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -62,28 +64,27 @@ def test_killed_consumer_restarts_to_the_same_sinks_as_an_uninterrupted_run(
 
 
 def test_a_killed_consumer_on_an_object_store_ends_with_each_change_once_in_delta(
-    spark: Any, stack: EmbeddedStack, object_store: ObjectStore, tmp_path: Path
+    stack: EmbeddedStack, object_store: ObjectStore, tmp_path: Path
 ) -> None:
     """Every location on an object store (``s3a://``, moto's S3 server: Spark's checkpoint and
     the Delta tables through Hadoop's s3a, the consumer's own files through pyarrow's S3 file
     system) and the replica in Delta tables, which a kill leaves part-way through a batch: after
-    the restarts the Delta tables (read by this process's Spark) hold each key's last change,
-    and the changelog every change once."""
+    the restarts the Delta tables (read by delta-rs) hold each key's last change, and the
+    changelog every change once."""
     prefix, events = published_history(stack, 1500)
     bucket = object_store.bucket()
-    reach = object_store.spark_conf(bucket)
     killed = consumer_config(
         stack.endpoint("kafka"),
         prefix,
         f"s3a://{bucket}/killed",
         replica="delta",
         local_dir=tmp_path / "killed-local",
-        spark_conf=reach,
+        spark_conf=object_store.spark_conf(bucket),
     )
     # Two kills: the third of the test above costs a Spark start on an object store.
     killed_then_finished(killed, tmp_path / "killed.log", KILLS - 1)
-    reach_from(spark, reach)
-    assert replica_rows(killed, "Accounts", '"Id", "Balance", "Note"') == final_rows(events)
+    accounts = lakehouse_table(ConsumerLocations.of(killed).output / LAKEHOUSE_DIR, "Accounts", ()).rows
+    assert object_store.delta_rows(accounts.uri, '"Id", "Balance", "Note"') == final_rows(events)
     uuids = [row[0] for row in changelog_rows(killed, "Accounts", '"envelope$uuid"')]
     assert sorted(uuids) == sorted(e.value["uuid"] for e in events)
     keys = object_store.keys(bucket)

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -76,9 +75,7 @@ def test_the_producer_page_shows_partitions_lineage_and_watermark(
     assert screenshot.stat().st_size > 0
 
 
-def test_the_consumer_page_shows_batches_and_the_consistent_cut(
-    stack: EmbeddedStack, spark: Any, tmp_path: Path
-) -> None:
+def test_the_consumer_page_shows_batches_and_the_consistent_cut(stack: EmbeddedStack, tmp_path: Path) -> None:
     kafka = stack.endpoint("kafka")
     prefix, port = unique_prefix("page"), free_port()
     publish(kafka, prefix, random_history(ChangeFactory(), 400))

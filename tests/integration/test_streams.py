@@ -370,7 +370,7 @@ with streams.consuming("s") as delta:
 
 @pytest.mark.parametrize("configure", ["duckdb"], indirect=True)
 def test_the_command_line_works_while_the_consumer_runs_on_the_duckdb_file(
-    spark: Any, configure: ConfigFactory, tmp_path: Path
+    configure: ConfigFactory, tmp_path: Path
 ) -> None:
     config, table = configure(), ChangeFactory("T", COLUMNS)
     where = ["--replica", "duckdb", "--output-dir", str(config.output_dir)]

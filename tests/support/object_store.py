@@ -11,7 +11,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+from deltalake import DeltaTable, QueryBuilder
 
 from spanner_cdc.stack.process import free_port, stop_process_group
 from tests.support.waiting import wait_for
@@ -59,6 +61,22 @@ class ObjectStore:
             "secret.key": SECRET_KEY,
         }
         return {f"spark.hadoop.fs.s3a.bucket.{bucket}.{name}": value for name, value in settings.items()}
+
+    def delta_rows(self, uri: str, columns: str) -> list[tuple[Any, ...]]:
+        """``columns`` (SQL, names in double quotes) of the Delta table at ``uri`` (``s3a://``) on
+        this server, ordered by the first. Read by delta-rs (the ``deltalake`` package), a reader
+        of the Delta protocol other than Spark's that honours deletion vectors and column
+        mapping: no Spark session needed, and the tables shown readable beyond Spark."""
+        options = {
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_REGION": REGION,
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ALLOW_HTTP": "true",
+        }
+        query = QueryBuilder().register("t", DeltaTable(uri, storage_options=options))
+        result = pa.table(query.execute(f"SELECT {columns} FROM t ORDER BY 1").read_all())
+        return list(zip(*(column.to_pylist() for column in result.columns), strict=True))
 
     def keys(self, bucket: str) -> list[str]:
         """Every object of ``bucket``, by its key."""

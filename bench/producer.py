@@ -502,19 +502,18 @@ class SampledMetrics(ProducerMetrics):
 
     def __init__(self) -> None:
         super().__init__()
+        self.samples: list[float] = []
         self.registry.unregister(self.acknowledged)
-        self.acknowledged = self.sampled = SampledEvents()
+        self.acknowledged = SampledEvents(self.samples)
         self.registry.register(self.acknowledged)
-
-    @property
-    def samples(self) -> list[float]:
-        return self.sampled.samples
 
 
 class SampledEvents(AcknowledgedEvents):
-    def __init__(self) -> None:
+    """The acknowledged-event metrics, each latency also appended to ``samples``."""
+
+    def __init__(self, samples: list[float]) -> None:
         super().__init__()
-        self.samples: list[float] = []
+        self.samples = samples
 
     def count(self, table: str, change_type: str, lag_seconds: float | None) -> None:
         super().count(table, change_type, lag_seconds)

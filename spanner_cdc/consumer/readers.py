@@ -36,7 +36,7 @@ def replica_rows(config: ConsumerConfig, table: str, columns: str) -> list[tuple
     """``columns`` (SQL, names in double quotes) of Spanner table ``table``, by the replica's
     name for it (names.py); of a Delta replica, read by this process's Spark session."""
     if config.replica == "delta":
-        return lakehouse_rows(ConsumerLocations.of(config).output / LAKEHOUSE_DIR, table, columns)
+        return lakehouse_rows(delta_table(config, table), columns)
     name = quote(ReplicaNames.for_dialect(config.replica).table(table))
     with replica_connection(config) as connection:
         return [
@@ -44,13 +44,18 @@ def replica_rows(config: ConsumerConfig, table: str, columns: str) -> list[tuple
         ]
 
 
-def lakehouse_rows(root: Location, table: str, columns: str) -> list[tuple[Any, ...]]:
-    """``columns`` of a Delta replica's table ``table``, ordered by the first."""
+def delta_table(config: ConsumerConfig, table: str) -> Location:
+    """Where a Delta replica keeps the rows of Spanner table ``table``."""
+    return lakehouse_table(ConsumerLocations.of(config).output / LAKEHOUSE_DIR, table, ()).rows
+
+
+def lakehouse_rows(rows: Location, columns: str) -> list[tuple[Any, ...]]:
+    """``columns`` of the Delta table at ``rows``, ordered by the first."""
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.getOrCreate().newSession()
     spark.conf.set("spark.sql.ansi.doubleQuotedIdentifiers", "true")
-    spark.read.format("delta").load(lakehouse_table(root, table, ()).rows.uri).createOrReplaceTempView("t")
+    spark.read.format("delta").load(rows.uri).createOrReplaceTempView("t")
     return [tuple(row) for row in spark.sql(f"SELECT {columns} FROM t ORDER BY 1").collect()]
 
 

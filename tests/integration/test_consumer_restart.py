@@ -15,9 +15,7 @@ from typing import Any
 import pytest
 
 from spanner_cdc.consumer.config import ConsumerConfig
-from spanner_cdc.consumer.locations import ConsumerLocations
-from spanner_cdc.consumer.readers import changelog_rows
-from spanner_cdc.consumer.sinks.lakehouse.merge import LAKEHOUSE_DIR, lakehouse_table
+from spanner_cdc.consumer.readers import changelog_rows, delta_table
 from spanner_cdc.schemas.events import Event
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import (
@@ -83,8 +81,8 @@ def test_a_killed_consumer_on_an_object_store_ends_with_each_change_once_in_delt
     )
     # Two kills: the third of the test above costs a Spark start on an object store.
     killed_then_finished(killed, tmp_path / "killed.log", KILLS - 1)
-    accounts = lakehouse_table(ConsumerLocations.of(killed).output / LAKEHOUSE_DIR, "Accounts", ()).rows
-    assert object_store.delta_rows(accounts.uri, '"Id", "Balance", "Note"') == final_rows(events)
+    accounts = delta_table(killed, "Accounts").uri
+    assert object_store.delta_rows(accounts, '"Id", "Balance", "Note"') == final_rows(events)
     uuids = [row[0] for row in changelog_rows(killed, "Accounts", '"envelope$uuid"')]
     assert sorted(uuids) == sorted(e.value["uuid"] for e in events)
     keys = object_store.keys(bucket)

@@ -19,7 +19,7 @@ from spanner_cdc.producer.publish.framing import Framing
 from spanner_cdc.producer.publish.kafka import KafkaClient
 from spanner_cdc.producer.publish.publisher import EventSender
 from spanner_cdc.producer.publish.watermarks import WatermarkEmitter
-from spanner_cdc.schemas.events import Event, EventBuilder
+from spanner_cdc.schemas.events import ENVELOPE_FIELDS, METADATA_FIELDS, Event, EventBuilder
 from spanner_cdc.schemas.records import DataChangeRecord
 
 STREAM = "projects/p/instances/i/databases/d/changeStreams/TestStream"
@@ -83,6 +83,14 @@ class ChangeFactory:
     def events(self, *records: dict[str, Any]) -> list[Event]:
         builder = EventBuilder(stream_name=STREAM, database="d")
         return [e for r in records for e in builder.build(DataChangeRecord.from_json(r), "token", 1)]
+
+
+def with_value(event: Event, value: dict[str, Any]) -> Event:
+    """``event`` with the envelope record ``value`` (by name, as :attr:`Event.value` gives it):
+    how a test forges an event the producer would not make."""
+    metadata = tuple(value["source_metadata"][name] for name in METADATA_FIELDS)
+    fields = tuple(metadata if name == "source_metadata" else value[name] for name in ENVELOPE_FIELDS)
+    return Event(event.table, event.key, fields)
 
 
 def publish(

@@ -852,7 +852,9 @@ cdef class CompiledWriter:
     its primitive. For such values the bytes are fastavro's. A value the schema cannot hold is
     refused, never written: a long or int out of range or a value no union branch takes
     (``ValueError``), a value of another type (``TypeError``), a record without a field that has
-    no default (``KeyError``)."""
+    no default (``KeyError``). A record is a mapping by field name, or a tuple of all its fields'
+    values in order (not as a branch of a union other than ``["null", record]``: there a tuple
+    is an array)."""
 
     cdef Step top
 
@@ -907,9 +909,18 @@ cdef int write(Step step, object value, Buffer out) except -1:
 
 
 cdef int write_record(Step step, object value, Buffer out) except -1:
+    """A record given by field name (a mapping), or as a tuple of every field's value in the
+    schema's order: the event builder's form, which spares a dict per record."""
     cdef Py_ssize_t i
+    cdef Py_ssize_t count = len(step.names)
     cdef object name, item
     cdef bint is_dict = type(value) is dict
+    if type(value) is tuple:
+        if len(<tuple>value) != count:
+            raise ValueError(f"a record of {count} fields given as {len(<tuple>value)} values")
+        for i in range(count):
+            write(<Step>step.steps[i], (<tuple>value)[i], out)
+        return 0
     for i in range(len(step.names)):
         name = step.names[i]
         item = (<dict>value).get(name, _MISSING) if is_dict else value.get(name, _MISSING)

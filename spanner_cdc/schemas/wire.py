@@ -103,9 +103,12 @@ def without_logical_types(schema: Any, logical_types: Collection[str]) -> Any:
     }
 
 
-def encode(writer: WriterSchema, record: Mapping[str, Any], header: bytes | None = None) -> bytes:
-    """One record (its values in Avro's primitive forms) → ``header`` + its Avro body; the
-    header is the single-object one unless another is given (:func:`registry_header`)."""
+def encode(
+    writer: WriterSchema, record: Mapping[str, Any] | tuple[Any, ...], header: bytes | None = None
+) -> bytes:
+    """One record (its values in Avro's primitive forms; by field name, or as a tuple of its
+    fields in order) → ``header`` + its Avro body; the header is the single-object one unless
+    another is given (:func:`registry_header`)."""
     return writer.writer(writer.header if header is None else header, record)
 
 

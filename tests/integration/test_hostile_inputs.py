@@ -25,7 +25,7 @@ from spanner_cdc.schemas.watermark import Watermark
 from spanner_cdc.schemas.wire import WriterSchema, encode
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import ConfigFactory, run_consumer
-from testkit.synthetic import STREAM, ChangeFactory, publish
+from testkit.synthetic import STREAM, ChangeFactory, publish, with_value
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 YEAR_9999_MICROS = 253_402_300_799_000_000
@@ -80,8 +80,10 @@ def hostile(topics: Topics) -> Hostile:
     accounts = topics.event("Accounts")
     factory = ChangeFactory()
     before = one_event(factory, {"Id": "a"}, {"Balance": "1", "Note": "x"})
-    unannounced = one_event(factory, {"Id": "c"}, {"Balance": "3", "Note": "z"})
-    unannounced.value["source_metadata"]["number_of_records_in_transaction"] = None  # legal: applied
+    announced = one_event(factory, {"Id": "c"}, {"Balance": "3", "Note": "z"})
+    value = announced.value
+    value["source_metadata"]["number_of_records_in_transaction"] = None  # legal: applied
+    unannounced = with_value(announced, value)
     after = one_event(factory, {"Id": "b"}, {"Balance": "2", "Note": "y"})
     template = one_event(factory, {"Id": "t"}, {"Balance": "9", "Note": "t"})
 

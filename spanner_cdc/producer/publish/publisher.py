@@ -20,7 +20,6 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
@@ -95,20 +94,18 @@ class Outgoing:
         tracker: AckTracker,
         shard: int | None,
     ) -> None:
-        value = event.value
-        metadata = value["source_metadata"]
         self.sender = sender
         self.tracker = tracker
         self.shard = shard
         self.topic = topic
         self.key = key
         self.size = size
-        self.uuid: str = value["uuid"]
-        self.table: str = metadata["table"]
-        self.change_type: str = metadata["change_type"]
-        self.commit: int = metadata["commit_timestamp"]
-        self.sort_keys: list[Any] = value["sort_keys"]
-        self.changed_live = value["read_method"] != READ_METHOD_BACKFILL
+        self.uuid = event.uuid
+        self.table = event.table_name
+        self.change_type = event.change_type
+        self.commit = event.commit_timestamp
+        self.sort_keys = event.sort_keys
+        self.changed_live = event.read_method != READ_METHOD_BACKFILL
 
     def __call__(self, error: KafkaError | None, _message: Message | None) -> None:
         """The event's delivery report: acknowledged and counted, or settled as failed."""
@@ -185,12 +182,12 @@ class EventSender:
                 writer = None  # asked for again after the wait: the shard may have left
             if writer is None:
                 writer = self.kafka.writer(shard)
-            commit = event.value["source_metadata"]["commit_timestamp"]
+            commit = event.commit_timestamp
             tracker.sent(commit)
             if self.json_events:
                 value, key = event_document(event), key_document(event)
             else:
-                value = encode(route.writer, event.value, route.value_header)
+                value = encode(route.writer, event.fields, route.value_header)
                 key = encode(route.key_writer, event.key, route.key_header)
             outgoing = Outgoing(
                 event, route.topic, key, len(value), sender=self, tracker=tracker, shard=shard

@@ -3,7 +3,9 @@
 Events are generated from seeded random change records: every column type (arrays of each with
 null elements), nulls, NaN and ±Infinity, NUMERIC at precision 38 scale 9, odd text, both
 dialects, every capture type and mod type, records of several mods. Each event value and key is
-encoded by the project's writer and by ``fastavro.schemaless_writer`` and the bytes compared.
+encoded by the project's writer and by ``fastavro.schemaless_writer`` and the bytes compared; the
+value as the producer writes it (its fields as tuples, ``Event.fields``) and by name
+(``Event.value``, what fastavro is given).
 """
 
 from __future__ import annotations
@@ -181,12 +183,13 @@ def test_generated_events_encode_exactly_as_fastavro_does(dialect: tuple[str, ..
     for index in range(RECORDS):
         token = rng.choice([None, "token-1"])
         for event in builder.build(_record(rng, index, dialect), token, rng.randint(0, 2**41)):
-            for schema, value in (
-                (event.table.event_schema, event.value),
-                (event.table.key_schema, event.key),
+            for schema, written, value in (
+                (event.table.event_schema, event.fields, event.value),
+                (event.table.key_schema, event.key, event.key),
             ):
                 writer = parsed_schema(json.dumps(schema))
-                assert encode(writer, value)[HEADER_LENGTH:] == fastavro_bytes(writer, value), value
+                assert encode(writer, written)[HEADER_LENGTH:] == fastavro_bytes(writer, value), value
+                assert encode(writer, value) == encode(writer, written)
                 compared += 1
     assert compared > RECORDS * 2
 
@@ -215,6 +218,23 @@ def test_values_outside_the_schema_are_refused_not_written() -> None:
     write(b"", {"n": 10**10, "u": 1})  # 10**10's bytes are now kept (write_long)
     with pytest.raises(TypeError):
         write(b"", {"n": 1e10, "u": 1})  # an equal float is still not a long
+
+
+def test_a_record_given_as_a_tuple_is_its_fields_in_order_all_of_them() -> None:
+    schema = fastavro.parse_schema({"type": "record", "name": "R", "fields": [
+        {"name": "n", "type": "long"},
+        {"name": "s", "type": ["null", {"type": "record", "name": "S", "fields": [
+            {"name": "x", "type": "string"}, {"name": "y", "type": ["null", "long"], "default": None}]}]},
+    ]})  # fmt: skip
+    write = compile_writer(schema)
+    assert write(b"", (1, ("a", None))) == write(b"", {"n": 1, "s": {"x": "a", "y": None}})
+    assert write(b"", (1, None)) == write(b"", {"n": 1, "s": None})
+    with pytest.raises(ValueError, match="2 fields given as 1 values"):
+        write(b"", ("a",))
+    with pytest.raises(ValueError, match="2 fields given as 1 values"):
+        write(b"", (1, ("a",)))  # no default stands in for a missing field's place
+    with pytest.raises(TypeError, match="not a string"):
+        write(b"", (1, (2, None)))
 
 
 def test_unions_maps_and_defaults_are_written_as_fastavro_writes_them() -> None:

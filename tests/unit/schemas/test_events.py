@@ -7,9 +7,15 @@ from typing import Any
 import pytest
 
 from spanner_cdc.schemas.errors import ContractError
-from spanner_cdc.schemas.events import READ_METHOD_CHANGE_STREAMS, Event, EventBuilder
+from spanner_cdc.schemas.events import (
+    ENVELOPE_FIELDS,
+    METADATA_FIELDS,
+    READ_METHOD_CHANGE_STREAMS,
+    Event,
+    EventBuilder,
+)
 from spanner_cdc.schemas.records import DataChangeRecord, records_from_json
-from spanner_cdc.schemas.table import TableSchema
+from spanner_cdc.schemas.table import TableSchema, load_avsc
 from spanner_cdc.schemas.timestamps import parse_timestamp_micros
 from testkit.records import STREAM_NAME, account_transfer_records
 
@@ -34,6 +40,13 @@ def build(
     table = TableSchema.from_column_types(record.table_name, record.column_types, commit_timestamp_columns)
     [event] = EventBuilder(STREAM_NAME, "bank").build(record, "token-7", 1_714_557_600_500, table)
     return event
+
+
+def test_an_event_s_fields_are_in_the_envelope_s_order() -> None:
+    envelope = load_avsc("envelope.avsc")["fields"]
+    assert tuple(field["name"] for field in envelope) == ENVELOPE_FIELDS
+    [metadata] = [field["type"] for field in envelope if field["name"] == "source_metadata"]
+    assert tuple(field["name"] for field in metadata["fields"]) == METADATA_FIELDS
 
 
 def test_seed_transfer_becomes_two_events_of_one_transaction() -> None:

@@ -18,7 +18,7 @@ from spanner_cdc.schemas.events import Event
 from spanner_cdc.schemas.json_events import event_document, key_document, version_record
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.wire import WriterSchema, encode
-from testkit.synthetic import ChangeFactory
+from testkit.synthetic import ChangeFactory, with_value
 
 pytestmark = pytest.mark.unit
 TOPICS = Topics("P")
@@ -42,7 +42,7 @@ def message(event: Event, json_format: bool, **changes: Any) -> tuple[bytes, byt
     forged = copy.deepcopy(event.value)
     for name, value in changes.items():
         (forged["source_metadata"] if name in forged["source_metadata"] else forged)[name] = value
-    changed = Event(event.table, event.key, forged)
+    changed = with_value(event, forged)
     if json_format:
         return key_document(changed), event_document(changed)
     key = encode(WriterSchema.from_schema(event.table.key_schema), event.key)

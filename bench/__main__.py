@@ -35,7 +35,11 @@ PEER_RATE = 100.0
 def print_figures(figures: list[Figure]) -> None:
     for figure in figures:
         rate = f"{figure.per_second:11,.0f} ev/s"
-        print(f"  {figure.name:52} {figure.events:8d} ev {figure.seconds:7.2f} s {rate}")
+        cpu = ""
+        if figure.cpu is not None:
+            own, rest = (seconds / figure.events * 1e6 for seconds in (figure.cpu.own, figure.cpu.rest))
+            cpu = f"; CPU per event: this process {own:,.1f} µs, the rest of the machine {rest:,.1f} µs"
+        print(f"  {figure.name:52} {figure.events:8d} ev {figure.seconds:7.2f} s {rate}{cpu}")
 
 
 def main() -> None:
@@ -350,6 +354,13 @@ def producer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
         f"{pipeline.per_second / PRODUCER_TARGET_EVENTS_PER_SECOND:.0%}; "
         f"JSON/Avro pipeline {as_json.per_second / pipeline.per_second:.2f}x"
     )
+    if pipeline.cpu is not None:
+        cpus = len(os.sched_getaffinity(0))
+        per_event, own_share = pipeline.cpu.machine / pipeline.events, pipeline.cpu.own / pipeline.cpu.machine
+        print(
+            f"  (a) the machine's CPU per event {per_event * 1e6:,.1f} µs ({own_share:.0%} this process): "
+            f"{cpus} CPUs allow at most {cpus / per_event:,.0f} ev/s at that cost"
+        )
     alone, backlog, runs = producer.emulator_figures(
         stack,
         args.rows,

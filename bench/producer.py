@@ -36,6 +36,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from google.cloud import spanner as spanner_lib
 from google.cloud.spanner_v1 import KeySet
 
+from bench.cpu_time import CpuSeconds
 from spanner_cdc.common.heap import freeze_startup_heap
 from spanner_cdc.producer.change_stream_rules import GOOGLE_STANDARD_SQL
 from spanner_cdc.producer.config import ProducerConfig
@@ -71,6 +72,8 @@ class Figure:
     name: str
     events: int
     seconds: float
+    #: The CPU spent meanwhile, when it was measured (:func:`timed`).
+    cpu: CpuSeconds | None = None
 
     @property
     def per_second(self) -> float:
@@ -118,9 +121,9 @@ def as_the_command_runs() -> Iterator[None]:
 
 
 def timed(name: str, events: int, work: Callable[[], None]) -> Figure:
-    started = time.perf_counter()
+    cpu, started = CpuSeconds.now(), time.perf_counter()
     work()
-    return Figure(name, events, time.perf_counter() - started)
+    return Figure(name, events, time.perf_counter() - started, CpuSeconds.now() - cpu)
 
 
 def pipeline_figures(bootstrap: str, count: int) -> list[Figure]:

@@ -345,14 +345,15 @@ def producer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
     print("producer")
     figures = producer.pipeline_figures(stack.endpoint("kafka"), args.events)
     print_figures(figures)
-    fastavro_alone, encoder_alone, kafka_alone, pipeline, as_json = figures
+    fastavro_alone, encoder_alone, kafka_alone, pipeline, cold, as_json = figures
     print(
         f"  encoder alone/fastavro alone {encoder_alone.per_second / fastavro_alone.per_second:.2f}x, "
         f"pipeline/fastavro alone {pipeline.per_second / fastavro_alone.per_second:.2f}x, "
         f"pipeline/confluent-kafka alone {pipeline.per_second / kafka_alone.per_second:.2f}x, "
         f"pipeline/target {PRODUCER_TARGET_EVENTS_PER_SECOND:,} ev/s "
         f"{pipeline.per_second / PRODUCER_TARGET_EVENTS_PER_SECOND:.0%}; "
-        f"JSON/Avro pipeline {as_json.per_second / pipeline.per_second:.2f}x"
+        f"JSON/Avro pipeline {as_json.per_second / pipeline.per_second:.2f}x; "
+        f"from a cold start/started {cold.per_second / pipeline.per_second:.2f}x"
     )
     if pipeline.cpu is not None:
         cpus = len(os.sched_getaffinity(0))

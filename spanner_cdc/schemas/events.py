@@ -157,7 +157,6 @@ class EventBuilder:
         table = table or self.table_schema(record.table_name, record.column_types)
         schema_name, _, _ = record.table_name.rpartition(".")
         commit_millis = record.commit_timestamp_micros // 1000
-        primary_keys = [c.name for c in table.key_columns]
         events = []
         for mod_index, mod in enumerate(record.mods):
             keys = table.convert_row(mod.keys)
@@ -170,7 +169,7 @@ class EventBuilder:
                 record.table_name,
                 record.mod_type,
                 record.mod_type == "DELETE",
-                primary_keys,
+                table.key_names,
                 record.server_transaction_id,
                 record.commit_timestamp_micros,
                 record.record_sequence,
@@ -278,7 +277,7 @@ class EventBuilder:
             table.table,
             change_type,
             False,
-            [c.name for c in table.key_columns],
+            table.key_names,
             None,
             commit_micros,
             None,

@@ -12,7 +12,7 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from importlib import resources
@@ -167,20 +167,24 @@ class TableSchema:
         schema["fields"] = self._fields(self.key_columns)
         return schema
 
-    def convert_row(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """Change-record JSON values (by column name) → Avro values (by field name), each by its
-        column's converter (``schemas.row_values``).
-
-        A name that is not a column of this table version is an error, not a silent drop.
-        """
-        return self._row_converter.convert(values)
-
     @cached_property
-    def _row_converter(self) -> RowConverter:
+    def convert_row(self) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+        """``convert_row(values)``: change-record JSON values (by column name) → Avro values (by
+        field name), each by its column's converter (``schemas.row_values``).
+
+        A name that is not a column of this table version is an error, not a silent drop. The
+        compiled converter's own method, called with no Python frame in between: every mod
+        converts its keys, new and old values through it."""
         return RowConverter(
             [(c.name, c.avro_name, row_value_kind(c.type), self.converters[c.name]) for c in self.columns],
             self._unknown_column,
-        )
+        ).convert
+
+    @cached_property
+    def key_names(self) -> list[str]:
+        """The primary-key columns' names in key order (an event's ``primary_keys``). One list
+        per table version, shared by its events: not to be changed."""
+        return [c.name for c in self.key_columns]
 
     def _unknown_column(self, name: str) -> None:
         raise ContractError(f"table {self.table!r}: value for unknown column {name!r}")

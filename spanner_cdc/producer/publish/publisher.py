@@ -321,18 +321,18 @@ class EventPublisher:
     ) -> None:
         """Produce the record's events through ``shard``'s writer (see EventSender.send);
         ``tracker`` counts them until Kafka acknowledges each."""
-        table = await self._table_schema(record)
+        table = self.catalog.cached_schema(record.table_name, record.column_types)
+        if table is None:  # a table version not seen yet: no coroutine per record for the others
+            table = await self._table_schema(record)
         if self.rows is not None:
             record = await self.rows.complete(record, table)
         events = self.builder.build(record, partition_token, int(time.time() * 1000), table)
         await self.sender.send(events, tracker, shard)
 
     async def _table_schema(self, record: DataChangeRecord) -> TableSchema:
-        """The record's table version, every column listed (see producer.spanner.catalog)."""
-        table = self.catalog.cached_schema(record.table_name, record.column_types)
-        if table is None:
-            if self.catalog.needs_refresh(record.table_name, record.column_types):
-                log.info("table %s: columns differ from the catalog; reading it again", record.table_name)
-                await asyncio.to_thread(self.catalog.refresh)
-            table = self.catalog.table_schema(record.table_name, record.column_types)
-        return table
+        """The version of the record's table that its column list names, every column listed (see
+        producer.spanner.catalog), the catalog read again first when it lacks a named column."""
+        if self.catalog.needs_refresh(record.table_name, record.column_types):
+            log.info("table %s: columns differ from the catalog; reading it again", record.table_name)
+            await asyncio.to_thread(self.catalog.refresh)
+        return self.catalog.table_schema(record.table_name, record.column_types)

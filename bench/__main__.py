@@ -119,15 +119,21 @@ def group_part(_stack: EmbeddedStack, args: argparse.Namespace) -> str:
     churning = EmbeddedStack.start(names=("spanner", "kafka"), churn_seconds=2)
     try:
         spanner, kafka = churning.endpoint("spanner"), churning.endpoint("kafka")
-        figures = group.backlog_figures(spanner, kafka, args.group_rows)
-        print_figures(figures)
+        figures, steady = group.backlog_figures(spanner, kafka, args.group_rows)
+        for runs, what in ((figures, "start to exit"), (steady, "first to last event")):
+            print_figures(runs)
+            alone, single, one, *more = runs
+            print(
+                f"  (g) {what}: 1 process without --group/client alone "
+                f"{single.per_second / alone.per_second:.2f}x, "
+                f"1 process of a group/without {one.per_second / single.per_second:.2f}x"
+            )
+            for count, figure in enumerate(more, start=2):
+                print(
+                    f"  (g) {what}: {count} processes/1 process of a group "
+                    f"{figure.per_second / one.per_second:.2f}x"
+                )
         alone, single, one, *more = figures
-        print(
-            f"  (g) 1 process without --group/client alone {single.per_second / alone.per_second:.2f}x, "
-            f"1 process of a group/without {one.per_second / single.per_second:.2f}x"
-        )
-        for count, figure in enumerate(more, start=2):
-            print(f"  (g) {count} processes/1 process of a group {figure.per_second / one.per_second:.2f}x")
         moved = group.takeover(spanner, kafka)
         print(
             f"  (h) SIGKILL of one of 2 (session timeout {group.SESSION_SECONDS} s) → its shards "

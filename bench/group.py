@@ -25,10 +25,18 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
-from bench.producer import Figure, accounts_database, bench_config, read_backlog_alone, timed
+from bench.producer import (
+    Figure,
+    accounts_database,
+    bench_config,
+    produced_span,
+    read_backlog_alone,
+    timed,
+)
 from spanner_cdc.common.kafka_offsets import READER_SETTINGS
 from spanner_cdc.producer.lineage.partitions import shard_of
 from spanner_cdc.schemas.timestamps import format_timestamp_micros
+from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack.services import EMULATOR_PROJECT
 from testkit.producer_group import ProducerProcess
 from testkit.spanner_db import INSTANCE
@@ -61,8 +69,9 @@ def write_rows(database: Any, rows: int, seconds: float) -> None:
         time.sleep(seconds / commits)
 
 
-def backlog_figures(spanner: str, kafka: str, rows: int) -> list[Figure]:
-    """(g): the Spanner client alone, then 1, 2 and 3 processes, each into a prefix of its own."""
+def backlog_figures(spanner: str, kafka: str, rows: int) -> tuple[list[Figure], list[Figure]]:
+    """(g): the Spanner client alone, then 1, 2 and 3 processes, each into a prefix of its own;
+    each run from its start to its end, and (the second list) from its first event to its last."""
     database = accounts_database(spanner)
     start = int(time.time() * 1_000_000)
     write_rows(database, rows, 10)
@@ -71,13 +80,15 @@ def backlog_figures(spanner: str, kafka: str, rows: int) -> list[Figure]:
     config = bench_config(
         spanner, kafka, database.database_id, start_timestamp_micros=start, end_timestamp_micros=end
     )
+    alone_spans: list[float] = []
     figures = [
         timed(
             "(g) baseline: Spanner client reading the backlog alone",
             rows,
-            lambda: read_backlog_alone(database, config, rows),
+            lambda: alone_spans.append(read_backlog_alone(database, config, rows)),
         )
     ]
+    steady = [Figure("(g) baseline: the client alone, first to last record", rows, alone_spans[0])]
     span = (
         "--start-timestamp",
         format_timestamp_micros(start),
@@ -90,7 +101,8 @@ def backlog_figures(spanner: str, kafka: str, rows: int) -> list[Figure]:
     ]
     with tempfile.TemporaryDirectory() as directory:
         for name, count, grouping in runs:
-            run = command(spanner, kafka, database, f"bench-group-{uuid.uuid4().hex[:6]}", *span, *grouping)
+            prefix = f"bench-group-{uuid.uuid4().hex[:6]}"
+            run = command(spanner, kafka, database, prefix, *span, *grouping)
 
             def produce(run: list[str] = run, count: int = count) -> None:
                 processes = [
@@ -103,7 +115,9 @@ def backlog_figures(spanner: str, kafka: str, rows: int) -> list[Figure]:
                         raise RuntimeError(f"{member.name} exited {member.process.returncode}: {log}")
 
             figures.append(timed(f"(g) {name}, backlog → Kafka", rows, produce))
-    return figures
+            first_to_last = produced_span(kafka, Topics(prefix).event("Accounts"), rows)
+            steady.append(Figure(f"(g) {name}, first to last event", rows, first_to_last))
+    return figures, steady
 
 
 def first_event_of(kafka: str, topic: str, shards: set[int], after_ms: float, timeout: float) -> float:

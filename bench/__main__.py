@@ -170,11 +170,13 @@ def partitions_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
 
 def backfill_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
     print("backfill")
-    alone, backfill = producer.backfill_figures(stack, args.backfill_rows)
-    print_figures([alone, backfill])
+    figures = producer.backfill_figures(stack, args.backfill_rows)
+    print_figures(figures)
+    alone, backfill, alone_steady, backfill_steady = figures
     line = (
         f"(d) backfill {backfill.per_second:,.0f} rows/s, "
-        f"{backfill.per_second / alone.per_second:.2f}x the client reading alone"
+        f"{backfill.per_second / alone.per_second:.2f}x the client reading alone; first to last row "
+        f"{backfill_steady.per_second / alone_steady.per_second:.2f}x"
     )
     print(f"  {line}")
     return line

@@ -396,18 +396,25 @@ def filled_accounts(spanner: str, rows: int) -> tuple[Any, int]:
     return database, last_commit
 
 
-def backfill_figures(stack: EmbeddedStack, rows: int) -> tuple[Figure, Figure]:
-    """(d) ``rows`` rows of one table: read alone at a snapshot, then backfilled to Kafka."""
+def backfill_figures(stack: EmbeddedStack, rows: int) -> list[Figure]:
+    """(d) ``rows`` rows of one table: read alone at a snapshot, then backfilled to Kafka; each
+    whole, then from its first row (or event on Kafka) to its last."""
     spanner, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
     database, snapshot = filled_accounts(spanner, rows)
 
-    def read_alone() -> None:
+    def read_alone() -> float:
         with database.snapshot(read_timestamp=datetime_from_micros(snapshot)) as reading:
             everything = KeySet(all_=True)  # type: ignore[no-untyped-call]
-            read = len(list(reading.read("Accounts", ["Id", "Balance", "Note", "Stamp"], everything)))
+            read, first = 0, 0.0
+            for _ in reading.read("Accounts", ["Id", "Balance", "Note", "Stamp"], everything):
+                read += 1
+                first = first or time.perf_counter()
+            last = time.perf_counter()
         assert read == rows, f"read {read} of {rows} rows"
+        return last - first
 
-    alone = timed("Spanner client reading the rows alone", rows, read_alone)
+    alone_spans: list[float] = []
+    alone = timed("Spanner client reading the rows alone", rows, lambda: alone_spans.append(read_alone()))
     config = bench_config(
         spanner,
         kafka,
@@ -420,7 +427,13 @@ def backfill_figures(stack: EmbeddedStack, rows: int) -> tuple[Figure, Figure]:
     with as_the_command_runs():
         backfill = timed("(d) backfill: rows at a snapshot → Kafka", rows, lambda: asyncio.run(service.run()))
     assert service.backfill is not None and service.backfill.rows_published == rows
-    return alone, backfill
+    produced = produced_span(kafka, Topics(config.topic_prefix).event("Accounts"), rows)
+    return [
+        alone,
+        backfill,
+        Figure("the client alone, first to last row", rows, alone_spans[0]),
+        Figure("(d) backfill, first to last event on Kafka", rows, produced),
+    ]
 
 
 def poll_figures(stack: EmbeddedStack, rows: int) -> tuple[Figure, Figure]:

@@ -61,6 +61,7 @@ from spanner_cdc.schemas.timestamps import (
     parse_timestamp_micros,
 )
 from spanner_cdc.schemas.topics import Topics
+from spanner_cdc.schemas.watermark import KIND_HEADER, WATERMARK_KIND
 from spanner_cdc.schemas.wire import WriterSchema, encode
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.services import EMULATOR_PROJECT
@@ -229,11 +230,9 @@ def emulator_figures(
     heartbeats_ms: list[int],
     seconds: float,
     release_orders: list[str],
-) -> tuple[list[Figure], list[LatencyRun]]:
-    """(b) backlog read throughput beside its baseline — each from its start to its end, then
-    from its first record to its last (without the start's queries and the producer's Kafka
-    set-up, the final commit and shutdown) — and (c) latency samples under each of ``rates``
-    transactions/s with each heartbeat interval and release order."""
+) -> tuple[Figure, Figure, list[LatencyRun]]:
+    """(b) backlog read throughput beside its baseline, and (c) latency samples under each of
+    ``rates`` transactions/s with each heartbeat interval and release order."""
     spanner, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
     database = accounts_database(spanner)
     start = int(time.time() * 1_000_000)
@@ -249,25 +248,16 @@ def emulator_figures(
     config = bench_config(
         spanner, kafka, database.database_id, start_timestamp_micros=start, end_timestamp_micros=end
     )
-    alone_spans: list[float] = []
     alone = timed(
         "(b) baseline: Spanner client reading the backlog alone",
         rows,
-        lambda: alone_spans.append(read_backlog_alone(database, config, rows)),
+        lambda: read_backlog_alone(database, config, rows),
     )
     service = asyncio.run(build_service(config))
     with as_the_command_runs():
         backlog = timed(
             "(b) emulator → Kafka, backlog of committed rows", rows, lambda: asyncio.run(service.run())
         )
-    steady = [
-        Figure("(b) baseline: the client alone, first to last record", rows, alone_spans[0]),
-        Figure(
-            "(b) emulator → Kafka, first to last event produced",
-            rows,
-            produced_span(kafka, Topics(config.topic_prefix).event("Accounts"), rows),
-        ),
-    ]
     # Each in a database of its own: on the emulator, change-stream answers slow down as a
     # database's committed transactions pile up (after 3,000 of them, p50 at a 1 s heartbeat went
     # from about 550 ms to 4 s), so a shared one would make the order of the runs the result.
@@ -287,7 +277,7 @@ def emulator_figures(
         for heartbeat in heartbeats_ms
         for rate in rates
     ]
-    return [alone, backlog, *steady], latencies
+    return alone, backlog, latencies
 
 
 def accounts_database(spanner: str) -> Any:
@@ -301,11 +291,10 @@ def accounts_database(spanner: str) -> Any:
     )
 
 
-def read_backlog_alone(database: Any, config: ProducerConfig, rows: int) -> float:
+def read_backlog_alone(database: Any, config: ProducerConfig, rows: int) -> None:
     """The baseline of (b): every partition token of the stream read once, each on its own
     thread as soon as a parent names it, with the Spanner client and the row parsing any reader
-    needs — no commit order, no events, no Kafka. Checks it saw every committed row; returns the
-    seconds from its first data change record to its last."""
+    needs — no commit order, no events, no Kafka. Checks it saw every committed row."""
     query = ChangeStreamQuery(
         config.change_stream, GOOGLE_STANDARD_SQL, config.heartbeat_ms, config.end_timestamp_micros
     )
@@ -319,13 +308,11 @@ def read_backlog_alone(database: Any, config: ProducerConfig, rows: int) -> floa
                 for record in records:
                     if isinstance(record, DataChangeRecord):
                         mods += len(record.mods)
-                        read_at.append(time.perf_counter())
                     elif isinstance(record, ChildPartitionsRecord):
                         children += [(c.token, record.start_timestamp_micros) for c in record.children]
         return mods, children
 
     seen: set[str] = set()
-    read_at: list[float] = []
     mods = 0
     with concurrent.futures.ThreadPoolExecutor(max_workers=64) as pool:
         running_reads = {pool.submit(read, None, config.start_timestamp_micros)}
@@ -342,13 +329,13 @@ def read_backlog_alone(database: Any, config: ProducerConfig, rows: int) -> floa
                         running_reads.add(pool.submit(read, token, start))
     if mods < rows:
         raise RuntimeError(f"the baseline read {mods} of {rows} committed rows")
-    return max(read_at) - min(read_at)
 
 
 def produced_span(bootstrap: str, topic: str, events: int) -> float:
     """Seconds from the first of the ``events`` committed to ``topic`` to its last, by the times
     the producer handed each to its Kafka client (the messages' create times, to the
-    millisecond)."""
+    millisecond). Watermark records (their kind header) are not events: the producer writes
+    them from its start on."""
     consumer = Consumer(
         {**READER_SETTINGS, "bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
          "enable.auto.commit": False, "isolation.level": "read_committed"}
@@ -361,7 +348,7 @@ def produced_span(bootstrap: str, topic: str, events: int) -> float:
             message = consumer.poll(30)
             if message is None:
                 raise TimeoutError(f"{topic}: {len(stamps)} of {events} events, then none for 30 s")
-            if message.error() is None:
+            if message.error() is None and (KIND_HEADER, WATERMARK_KIND) not in (message.headers() or []):
                 stamps.append(message.timestamp()[1])
         return (max(stamps) - min(stamps)) / 1000
     finally:

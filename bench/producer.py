@@ -123,7 +123,7 @@ def as_the_command_runs() -> Iterator[None]:
         gc.unfreeze()
 
 
-def timed(name: str, events: int, work: Callable[[], object]) -> Figure:
+def timed(name: str, events: int, work: Callable[[], None]) -> Figure:
     cpu, started = CpuSeconds.now(), time.perf_counter()
     work()
     return Figure(name, events, time.perf_counter() - started, CpuSeconds.now() - cpu)

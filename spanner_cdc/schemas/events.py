@@ -63,9 +63,7 @@ METADATA_FIELDS = (
 _UUID, _READ_METHOD, _SORT_KEYS, _METADATA = (
     ENVELOPE_FIELDS.index(name) for name in ("uuid", "read_method", "sort_keys", "source_metadata")
 )
-_TABLE, _CHANGE_TYPE, _COMMIT = (
-    METADATA_FIELDS.index(name) for name in ("table", "change_type", "commit_timestamp")
-)
+_CHANGE_TYPE, _COMMIT = (METADATA_FIELDS.index(name) for name in ("change_type", "commit_timestamp"))
 
 
 class Event(NamedTuple):
@@ -103,11 +101,6 @@ class Event(NamedTuple):
     def sort_keys(self) -> SortKeys:
         keys: SortKeys = self.fields[_SORT_KEYS]
         return keys
-
-    @property
-    def table_name(self) -> str:
-        name: str = self.fields[_METADATA][_TABLE]
-        return name
 
     @property
     def change_type(self) -> str:

@@ -101,7 +101,7 @@ class Outgoing:
         self.key = key
         self.size = size
         self.uuid = event.uuid
-        self.table = event.table_name
+        self.table = event.table.table
         self.change_type = event.change_type
         self.commit = event.commit_timestamp
         self.sort_keys = event.sort_keys

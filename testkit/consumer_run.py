@@ -157,8 +157,6 @@ def expected_account_sinks(events: Sequence[Event]) -> tuple[list[tuple[Any, ...
     """What :func:`account_sinks` reads once a consumer took ``events`` (a ``random_history``, in
     commit order) each once: every key's last image and its commit time, deleted keys left out;
     every change's uuid, key and change type."""
-    replica = [(*account_row(e), e.value["source_metadata"]["commit_timestamp"]) for e in last_images(events)]
-    changelog = [
-        (e.value["uuid"], e.value["payload"]["Id"], e.value["source_metadata"]["change_type"]) for e in events
-    ]
+    replica = [(*account_row(e), e.commit_timestamp) for e in last_images(events)]
+    changelog = [(e.uuid, e.key["Id"], e.change_type) for e in events]
     return replica, sorted(changelog)

@@ -44,7 +44,7 @@ def decoded_from_events(
         return writer
 
     for event in events:
-        values.append(encode(published(event.table.event_schema), event.value))
+        values.append(encode(published(event.table.event_schema), event.fields))
         keys.append(encode(published(event.table.key_schema), event.key))
     rows = pa.table(
         {

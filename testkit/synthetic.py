@@ -124,7 +124,7 @@ def publish(
         if tracker.failed:
             raise RuntimeError(f"Kafka did not acknowledge an event: {tracker.failed}")
         if watermark is not False:
-            newest = max((e.value["source_metadata"]["commit_timestamp"] for e in events), default=None)
+            newest = max((e.commit_timestamp for e in events), default=None)
             emitter = WatermarkEmitter(kafka, STREAM, framing)
             await emitter.publish(newest if watermark is True else watermark)
         poller_stop.set()
@@ -178,8 +178,8 @@ def last_images(events: Sequence[Event]) -> list[Event]:
     last change deleted them left out: the events a replica's rows come from, by key."""
     last: dict[str, Event] = {}
     for event in events:
-        key = event.value["payload"]["Id"]
-        if event.value["source_metadata"]["is_deleted"]:
+        key = event.key["Id"]
+        if event.change_type == "DELETE":
             last.pop(key, None)
         else:
             last[key] = event

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from spanner_cdc.schemas.errors import ContractError
+from spanner_cdc.schemas.spanner_types import NUMERIC_PRECISION, NUMERIC_SCALE
 from spanner_cdc.schemas.table import PAYLOAD_TYPE_NAME, load_avsc
 from spanner_cdc.schemas.watermark import WATERMARK_SCHEMA
 
@@ -39,6 +40,8 @@ MAX_DEPTH = 16
 #: Spanner allows 1,024 columns per table; payload and old values hold them twice, plus the envelope.
 MAX_FIELDS = 4_096
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+#: The one decimal the contract writes: Spanner's NUMERIC.
+NUMERIC_DECIMAL = (NUMERIC_PRECISION, NUMERIC_SCALE)
 #: logicalType → the primitive it annotates, as ``spanner_types`` writes them.
 LOGICAL_TYPES = {
     "decimal": "bytes",
@@ -132,6 +135,11 @@ class _Walk:
             if logical is not None and LOGICAL_TYPES.get(logical) != kind:
                 raise SchemaRejectedError(
                     f"logical type {logical!r} on {kind!r} is not one the contract writes"
+                )
+            if logical == "decimal" and (avro.get("precision"), avro.get("scale", 0)) != NUMERIC_DECIMAL:
+                raise SchemaRejectedError(
+                    f"decimal({avro.get('precision')!r:.20}, {avro.get('scale', 0)!r:.20}) is not the "
+                    f"contract's decimal{NUMERIC_DECIMAL}"
                 )
         else:
             raise SchemaRejectedError(f"type {kind!r:.40} is not one the contract writes")

@@ -181,6 +181,17 @@ class SchemaStore:
         return read_body(writer, message, start), writer
 
 
+def body_error(exc: BaseException) -> DecodeError:
+    """Why an Avro body could not be read, from what reading it raised (the compiled steps:
+    ``EOFError``, ``ValueError``, ``UnicodeDecodeError``, a converter's ``ArithmeticError``;
+    schemas.avro_steps): ``truncated`` where it ends early, ``corrupt`` where its bytes say
+    something impossible, ``not-an-event`` for anything else."""
+    if isinstance(exc, EOFError):
+        return DecodeError("truncated", "body ends before the record does")
+    reason = "corrupt" if isinstance(exc, ValueError | ArithmeticError) else "not-an-event"
+    return DecodeError(reason, f"{type(exc).__name__}: {exc}")
+
+
 def read_body(
     writer: WriterSchema, message: bytes, start: int, *, calendar_numbers: bool = False
 ) -> dict[str, Any]:
@@ -190,11 +201,9 @@ def read_body(
     reader = writer.column_reader if calendar_numbers else writer.reader
     try:
         record, end = reader(message, start)
-    except EOFError as exc:
-        raise DecodeError("truncated", "body ends before the record does") from exc
-    except (ValueError, ArithmeticError) as exc:  # bad UTF-8, a date or time out of range, …
-        raise DecodeError("corrupt", f"{type(exc).__name__}: {exc}") from exc
-    if end != len(message):
-        raise DecodeError("corrupt", f"{len(message) - end} bytes left after the record")
+        if end != len(message):
+            raise ValueError(f"{len(message) - end} bytes left after the record")
+    except (EOFError, ValueError, ArithmeticError) as exc:
+        raise body_error(exc) from exc
     decoded: dict[str, Any] = record  # every writer schema's top level is a record (schema_check)
     return decoded

@@ -24,11 +24,10 @@ from typing import Any, cast
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spanner_cdc.consumer.decode.decoded import DecodedEvent
+from spanner_cdc.consumer.decode.decoded import DecodedEvent, read_columns
 from spanner_cdc.consumer.decode.table_version import PayloadColumn, TableVersion, merged
 from spanner_cdc.schemas.avro_reader import calendar_converter
 from spanner_cdc.schemas.identity import row_id
-from spanner_cdc.schemas.wire import body_starts
 
 #: INSERT, UPDATE or DELETE: the event's ``change_type``. Not ``change$action`` and
 #: ``change$is_update``: those are a stream's columns (streams.delta), where an update of an
@@ -127,10 +126,9 @@ class TableChanges:
         events in their order: every payload column (by its name), and the envelope's scalars,
         ``source_metadata`` and ``old_values`` (by their changelog names, ``envelope$…``).
 
-        Each table version's events are read in one pass, as a struct of that version's fields
-        (a column it lacks is null; :func:`_as_arrow`), then put back in their order: one
-        conversion of the records, where a Python loop per column, or a conversion per envelope
-        part, cost the changelog more per event."""
+        Each table version's events are taken in one pass from the columns the gate read them
+        into (decoded.read_columns), as a struct of that version's fields (a column it lacks is
+        null), then put back in their order."""
         parts = self._version_parts
         return {name: self._in_event_order([part[name] for part in parts]) for name in parts[0]}
 
@@ -178,7 +176,7 @@ class TableChanges:
         fields = version.fields_by_name
         present = [c for c in self.columns if c.name in fields]
         values = pa.struct([(fields[c.name], c.type.arrow) for c in present])
-        converted = _as_arrow(version, events, event_type(values))
+        converted = cast(pa.StructArray, _projected(read_columns(events), event_type(values)))
         arrays = {f"envelope${name}": converted.field(name) for name, _ in _ENVELOPE_SCALARS}
         payload = dict(zip((c.name for c in present), converted.field(_PAYLOAD).flatten(), strict=True))
         for column in self.columns:
@@ -264,9 +262,8 @@ class TableChanges:
         """The key values (in key order) of the events of ``version`` at ``firsts`` among its
         ``positions``, as their records hold them: from the key columns where Arrow's Python
         values of them are exactly those (the version's own scalar types; timestamps and dates
-        as their numbers), else from the records. The columnar gate's events have none until
-        asked (decoded.DecodedEvent), and reading a record for each key costs more than the rest of
-        the row id where most keys are new."""
+        as their numbers), else from the records, read when asked (decoded.DecodedEvent): reading
+        a record for each key costs more than the rest of the row id where most keys are new."""
         columns = [arrays[name] for name in version.key]
         own = {column.name: column.type.arrow for column in version.columns}
         if not columns:
@@ -324,43 +321,6 @@ def event_type(values: pa.StructType) -> pa.StructType:
     the columns by their Avro field names)."""
     metadata = pa.struct([*_SOURCE_METADATA_TYPE, pa.field(_OLD_VALUES, values)])
     return pa.struct([*_ENVELOPE_SCALARS, (_SOURCE_METADATA, metadata), (_PAYLOAD, values)])
-
-
-def _as_arrow(version: TableVersion, events: list[DecodedEvent], event_type: pa.StructType) -> pa.StructArray:
-    """The events' records as one struct array of ``event_type``. Events the columnar gate read
-    are taken from its columns (``DecodedEvent.read_into``), not read again. The others are read
-    again from their bytes straight into Arrow's buffers (``TableVersion.columns_reader``): the
-    record gate read each already, with the same schema, so what the bytes hold is known to read,
-    in less than half the time Arrow takes to convert the gate's records. The records are
-    converted where the bytes are not Avro (JSON events) or the type is not one the reader makes
-    or holds (a decimal of another scale than the contract's, a value too large for its column):
-    there Arrow decides, as it always did."""
-    if all(event.read_into is not None for event in events):
-        return _taken(events, event_type)
-    messages = [event.value for event in events]
-    if b"{" not in [message[:1] for message in messages]:
-        try:
-            reader = version.columns_reader(event_type)
-            return reader(messages, body_starts(messages))
-        except (TypeError, OverflowError):
-            pass
-    return pa.array([event.record for event in events], type=event_type)
-
-
-def _taken(events: list[DecodedEvent], event_type: pa.StructType) -> pa.StructArray:
-    """The events' rows of the columns the columnar gate read them into, as ``event_type``."""
-    starts: dict[int, int] = {}  # where each array read begins among them laid end to end
-    parts: list[pa.StructArray] = []
-    rows = []
-    for event in events:
-        columns = cast(pa.StructArray, event.read_into)
-        start = starts.get(id(columns))
-        if start is None:
-            start = starts[id(columns)] = sum(map(len, parts))
-            parts.append(columns)
-        rows.append(start + event.read_row)
-    whole = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
-    return cast(pa.StructArray, _projected(whole.take(pa.array(rows, pa.int64())), event_type))
 
 
 def _projected(array: pa.Array, arrow_type: pa.DataType) -> pa.Array:

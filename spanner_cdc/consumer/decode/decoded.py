@@ -6,19 +6,25 @@ sinks that take its results.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
 from spanner_cdc.consumer.decode.table_version import TableVersion
 from spanner_cdc.schemas.watermark import Watermark
-from spanner_cdc.schemas.wire import body_start, read_body
+from spanner_cdc.schemas.wire import read_body
+
+#: The Kafka coordinates of an event, added to the columns it is read into (the outline takes
+#: them there). ``$`` cannot occur in an Avro name, so they never meet the event's own fields.
+TOPIC, PARTITION, OFFSET = "kafka$topic", "kafka$partition", "kafka$offset"
 
 
 @dataclass(slots=True)
 class DecodedEvent:
-    """One event, where it came from, and its bytes (kept for transactions held back).
+    """One event, where it came from, its bytes (kept for transactions held back), and its row
+    of the columns it was read into (consumer.decode.events).
 
     Not frozen: nothing changes an event once the gate made it, and a frozen dataclass sets each
     field through ``object.__setattr__``, several times slower, for every event a task reads."""
@@ -33,29 +39,47 @@ class DecodedEvent:
     table: str
     #: ``sort_keys`` as a comparable tuple: (commit micros, tx id, record sequence, mod index).
     sort_key: tuple[int, str, str, int]
-    #: The decoded Avro record, when the gate made one (consumer.decode.gate); None where the
-    #: columnar gate read the event into columns only (consumer.decode.columnar): :attr:`record`.
-    known_record: dict[str, Any] | None
-    #: Where the columnar gate read the event to (consumer.decode.columnar): its row
-    #: :attr:`read_row` of these columns, of ``change_rows.event_type`` over its writer schema's
-    #: payload; the sinks take its columns from there rather than read its bytes again. None
-    #: where the record gate read it.
-    read_into: pa.StructArray | None = None
-    read_row: int = 0
+    #: The columns the event was read into (``events.gate_type`` over its writer schema, and its
+    #: coordinates: :data:`TOPIC`, :data:`PARTITION`, :data:`OFFSET`), and its row of them: the
+    #: sinks and the outline take its columns from there rather than read its bytes again.
+    read_into: pa.StructArray
+    read_row: int
+    #: The Avro bytes it was read from (``value`` itself, or for a JSON event the Avro event it
+    #: stands for) and where their body starts: :attr:`record` reads them.
+    body: bytes
+    body_start: int
 
     @property
     def record(self) -> dict[str, Any]:
-        """The decoded Avro record; its timestamps and dates are numbers (consumer.decode.gate).
-        Read from the bytes when first asked if the gate made none: the gate read them without
-        error, with the same schema."""
-        if self.known_record is None:
-            writer = self.version.writer
-            self.known_record = read_body(writer, self.value, body_start(self.value), calendar_numbers=True)
-        return self.known_record
+        """The decoded Avro record, its timestamps and dates as numbers, read from :attr:`body`
+        when asked (the few that want one: a row id's key of a type its column does not give
+        back as written). The gate read the same bytes without error, with the same schema."""
+        return read_body(self.version.writer, self.body, self.body_start, calendar_numbers=True)
 
     @property
     def commit_micros(self) -> int:
         return self.sort_key[0]
+
+
+def read_columns(events: Sequence[DecodedEvent]) -> pa.StructArray:
+    """The events' rows of the columns they were read into, in the events' order, as one
+    struct array (of the first event's columns' type: the events share a writer schema's)."""
+    first = events[0].read_into
+    if all(event.read_into is first for event in events):
+        rows = [event.read_row for event in events]
+        if len(rows) == len(first) and rows == list(range(len(rows))):
+            return first  # a share's events, all of them in their order: the common case
+        return cast(pa.StructArray, first.take(pa.array(rows, pa.int64())))
+    starts: dict[int, int] = {}  # where each array read begins among them laid end to end
+    parts: list[pa.StructArray] = []
+    rows = []
+    for event in events:
+        start = starts.get(id(event.read_into))
+        if start is None:
+            start = starts[id(event.read_into)] = sum(map(len, parts))
+            parts.append(event.read_into)
+        rows.append(start + event.read_row)
+    return cast(pa.StructArray, pa.concat_arrays(parts).take(pa.array(rows, pa.int64())))
 
 
 @dataclass(frozen=True)
@@ -72,21 +96,12 @@ class WatermarkSeen:
 
 @dataclass(frozen=True)
 class DecodedBatch:
-    #: In their messages' order: those the columnar gate read (consumer.decode.columnar), then
-    #: those the record gate read.
+    #: In their messages' order.
     events: list[DecodedEvent]
     watermarks: list[WatermarkSeen]
     quarantined: list[Quarantined]
     #: Keyed messages without a value: a producer's --delete-tombstones, for compaction; skipped.
     tombstones: int = 0
-    #: Outline rows (consumer.decode.outline_rows) of the first :attr:`outlined_events` of
-    #: :attr:`events`: the columnar gate made them from its columns (consumer.decode.columnar).
-    outlined: tuple[pa.RecordBatch, ...] = ()
-
-    @property
-    def outlined_events(self) -> int:
-        """How many of :attr:`events`, from the first, :attr:`outlined` has a row of (one each)."""
-        return sum(rows.num_rows for rows in self.outlined)
 
 
 @dataclass(frozen=True)

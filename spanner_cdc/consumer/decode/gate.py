@@ -8,10 +8,11 @@ context does not know yet is quarantined with that name (:class:`UnknownNameErro
 ``Quarantined.unknown``); the driver then reads the schema topic or asks the registry once
 (consumer.decode.driver) and the batch is read again.
 
-Most messages never reach the record-by-record path below: :meth:`MessageReader.read` lets the
-columnar gate (consumer.decode.columnar) take a share's events of a known writer schema in Arrow
-columns first, and reads here only what it hands back — every message it does not accept, so
-every reason a message is refused is given here.
+Messages are grouped by the writer schema they name — by their single-object header, the
+registry id they carry, or the table version a JSON event names — and each writer's events are
+read at once, into Arrow columns, and judged by the rules there (consumer.decode.events,
+consumer.decode.rules): one way through for every event, and the one that says why a message
+is refused.
 
 The line between the two kinds of failure is drawn here, once: everything about one message's
 bytes and content is that message's fault (quarantined, the batch goes on) — whatever exception
@@ -23,30 +24,28 @@ the epoch; ``WriterSchema.column_reader``), not as ``datetime``: every one goes 
 column, which holds that number.
 
 JSON events (``--format json``, a value that starts with ``{``) name their table version by
-``object`` and ``schema_key``; such an event is turned into the Avro record it stands for and
-read through the same path, so both formats meet the same checks (schemas.json_events).
+``object`` and ``schema_key``; such an event is turned into the Avro event it stands for and
+read with the Avro events of its writer schema, so both formats meet the same checks
+(schemas.json_events).
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from fastavro.validation import validate
 
-from spanner_cdc.consumer.decode.columnar import ColumnarGate
-from spanner_cdc.consumer.decode.decoded import (
-    DecodedBatch,
-    DecodedEvent,
-    Quarantined,
-    Unknown,
-    WatermarkSeen,
-)
-from spanner_cdc.consumer.decode.rules import MAX_NAME_CHARS, check_event, check_version
+from spanner_cdc.consumer.decode.decoded import DecodedBatch, Quarantined, Unknown, WatermarkSeen
+from spanner_cdc.consumer.decode.events import EventReader, EventsRead, Messages, grouped
+from spanner_cdc.consumer.decode.kafka_rows import kafka_column
+from spanner_cdc.consumer.decode.rules import MAX_NAME_CHARS, check_version
 from spanner_cdc.consumer.decode.table_version import PARSED_SCHEMAS, TableVersion
 from spanner_cdc.schemas.errors import ContractError, DecodeError
 from spanner_cdc.schemas.json_events import avro_event, avro_watermark
@@ -55,6 +54,7 @@ from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark, is_watermark
 from spanner_cdc.schemas.wire import (
     HEADER_LENGTH,
+    MAGIC,
     REGISTRY_HEADER_LENGTH,
     WriterSchema,
     encode,
@@ -113,60 +113,131 @@ class MessageReader:
         self.context = context
         self._versions: dict[tuple[int, tuple[str, ...]], TableVersion] = {}
         self._json_writers: dict[tuple[str, str], WriterSchema] = {}
-        self._columnar = ColumnarGate(context.topics, context.now_micros, self._known_writer, self.version)
+        self._events = EventReader(context.topics, context.now_micros, self.version)
 
     def read(self, rows: pa.Table | pa.RecordBatch) -> DecodedBatch:
-        """``rows`` has the Kafka columns key, value, topic, partition and offset. The columnar
-        gate takes what it can (consumer.decode.columnar); the rest is read record by record."""
-        accepted = self._columnar.read(rows)
-        if len(accepted.handed_back) == rows.num_rows:
-            return self.read_each(rows)
-        rest = self.read_each(rows.take(pa.array(accepted.handed_back, pa.int64())))
-        return replace(rest, events=[*accepted.events, *rest.events], outlined=accepted.outlines)
+        """``rows`` has the Kafka columns key, value, topic, partition and offset: each becomes an
+        event, a watermark, a quarantine row or a skipped tombstone. Messages are grouped by the
+        writer schema they name, and each writer's are read at once (consumer.decode.events)."""
+        found = _Found(rows)
+        shares: dict[int, tuple[WriterSchema, list[Messages]]] = {}
+        for writer, located in self._located(rows, found):
+            shares.setdefault(id(writer), (writer, []))[1].append(located)
+        for writer, parts in shares.values():
+            self._read_share(writer, Messages.joined(parts), rows, found)
+        return found.batch()
 
-    def read_each(self, rows: pa.Table | pa.RecordBatch) -> DecodedBatch:
-        """``rows`` read record by record: the gate every kind of message passes, and the one
-        that says why a message is refused."""
-        batch = DecodedBatch([], [], [])
-        tombstones = 0
-        now = self.context.now_micros
-        columns = (rows.column(name).to_pylist() for name in ("value", "key", "topic", "partition", "offset"))
-        for value, key, topic, partition, offset in zip(*columns, strict=True):
-            if value is None and key is not None:
-                tombstones += 1
+    def _located(
+        self, rows: pa.Table | pa.RecordBatch, found: _Found
+    ) -> Iterator[tuple[WriterSchema, Messages]]:
+        """Each message's writer schema and Avro bytes; the rest go to ``found`` (tombstones,
+        and messages whose header, schema or JSON is refused). Single-object headers are looked
+        up once each; the other messages (the registry's framing, JSON, short or foreign
+        bytes, no value) one by one."""
+        values = kafka_column(rows, "value")
+        headers = pc.dictionary_encode(pc.binary_slice(values, 0, HEADER_LENGTH))
+        codes = pc.fill_null(headers.indices, -1).to_numpy(zero_copy_only=False)
+        one_by_one: list[np.ndarray] = []
+        dictionary = headers.dictionary.to_pylist()
+        for positions in grouped(codes):
+            code = codes[positions[0]]
+            header = None if code < 0 else dictionary[code]
+            if header is None or len(header) < HEADER_LENGTH or header[: len(MAGIC)] != MAGIC:
+                one_by_one.append(positions)
                 continue
             try:
-                record, writer = self._read(value, key)
-                if is_watermark(writer):
-                    watermark = Watermark.from_record(record)
-                    batch.watermarks.append(WatermarkSeen(topic, partition, offset, watermark, value))
-                    continue
-                version = self.version(writer, tuple(record["source_metadata"]["primary_keys"]))
-                order = check_event(self.context.topics, topic, record, version, now)
+                writer = self._writer(read_fingerprint(header))
             except DecodeError as exc:
-                unknown = exc.unknown if isinstance(exc, UnknownNameError) else None
-                detail = exc.detail[:MAX_DETAIL_CHARS]
-                batch.quarantined.append(
-                    Quarantined(topic, partition, offset, key, value, exc.reason, detail, unknown)
-                )
+                found.refuse(positions, exc)
+                continue
+            messages = values.take(pa.array(positions)).to_pylist()
+            yield writer, Messages(positions, messages, [HEADER_LENGTH] * len(positions))
+        if not one_by_one:
+            return
+        keys = kafka_column(rows, "key")
+        for position in np.sort(np.concatenate(one_by_one)).tolist():
+            value, key = values[position].as_py(), keys[position].as_py()
+            if value is None and key is not None:
+                found.tombstones += 1
+                continue
+            try:
+                writer, body, start = self._locate(value, key)
+            except DecodeError as exc:
+                found.refuse(np.array([position]), exc)
+                continue
+            yield writer, Messages(np.array([position]), [body], [start])
+
+    def _read_share(
+        self, writer: WriterSchema, messages: Messages, rows: pa.Table | pa.RecordBatch, found: _Found
+    ) -> None:
+        """One writer's messages: watermarks record by record, events at once. Whatever a share's
+        content provokes beyond the reasons foreseen costs its messages alone: the share is read
+        again message by message, and the one that provokes it is ``not-an-event``."""
+        if is_watermark(writer):
+            found.watermarks.extend(self._watermarks(writer, messages, rows, found))
+            return
+        try:
+            read = self._events.read(writer, messages, rows)
+        except Exception as exc:  # the content provoked it; see the module docstring
+            if len(messages.bodies) == 1:
+                detail = f"{type(exc).__name__}: {exc}"
+                found.refuse(messages.positions, DecodeError("not-an-event", detail))
+                return
+            for one in messages.each():
+                self._read_share(writer, one, rows, found)
+            return
+        found.events.append(read)
+        for position, error in read.refused:
+            found.refuse(np.array([position]), error)
+
+    def _watermarks(
+        self, writer: WriterSchema, messages: Messages, rows: pa.Table | pa.RecordBatch, found: _Found
+    ) -> Iterator[WatermarkSeen]:
+        taken = rows.take(pa.array(messages.positions))
+        kafka = (taken.column(name).to_pylist() for name in ("topic", "partition", "offset", "value"))
+        for position, body, start, (topic, partition, offset, value) in zip(
+            messages.positions.tolist(),
+            messages.bodies,
+            messages.starts,
+            zip(*kafka, strict=True),
+            strict=True,
+        ):
+            try:
+                watermark = Watermark.from_record(read_body(writer, body, start, calendar_numbers=True))
+            except DecodeError as exc:
+                found.refuse(np.array([position]), exc)
                 continue
             except Exception as exc:  # the content provoked it; see the module docstring
-                detail = f"{type(exc).__name__}: {exc}"[:MAX_DETAIL_CHARS]
-                batch.quarantined.append(
-                    Quarantined(topic, partition, offset, key, value, "not-an-event", detail)
+                found.refuse(
+                    np.array([position]), DecodeError("not-an-event", f"{type(exc).__name__}: {exc}")
                 )
                 continue
-            batch.events.append(
-                DecodedEvent(topic, partition, offset, key, value, version, record["object"], order, record)
-            )
-        return replace(batch, tombstones=tombstones)
+            yield WatermarkSeen(topic, partition, offset, watermark, value)
 
-    def _read(self, value: bytes | None, key: bytes | None) -> tuple[dict[str, Any], WriterSchema]:
+    def _locate(self, value: bytes | None, key: bytes | None) -> tuple[WriterSchema, bytes, int]:
+        """A message that is not single-object Avro of a known header: its writer schema, the
+        Avro bytes it is read from, and where their body starts."""
         if not value:
             raise DecodeError("empty", "the message has no value (and no key: not a tombstone)")
         if value[:1] == b"{":
-            return self._read_json(value, key)
-        fingerprint, body_start = self._locate(value)
+            writer, body = self._read_json(value, key)
+            return writer, body, HEADER_LENGTH
+        if not is_registry_framed(value):
+            return self._writer(read_fingerprint(value)), value, HEADER_LENGTH
+        schema_id = read_schema_id(value)
+        known = self.context.registry_ids.get(schema_id)
+        if known is None:
+            raise UnknownNameError(
+                "unresolved-schema-id",
+                f"schema id {schema_id} not resolved for this batch",
+                Unknown(schema_id=schema_id),
+            )
+        if isinstance(known, tuple):
+            raise DecodeError(*known)
+        return self._writer(known), value, REGISTRY_HEADER_LENGTH
+
+    def _writer(self, fingerprint: int) -> WriterSchema:
+        """The writer schema of ``fingerprint``, or DecodeError why its messages are not read."""
         unreadable = self.context.unreadable.get(fingerprint)
         if unreadable is not None:
             raise DecodeError(*unreadable)
@@ -177,13 +248,12 @@ class MessageReader:
                 f"no writer schema with fingerprint {fingerprint:016x}",
                 Unknown(fingerprint=fingerprint),
             )
-        writer = parsed_schema(text)
-        return read_body(writer, value, body_start, calendar_numbers=True), writer
+        return parsed_schema(text)
 
-    def _read_json(self, value: bytes, key: bytes | None) -> tuple[dict[str, Any], WriterSchema]:
-        """A JSON event (a keyed message) or watermark record (no key) → the Avro record it
-        stands for, validated against its writer schema, encoded and read back: the record is
-        then exactly what the Avro event would have decoded to."""
+    def _read_json(self, value: bytes, key: bytes | None) -> tuple[WriterSchema, bytes]:
+        """A JSON event (a keyed message) or watermark record (no key) → its writer schema and
+        the Avro message it stands for, validated against that schema: read like any Avro
+        message, it meets the same checks."""
         try:
             document = json.loads(value)
         except (ValueError, RecursionError) as exc:
@@ -201,7 +271,7 @@ class MessageReader:
             raise
         except (ValueError, TypeError, KeyError, ContractError) as exc:
             raise DecodeError("undecodable-json", f"{type(exc).__name__}: {str(exc)[:200]}") from None
-        return read_body(writer, encode(writer, ready), HEADER_LENGTH, calendar_numbers=True), writer
+        return writer, encode(writer, ready)
 
     def _json_version(self, document: Mapping[str, Any]) -> TableSchema:
         named = json_version_name(document)
@@ -219,30 +289,6 @@ class MessageReader:
         if writer is None:  # parsed once per process, not once per task
             writer = self._json_writers[named] = parsed_schema(json.dumps(table.event_schema))
         return writer
-
-    def _locate(self, value: bytes) -> tuple[int, int]:
-        """(the writer schema's fingerprint, where the Avro body starts), whichever way the
-        message's header names its schema (schemas.wire)."""
-        if not is_registry_framed(value):
-            return read_fingerprint(value), HEADER_LENGTH
-        schema_id = read_schema_id(value)
-        known = self.context.registry_ids.get(schema_id)
-        if known is None:
-            raise UnknownNameError(
-                "unresolved-schema-id",
-                f"schema id {schema_id} not resolved for this batch",
-                Unknown(schema_id=schema_id),
-            )
-        if isinstance(known, tuple):
-            raise DecodeError(*known)
-        return known, REGISTRY_HEADER_LENGTH
-
-    def _known_writer(self, fingerprint: int) -> WriterSchema | None:
-        """The writer schema of ``fingerprint`` where the context has it and does not refuse it."""
-        text = self.context.schemas.get(fingerprint)
-        if text is None or fingerprint in self.context.unreadable:
-            return None
-        return parsed_schema(text)
 
     def version(self, writer: WriterSchema, primary_keys: tuple[str, ...]) -> TableVersion:
         """The table version of events of ``writer`` keyed by ``primary_keys``, once per reader;
@@ -274,6 +320,54 @@ class MessageReader:
         if fingerprint in self.context.unreadable:
             raise DecodeError("unpublished-key", detail)
         raise UnknownNameError("unpublished-key", detail, Unknown(fingerprint=fingerprint))
+
+
+@dataclass
+class _Found:
+    """What a read has made so far of ``rows``."""
+
+    rows: pa.Table | pa.RecordBatch
+    events: list[EventsRead] = field(default_factory=list)
+    watermarks: list[WatermarkSeen] = field(default_factory=list)
+    refused: list[tuple[np.ndarray, DecodeError]] = field(default_factory=list)
+    tombstones: int = 0
+
+    def refuse(self, positions: np.ndarray, error: DecodeError) -> None:
+        self.refused.append((positions, error))
+
+    def batch(self) -> DecodedBatch:
+        """The events in their messages' order, the watermarks, and the quarantine rows."""
+        events = [event for read in self.events for event in read.events]
+        if len(self.events) > 1:
+            order = np.argsort(np.concatenate([read.positions for read in self.events]), kind="stable")
+            events = [events[i] for i in order.tolist()]
+        return DecodedBatch(events, self.watermarks, self._quarantined(), self.tombstones)
+
+    def _quarantined(self) -> list[Quarantined]:
+        if not self.refused:
+            return []
+        positions = np.concatenate([positions for positions, _ in self.refused])
+        errors = [error for positions, error in self.refused for _ in range(len(positions))]
+        order = np.argsort(positions, kind="stable")
+        taken = self.rows.take(pa.array(positions[order]))
+        columns = (
+            taken.column(name).to_pylist() for name in ("topic", "partition", "offset", "key", "value")
+        )
+        return [
+            Quarantined(
+                topic,
+                partition,
+                offset,
+                key,
+                value,
+                error.reason,
+                error.detail[:MAX_DETAIL_CHARS],
+                error.unknown if isinstance(error, UnknownNameError) else None,
+            )
+            for (topic, partition, offset, key, value), error in zip(
+                zip(*columns, strict=True), (errors[i] for i in order.tolist()), strict=True
+            )
+        ]
 
 
 def json_version_name(document: Mapping[str, Any]) -> tuple[str, str]:

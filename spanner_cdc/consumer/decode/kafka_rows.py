@@ -20,3 +20,9 @@ DECODE_SCHEMA = pa.schema(
         ("offset", pa.int64()),
     ]
 )
+
+
+def kafka_column(rows: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
+    """A column of Kafka rows (a record batch's, or a table's in one chunk) as one array."""
+    column = rows.column(name)
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column

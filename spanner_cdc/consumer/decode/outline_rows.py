@@ -11,13 +11,21 @@ bytes (the changelog's files, the replica's stage rows and messages: sinks.repli
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spanner_cdc.consumer.decode.decoded import DecodedBatch, DecodedEvent, Unknown
+from spanner_cdc.consumer.decode.decoded import (
+    OFFSET,
+    PARTITION,
+    TOPIC,
+    DecodedBatch,
+    DecodedEvent,
+    Unknown,
+    read_columns,
+)
 
 #: A message's coordinates: what identifies it across the tasks and attempts of a batch.
 COORDINATES = ("topic", "partition", "offset")
@@ -68,34 +76,39 @@ OUTLINE_SCHEMA = pa.schema(
 def outline_batch(decoded: DecodedBatch) -> pa.RecordBatch:
     """One row per message of ``decoded``; the columns a kind does not use stay null.
 
-    Events are outlined column by column (not a dict per event converted by Arrow), the few
+    Events are outlined from the columns they were read into (decoded.read_columns), the few
     other messages row by row (:func:`_rows_of_others`)."""
     others = pa.RecordBatch.from_pylist(_rows_of_others(decoded), schema=OUTLINE_SCHEMA)
-    outlined = decoded.outlined_events  # the columnar gate outlined these (consumer.decode.columnar)
-    return pa.concat_batches([*decoded.outlined, _event_batch(decoded.events[outlined:]), others])
+    return pa.concat_batches([*_event_batches(decoded.events), others])
 
 
-def _event_batch(events: Sequence[DecodedEvent]) -> pa.RecordBatch:
-    metadata = [event.record["source_metadata"] for event in events]
-    columns = {
-        "topic": [event.topic for event in events],
-        "partition": [event.partition for event in events],
-        "offset": [event.offset for event in events],
-        "kind": [EVENT] * len(events),
-        "uuid": [event.record["uuid"] for event in events],
-        "commit_micros": [event.commit_micros for event in events],
-        "object": [event.table for event in events],
-        **{name: [m[field] for m in metadata] for name, field in TRANSACTION_FIELDS.items()},
-    }
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(columns[field.name], field.type)
-            if field.name in columns
-            else pa.nulls(len(events), field.type)
-            for field in OUTLINE_SCHEMA
-        ],
-        schema=OUTLINE_SCHEMA,
-    )
+def _event_batches(events: Sequence[DecodedEvent]) -> Iterator[pa.RecordBatch]:
+    """The outline rows of ``events``, a batch per writer schema they were read with."""
+    by_writer: dict[int, list[DecodedEvent]] = {}
+    for event in events:
+        by_writer.setdefault(event.version.writer.fingerprint, []).append(event)
+    for share in by_writer.values():
+        columns = read_columns(share)
+        metadata = columns.field("source_metadata")  # the sort keys' commit micros: rules
+        found = {
+            "topic": columns.field(TOPIC),
+            "partition": columns.field(PARTITION),
+            "offset": columns.field(OFFSET),
+            "kind": pa.repeat(pa.scalar(EVENT), len(share)),
+            "uuid": columns.field("uuid"),
+            "commit_micros": pc.cast(metadata.field("commit_timestamp"), pa.int64()),
+            "object": columns.field("object"),
+            **{name: metadata.field(field) for name, field in TRANSACTION_FIELDS.items()},
+        }
+        yield pa.RecordBatch.from_arrays(
+            [
+                found[field.name].cast(field.type)
+                if field.name in found
+                else pa.nulls(len(share), field.type)
+                for field in OUTLINE_SCHEMA
+            ],
+            schema=OUTLINE_SCHEMA,
+        )
 
 
 def _rows_of_others(decoded: DecodedBatch) -> list[dict[str, object]]:

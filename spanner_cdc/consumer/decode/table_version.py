@@ -17,7 +17,6 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 
-from spanner_cdc.schemas.avro_steps import ColumnsReader
 from spanner_cdc.schemas.errors import ContractError
 from spanner_cdc.schemas.table import KEY_TYPE_NAME
 from spanner_cdc.schemas.wire import WriterSchema
@@ -167,19 +166,6 @@ class TableVersion:
         key_fingerprint = WriterSchema.from_schema(key_schema).fingerprint
         return cls(writer, columns, primary_keys, namespace, key_fingerprint)
 
-    def columns_reader(self, arrow_type: pa.StructType) -> ColumnsReader:
-        """The decoder of this version's events straight into Arrow columns of ``arrow_type``,
-        walking the steps the gate reads them with (``WriterSchema.column_reader``, compiled once
-        per schema and process), made once per type."""
-        reader = self._columns_readers.get(arrow_type)
-        if reader is None:
-            reader = self._columns_readers[arrow_type] = ColumnsReader(self.writer.column_reader, arrow_type)
-        return reader
-
-    @cached_property
-    def _columns_readers(self) -> dict[pa.StructType, ColumnsReader]:
-        return {}
-
     @cached_property
     def fields_by_name(self) -> dict[str, str]:
         """Spanner column name → Avro field name."""
@@ -200,7 +186,7 @@ def _columns(fields: dict[str, dict[str, Any]]) -> tuple[PayloadColumn, ...]:
 def _payload_fields(writer: WriterSchema) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """The event schema, expanded (the payload record defined in place wherever the schema first
     defined it), and its payload's fields by Spanner name: read once per process and schema,
-    for the columnar gate's reader and every table version of it alike (not to be changed)."""
+    for the gate's reader and every table version of it alike (not to be changed)."""
     return _expanded_payload(writer.schema_json, writer.fingerprint_hex)
 
 

@@ -80,6 +80,10 @@ def key_schema(column: Any) -> str:
             key_schema(["null", {"type": "fixed", "name": "F", "size": 4}]),
             "not one the contract writes",
         ),
+        (
+            key_schema({"type": "bytes", "logicalType": "decimal", "precision": 20, "scale": 2}),
+            "not the contract's decimal",
+        ),
         ('{"type": "record", "name": "Other", "fields": []}', "not an event, key or watermark"),
         ('{"type": "record", "name": "Event", "fields": []}', "without the field 'uuid'"),
         ("[1, 2", "not JSON"),

@@ -1,4 +1,4 @@
-"""The columns reader (``avro_steps.ColumnsReader``, ``TableVersion.columns_reader``): a
+"""The columns reader (``avro_steps.ColumnsReader``): a
 message's record straight into Arrow columns, equal to what Arrow makes of the gate's record
 of the same bytes, and refusing a value its column cannot hold rather than storing another one."""
 
@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from spanner_cdc.consumer.decode.change_rows import event_type
-from spanner_cdc.consumer.decode.columnar import gate_type
+from spanner_cdc.consumer.decode.events import gate_type
 from spanner_cdc.consumer.decode.gate import parsed_schema
 from spanner_cdc.consumer.decode.table_version import TableVersion
 from spanner_cdc.schemas.avro_steps import ColumnsReader
@@ -46,7 +46,7 @@ def read_both(writer: WriterSchema, messages: list[bytes]) -> tuple[pa.StructArr
     records = [writer.column_reader(message, HEADER_LENGTH)[0] for message in messages]
     version = TableVersion.from_writer(writer, records[0]["source_metadata"]["primary_keys"])
     arrow_type = event_type(pa.struct([(c.field, c.type.arrow) for c in version.columns]))
-    columns = version.columns_reader(arrow_type)(messages, [HEADER_LENGTH] * len(messages))
+    columns = ColumnsReader(writer.column_reader, arrow_type)(messages, [HEADER_LENGTH] * len(messages))
     return columns, pa.array(records, type=arrow_type)
 
 
@@ -172,15 +172,15 @@ def test_a_message_the_record_reader_refuses_is_refused_also_where_its_fields_ar
     exactly those the record reader fails on, reading two fields only (the rest passed over),
     what the columnar gate reads, and what the sinks take (the sort keys passed over) — invalid
     UTF-8, a time out of the years 1-9999, a union branch that does not exist, bytes left over
-    (consumer.decode.columnar reads with it first)."""
+    (consumer.decode.events reads every event with it)."""
     rng = random.Random(11)
     refused = 0
     for writer, messages in events_by_writer(dialect):
         version = TableVersion.from_writer(
             writer, writer.column_reader(messages[0], HEADER_LENGTH)[0]["source_metadata"]["primary_keys"]
         )
-        full = version.columns_reader(
-            event_type(pa.struct([(c.field, c.type.arrow) for c in version.columns]))
+        full = ColumnsReader(
+            writer.column_reader, event_type(pa.struct([(c.field, c.type.arrow) for c in version.columns]))
         )
         gate = ColumnsReader(writer.column_reader, gate_type(writer))
         narrow = ColumnsReader(writer.column_reader, NARROW)

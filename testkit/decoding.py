@@ -11,7 +11,7 @@ from spanner_cdc.consumer.decode.decoded import DecodedBatch, DecodedEvent
 from spanner_cdc.consumer.decode.driver import BatchDecoder
 from spanner_cdc.consumer.decode.outline_rows import outline_batch
 from spanner_cdc.schemas.events import Event
-from spanner_cdc.schemas.wire import WriterSchema, encode
+from spanner_cdc.schemas.wire import WriterSchema, body_start, encode, read_body
 from testkit.synthetic import ChangeFactory
 
 
@@ -56,6 +56,13 @@ def decoded_from_events(
         }
     )
     return decoder.decode(rows).events
+
+
+def record_of(event: DecodedEvent) -> dict[str, Any]:
+    """The Avro record of an event decoded from Avro (single-object or registry-framed), read
+    by the record reader: what the columns it was read into hold, timestamps and dates as the
+    numbers written."""
+    return read_body(event.version.writer, event.value, body_start(event.value), calendar_numbers=True)
 
 
 def event_rows(events: list[DecodedEvent]) -> pa.Table:

@@ -28,6 +28,7 @@ from spanner_cdc.schemas.wire import REGISTRY_HEADER_LENGTH, WriterSchema, read_
 from spanner_cdc.stack import EmbeddedStack
 from spanner_cdc.stack.process import free_port
 from testkit.consumer_run import unique_prefix
+from testkit.decoding import record_of
 from testkit.synthetic import ChangeFactory, publish, random_history
 from tests.support.kafka_read import read_all
 
@@ -89,12 +90,12 @@ def test_the_producer_writes_what_confluents_deserializer_reads(stack: EmbeddedS
         assert schema_id == value_id and key[:1] == b"\x00" and int.from_bytes(key[1:5], "big") == key_id
         event = by_offset[(partition, offset)]
         # the consumer's gate holds timestamps as numbers; as fastavro reads them, the record is theirs
-        assert event.record == read_body(
+        assert record_of(event) == read_body(
             event.version.writer, value, REGISTRY_HEADER_LENGTH, calendar_numbers=True
         )
         assert theirs == read_body(event.version.writer, value, REGISTRY_HEADER_LENGTH)
         assert keys(key, SerializationContext(topic, MessageField.KEY)) == {
-            "Id": event.record["payload"]["Id"]
+            "Id": record_of(event)["payload"]["Id"]
         }
     assert watermarks == 3
 
@@ -125,8 +126,8 @@ def test_the_consumer_reads_what_confluents_serializer_writes(stack: EmbeddedSta
     )
 
     decoded = decoder(kafka, prefix, schema_registry).decode(batch)
-    by_uuid = {e.record["uuid"]: e.record for e in expected.events}
-    assert [e.record for e in decoded.events] == [by_uuid[e.value["uuid"]] for e in events]
+    by_uuid = {record_of(e)["uuid"]: record_of(e) for e in expected.events}
+    assert [record_of(e) for e in decoded.events] == [by_uuid[e.value["uuid"]] for e in events]
     assert [(q.offset, q.reason) for q in decoded.quarantined] == [(len(framed), "unknown-schema-id")]
 
     without_registry = decoder(kafka, prefix, None).decode(batch)

@@ -15,10 +15,9 @@ Spanner changed between STRING and BYTES is BYTES: table_version.merged):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from operator import itemgetter
 from typing import Any, cast
 
 import pyarrow as pa
@@ -241,40 +240,32 @@ class TableChanges:
         and the replica both need it; a hash per event is measurable). Each event's own key
         columns: a table created again with another key has events of both in one batch, so keys
         are told apart within each table version (which fixes the key's names and types), by
-        Arrow over the key columns its records were converted to (:func:`_key_codes`); a Python
-        signature per event cost more than the ids themselves. Each
-        key's id is made from the values its first event's record holds, as it always was
-        (:meth:`_first_keys`)."""
+        Arrow over the key columns (:func:`_key_codes`); a Python signature per event cost more
+        than the ids themselves. Each key's id is made from the values its first event's record
+        holds, as it always was (:meth:`_first_keys`)."""
         parts = []
         for version, positions, arrays in zip(self.versions, self._grouped, self._version_parts, strict=True):
             codes, distinct = _key_codes([arrays[name] for name in version.key], len(positions))
             firsts = pc.index_in(pa.array(range(distinct), type=pa.int64()), value_set=codes)
             hashed = _hashed_key(version)
-            keys = self._first_keys(version, positions, arrays, firsts)
+            keys = self._first_keys(version, arrays, firsts)
             parts.append(
                 pa.array([row_id(self.table, hashed(key)) for key in keys], type=pa.string()).take(codes)
             )
         return self._in_event_order(parts)
 
     def _first_keys(
-        self, version: TableVersion, positions: list[int], arrays: dict[str, pa.Array], firsts: pa.Array
+        self, version: TableVersion, arrays: dict[str, pa.Array], firsts: pa.Array
     ) -> list[tuple[Any, ...]]:
-        """The key values (in key order) of the events of ``version`` at ``firsts`` among its
-        ``positions``, as their records hold them: from the key columns where Arrow's Python
-        values of them are exactly those (the version's own scalar types; timestamps and dates
-        as their numbers), else from the records, read when asked (decoded.DecodedEvent): reading
-        a record for each key costs more than the rest of the row id where most keys are new."""
-        columns = [arrays[name] for name in version.key]
-        own = {column.name: column.type.arrow for column in version.columns}
-        if not columns:
+        """The key values (in key order) of the events of ``version`` at ``firsts``, as their
+        records hold them: their key columns as the version's own types (a column Spanner changed
+        from STRING to BYTES is BYTES in the batch's columns: its STRING events' keys are text
+        again), timestamps and dates as the numbers written (:func:`_as_written`)."""
+        if not version.key:
             return [()] * len(firsts)
-        named = zip(version.key, columns, strict=True)
-        if all(_plain(column.type) and own[name] == column.type for name, column in named):
-            return list(
-                zip(*(_as_written(column.take(firsts)).to_pylist() for column in columns), strict=True)
-            )
-        key_of = _key_values(version)
-        return [key_of(self.events[positions[first]].record["payload"]) for first in firsts.to_pylist()]
+        own = {column.name: column.type.arrow for column in version.columns}
+        values = (_as_written(arrays[name].take(firsts), own[name]).to_pylist() for name in version.key)
+        return list(zip(*values, strict=True))
 
     def _set_flags(self, deleted: pa.Array) -> dict[str, pa.Array]:
         """``set$<column>`` per value column: did the event name the column (its own version's
@@ -334,9 +325,7 @@ def _projected(array: pa.Array, arrow_type: pa.DataType) -> pa.Array:
     )
 
 
-#: Arrow types whose Python values are what the gate's records hold (integers, text, bytes,
-#: booleans, floats), and those that are once cast to the number written (timestamps, dates).
-_PLAIN = (pa.int64(), pa.int32(), pa.string(), pa.binary(), pa.bool_(), pa.float64(), pa.float32())
+#: Arrow's calendar types → the numbers written (micros, millis, days since the epoch).
 _CALENDAR = {
     pa.timestamp("us", tz="UTC"): pa.int64(),
     pa.timestamp("ms", tz="UTC"): pa.int64(),
@@ -344,25 +333,18 @@ _CALENDAR = {
 }
 
 
-def _plain(arrow_type: pa.DataType) -> bool:
-    return arrow_type in _PLAIN or arrow_type in _CALENDAR
+def _as_written(column: pa.Array, own: pa.DataType) -> pa.Array:
+    """A key column as its event's table version wrote it: of that version's own type, with
+    timestamps and dates (also an array's) as their numbers. Arrow's Python values of it are
+    then the record's (decimals included: the same ``Decimal``, exponent and all)."""
+    written = _written_type(own)
+    return column if column.type == written else column.cast(written)
 
 
-def _as_written(column: pa.Array) -> pa.Array:
-    """A plain column (:func:`_plain`) with timestamps and dates as the numbers written."""
-    number = _CALENDAR.get(column.type)
-    return column if number is None else column.cast(number)
-
-
-def _key_values(version: TableVersion) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
-    """A payload → its key's values, in key order (a table may have no key columns at all)."""
-    fields = [version.fields_by_name[name] for name in version.key]
-    if len(fields) == 1:
-        field = fields[0]
-        return lambda payload: (payload[field],)
-    if not fields:
-        return lambda payload: ()
-    return cast(Callable[[Mapping[str, Any]], tuple[Any, ...]], itemgetter(*fields))
+def _written_type(arrow_type: pa.DataType) -> pa.DataType:
+    if pa.types.is_list(arrow_type):
+        return pa.list_(_written_type(arrow_type.value_type))
+    return _CALENDAR.get(arrow_type, arrow_type)
 
 
 def _key_codes(columns: list[pa.Array], rows: int) -> tuple[pa.Array, int]:

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 import pyarrow as pa
 
 from spanner_cdc.consumer.decode.table_version import TableVersion
 from spanner_cdc.schemas.watermark import Watermark
-from spanner_cdc.schemas.wire import read_body
 
 #: The Kafka coordinates of an event, added to the columns it is read into (the outline takes
 #: them there). ``$`` cannot occur in an Avro name, so they never meet the event's own fields.
@@ -24,7 +23,7 @@ TOPIC, PARTITION, OFFSET = "kafka$topic", "kafka$partition", "kafka$offset"
 @dataclass(slots=True)
 class DecodedEvent:
     """One event, where it came from, its bytes (kept for transactions held back), and its row
-    of the columns it was read into (consumer.decode.events).
+    of the columns it was read into (consumer.decode.events): no Python record of it is made.
 
     Not frozen: nothing changes an event once the gate made it, and a frozen dataclass sets each
     field through ``object.__setattr__``, several times slower, for every event a task reads."""
@@ -44,17 +43,6 @@ class DecodedEvent:
     #: sinks and the outline take its columns from there rather than read its bytes again.
     read_into: pa.StructArray
     read_row: int
-    #: The Avro bytes it was read from (``value`` itself, or for a JSON event the Avro event it
-    #: stands for) and where their body starts: :attr:`record` reads them.
-    body: bytes
-    body_start: int
-
-    @property
-    def record(self) -> dict[str, Any]:
-        """The decoded Avro record, its timestamps and dates as numbers, read from :attr:`body`
-        when asked (the few that want one: a row id's key of a type its column does not give
-        back as written). The gate read the same bytes without error, with the same schema."""
-        return read_body(self.version.writer, self.body, self.body_start, calendar_numbers=True)
 
     @property
     def commit_micros(self) -> int:

@@ -110,7 +110,8 @@ class EventReader:
         broken = broken_rules(judged, self.topics, self.now_micros)
         refused.extend((int(read[row]), error) for row, error in broken.items())
         read, columns, numbers = _without(list(broken), read, columns, numbers)
-        events = _events(messages, rows, read, columns, [versions[n] for n in numbers.to_pylist()])
+        at = pa.array(messages.positions[read])
+        events = _events(rows, at, columns, [versions[n] for n in numbers.to_pylist()])
         return EventsRead(events, messages.positions[read], _at(messages, refused))
 
     def _reader(self, writer: WriterSchema) -> ColumnsReader | DecodeError:
@@ -245,17 +246,11 @@ def _at(messages: Messages, refused: list[tuple[int, DecodeError]]) -> list[tupl
 
 
 def _events(
-    messages: Messages,
-    rows: pa.RecordBatch | pa.Table,
-    read: np.ndarray,
-    columns: pa.StructArray,
-    version_of: list[TableVersion],
+    rows: pa.RecordBatch | pa.Table, at: pa.Array, columns: pa.StructArray, version_of: list[TableVersion]
 ) -> list[DecodedEvent]:
-    """The accepted events (``read``: their numbers among ``messages``, each a row of
-    ``columns``, of table version ``version_of``): Kafka coordinates, key and bytes, table
-    version, table, sort key (source_metadata's, which the sort keys equal) and their row of
-    ``columns``."""
-    at = pa.array(messages.positions[read])
+    """The accepted events, at positions ``at`` of ``rows``, each a row of ``columns``, of table
+    version ``version_of``: Kafka coordinates, key and bytes, table version, table, sort key
+    (source_metadata's, which the sort keys equal) and their row of ``columns``."""
     kafka = [columns.field(name).to_pylist() for name in (TOPIC, PARTITION, OFFSET)]
     kafka += [kafka_column(rows, name).take(at).to_pylist() for name in ("key", "value")]
     metadata = columns.field("source_metadata")
@@ -266,29 +261,14 @@ def _events(
         metadata.field("mod_index").to_pylist(),
         strict=True,
     )
-    bodies, starts = messages.bodies, messages.starts
     return [
-        DecodedEvent(
-            topic,
-            partition,
-            offset,
-            key,
-            value,
-            version,
-            table,
-            sort_key,
-            columns,
-            row,
-            bodies[number_of],
-            starts[number_of],
-        )
-        for row, (topic, partition, offset, key, value, version, table, sort_key, number_of) in enumerate(
+        DecodedEvent(topic, partition, offset, key, value, version, table, sort_key, columns, row)
+        for row, (topic, partition, offset, key, value, version, table, sort_key) in enumerate(
             zip(
                 *kafka,
                 version_of,
                 columns.field("object").to_pylist(),
                 sort_keys,
-                read.tolist(),
                 strict=True,
             )
         )

@@ -13,7 +13,8 @@ from spanner_cdc.consumer.decode.table_version import ColumnTypeChangeError
 from spanner_cdc.consumer.sinks.contents import by_table
 from spanner_cdc.schemas.events import EventBuilder
 from spanner_cdc.schemas.identity import row_id
-from testkit.decoding import decoded_from_events
+from spanner_cdc.schemas.wire import HEADER_LENGTH, read_body
+from testkit.decoding import decoded_from_events, record_of
 from testkit.synthetic import ACCOUNT_COLUMNS, STREAM, ChangeFactory
 from tests.unit.consumer.sinks.replica.test_replica_staging import TOPIC, decoded, new_decoder
 
@@ -33,7 +34,7 @@ def test_a_row_id_is_one_per_key_even_where_python_calls_two_keys_equal() -> Non
     read = {kind: TableChanges("Accounts", decoded(records)) for kind, records in written.items()}
 
     keys = {
-        kind: [event.record["payload"]["K"] for event in changes.events] for kind, changes in read.items()
+        kind: [record_of(event)["payload"]["K"] for event in changes.events] for kind, changes in read.items()
     }
     assert {kind: [repr(k) for k in values] for kind, values in keys.items()} == {
         "Floats": ["0.0", "-0.0", "0.0", "2.5"],
@@ -107,7 +108,7 @@ def test_a_row_keyed_by_a_timestamp_or_a_date_keeps_the_row_id_it_had() -> None:
     keys = {"At": "2025-06-15T15:06:40.000001Z", "Day": "2025-06-15", "Ms": "0001-01-01T00:00:00Z"}
     [event] = decoded([factory.record("INSERT", keys, {"V": "x"})])
 
-    assert [type(event.record["payload"][name]) for name in ("At", "Day", "Ms")] == [int, int, int]
+    assert [type(record_of(event)["payload"][name]) for name in ("At", "Day", "Ms")] == [int, int, int]
     assert TableChanges("Accounts", [event]).row_ids.to_pylist() == [
         row_id(
             "Accounts",
@@ -121,16 +122,34 @@ def test_a_row_keyed_by_a_timestamp_or_a_date_keeps_the_row_id_it_had() -> None:
 
 
 def test_a_row_id_is_made_from_the_key_its_record_holds_whichever_way_the_key_is_read() -> None:
-    """Keys of bytes, booleans and integers are read from their Arrow columns (the columnar
-    gate's events have no record until asked); a key column Spanner changed from STRING to BYTES
-    within the batch is BYTES in the batch's columns, and its STRING events keep the id of their
-    text, read from their records, as before."""
+    """Keys are read from the columns the events were read into, and make the ids their records'
+    values make: bytes, booleans, integers, NUMERIC (the same ``Decimal``), TIMESTAMP and DATE
+    (the numbers written); a key column Spanner changed from STRING to BYTES within the batch is
+    BYTES in the batch's columns, and its STRING events keep the id of their text."""
     typed = ChangeFactory(columns=[("Raw", "BYTES", True), ("Yes", "BOOL", True), ("N", "INT64", True)])
     keys = [("AAE=", True, "-9"), ("/w==", False, "9223372036854775807"), ("AAE=", True, "-9")]
     events = decoded([typed.record("INSERT", {"Raw": r, "Yes": y, "N": n}, {}) for r, y, n in keys])
-    expected = [row_id("Accounts", e.record["payload"]) for e in sorted(events, key=lambda e: e.sort_key)]
+    expected = [row_id("Accounts", record_of(e)["payload"]) for e in sorted(events, key=lambda e: e.sort_key)]
     assert TableChanges("Accounts", events).row_ids.to_pylist() == expected
-    assert [type(v) for v in events[0].record["payload"].values()] == [bytes, bool, int]
+    assert [type(v) for v in record_of(events[0])["payload"].values()] == [bytes, bool, int]
+
+    calendar = ChangeFactory(
+        columns=[("Num", "NUMERIC", True), ("At", "TIMESTAMP", True), ("Day", "DATE", True)]
+    )
+    calendar_keys = [
+        ("0", "2026-11-30T05:00:00.123456Z", "2024-02-29"),
+        ("-1.5", "0001-01-01T00:00:00Z", "9999-12-31"),
+        ("99999999999999999999999999999.999999999", "2026-11-30T05:00:00Z", "1970-01-01"),
+    ]
+    events = decoded(
+        [calendar.record("INSERT", {"Num": n, "At": a, "Day": d}, {}) for n, a, d in calendar_keys]
+    )
+    # hashed as fastavro reads them: Decimal, datetime and date
+    records = [
+        read_body(e.version.writer, e.value, HEADER_LENGTH) for e in sorted(events, key=lambda e: e.sort_key)
+    ]
+    expected = [row_id("Accounts", record["payload"]) for record in records]
+    assert TableChanges("Accounts", events).row_ids.to_pylist() == expected
 
     text = ChangeFactory(columns=[("Id", "STRING", True), ("V", "STRING", False)])
     raw = ChangeFactory(columns=[("Id", "BYTES", True), ("V", "STRING", False)])
@@ -168,7 +187,7 @@ def test_the_envelope_columns_of_two_table_versions_in_their_events_order() -> N
         {"Id": "a", "Balance": 2, "Note": "x", "Added": "y"},
     ]
     assert [m["change_type"] for m in changelog["envelope$source_metadata"]] == changelog["change$type"]
-    assert changelog["envelope$uuid"] == [e.record["uuid"] for e in events]
+    assert changelog["envelope$uuid"] == [record_of(e)["uuid"] for e in events]
     stage = changes.replica_stage()
     assert stage.column("cdc$is_delete").to_pylist() == [False, False, False, True]
     assert stage.column("cdc$is_insert").to_pylist() == [True, False, False, False]
@@ -185,7 +204,7 @@ def test_the_sort_key_columns_are_each_events_sort_keys_a_backfill_rows_too() ->
         change.table, {"Id": "b", "Balance": "1", "Note": "x"}, change.value["sort_keys"][0] - 1, 0
     )
     events = decoded_from_events(new_decoder(), [change, snapshot], TOPIC)
-    assert events[1].record["source_metadata"]["tx_id"] is None
+    assert record_of(events[1])["source_metadata"]["tx_id"] is None
     changes = TableChanges("Accounts", events)
     expected = [event.sort_key for event in changes.events]
     assert expected[0][1:3] == ("", "")  # the backfill row sorts first
@@ -207,7 +226,7 @@ def test_a_delete_sets_no_column_though_its_changed_columns_name_its_old_values(
             factory.record("DELETE", {"Id": "a"}, {}, old_values={"Balance": "1", "Note": "y"}),
         ]
     )
-    assert events[2].record["source_metadata"]["changed_columns"], "the delete names its old values"
+    assert record_of(events[2])["source_metadata"]["changed_columns"], "the delete names its old values"
 
     stage = TableChanges("Accounts", events).replica_stage()
 

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from spanner_cdc.consumer.decode.decoded import DecodedBatch
+from spanner_cdc.consumer.decode.decoded import DecodedBatch, read_columns
 from spanner_cdc.consumer.decode.driver import BatchDecoder, BrokerPartitions
 from spanner_cdc.consumer.decode.gate import MessageReader
 from spanner_cdc.consumer.decode.schema_topic import SchemaTopic
@@ -81,7 +81,9 @@ def test_an_event_naming_another_key_than_its_tables_published_one_is_quarantine
 
     assert [(q.offset, q.reason) for q in batch.quarantined] == [(n, "unpublished-key") for n in range(3)]
     assert "their key schema" in batch.quarantined[0].detail
-    assert [e.record["payload"]["Id"] for e in batch.events] == [str(n) for n in range(20)]
+    assert [row["payload"]["Id"] for row in read_columns(batch.events).to_pylist()] == [
+        str(n) for n in range(20)
+    ]
     assert {e.version.key for e in batch.events} == {("Id",)}
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from spanner_cdc.consumer.decode.decoded import DecodedBatch
+from spanner_cdc.consumer.decode.decoded import DecodedBatch, read_columns
 from spanner_cdc.consumer.decode.gate import DecodeContext, MessageReader
 from spanner_cdc.consumer.decode.outline_rows import outline_batch
 from spanner_cdc.consumer.decode.rules import MAX_FUTURE_MICROS
@@ -205,7 +205,8 @@ def rows_of(
 
 
 def outcome(batch: DecodedBatch) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
-    """What a read made, in message order: events (their record too), quarantine rows, outline;
+    """What a read made, in message order: events (their row of the columns they were read into
+    too, their Kafka coordinates left out), quarantine rows, outline;
     and the sinks' tables of its events (taken from the columns they were read into)."""
     events = [
         [
@@ -218,7 +219,7 @@ def outcome(batch: DecodedBatch) -> tuple[list[Any], list[Any], list[Any], list[
             e.version.key,
             e.table,
             e.sort_key,
-            typed(e.record),
+            typed({name: value for name, value in read_columns([e])[0].as_py().items() if "$" not in name}),
         ]
         for e in sorted(batch.events, key=lambda e: e.offset)  # one message at each offset
     ]

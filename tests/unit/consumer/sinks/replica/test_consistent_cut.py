@@ -32,7 +32,7 @@ from spanner_cdc.schemas.errors import DecodeError
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.watermark import WATERMARK_WRITER, Watermark
 from spanner_cdc.schemas.wire import SchemaStore
-from testkit.decoding import decoded_events, event_rows
+from testkit.decoding import decoded_events, event_rows, record_of
 from testkit.synthetic import STREAM, ChangeFactory
 
 pytestmark = pytest.mark.unit
@@ -88,11 +88,11 @@ def test_the_cut_is_the_lowest_partition_watermark_and_waits_for_every_partition
     assert (applied, waiting.cut_micros, waiting.held) == ([], None, 2), "partition 1 unheard"
 
     partial, applied = release(cut, decoder, [], [mark(1, early_micros)])
-    assert uuids(applied) == [events[0].record["uuid"]]
+    assert uuids(applied) == [record_of(events[0])["uuid"]]
     assert (partial.cut_micros, partial.held) == (early_micros, 1)
 
     rest, applied = release(cut, decoder, [], [mark(1, late_micros)])
-    assert uuids(applied) == [events[1].record["uuid"]]
+    assert uuids(applied) == [record_of(events[1])["uuid"]]
     assert (rest.cut_micros, rest.held) == (late_micros, 0)
 
 
@@ -160,7 +160,7 @@ def test_a_held_backlog_comes_back_in_slices_that_never_split_a_transaction(
     commits = [piece.rows.column("commit_micros").to_pylist() for piece in slices]
     assert [len(c) for c in commits] == [2, 2, 5], "2 held, 2 held, 1 + the 3-record transaction + fresh"
     assert all(max(a) < min(b) for a, b in itertools.pairwise(commits)), "oldest commits first"
-    assert sorted(uuids(slices)) == sorted(e.record["uuid"] for e in [*held, *fresh])
+    assert sorted(uuids(slices)) == sorted(record_of(e)["uuid"] for e in [*held, *fresh])
     assert (after.held, after.incomplete_transactions) == (0, 0)
 
 

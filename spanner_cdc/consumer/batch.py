@@ -36,8 +36,8 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from spanner_cdc.consumer.decode.decoded import DecodedBatch, Quarantined, Unknown
 from spanner_cdc.consumer.decode.driver import BatchDecoder
-from spanner_cdc.consumer.decode.gate import DecodeContext, MessageReader
-from spanner_cdc.consumer.decode.kafka_rows import DECODE_COLUMNS, DECODE_SCHEMA
+from spanner_cdc.consumer.decode.gate import DecodeContext
+from spanner_cdc.consumer.decode.kafka_rows import DECODE_COLUMNS
 from spanner_cdc.consumer.decode.outline_rows import (
     COORDINATES,
     EVENT,
@@ -47,6 +47,7 @@ from spanner_cdc.consumer.decode.outline_rows import (
     UNKNOWN_COLUMNS,
     WATERMARK,
     unknown_from_columns,
+    watermarks_from_rows,
 )
 from spanner_cdc.consumer.dedupe import DeliveredChanges
 from spanner_cdc.consumer.errors import BadMessageError, ChangelogShortfallError
@@ -102,15 +103,12 @@ class Outline:
         distinct = named.group_by(UNKNOWN_COLUMNS, use_threads=False).aggregate([])
         return [unknown_from_columns(row) for row in distinct.to_pylist()]
 
-    def decoded(self, context: DecodeContext) -> DecodedBatch:
-        """Watermarks (read again from their bytes on the driver: a few per batch) and the
-        quarantine's rows — coordinates and reasons, for the metrics and ``--on-bad-message
-        fail``; their bytes are in the files the tasks staged. Events stay with the tasks."""
-        watermarks = self.of_kind(WATERMARK).select(DECODE_COLUMNS).cast(DECODE_SCHEMA)
-        tombstones = len(self.of_kind(TOMBSTONE))
-        return DecodedBatch(
-            [], MessageReader(context).read(watermarks).watermarks, self.quarantined(), tombstones
-        )
+    def decoded(self) -> DecodedBatch:
+        """Watermarks (as the tasks read them) and the quarantine's rows — coordinates and
+        reasons, for the metrics and ``--on-bad-message fail``; their bytes are in the files the
+        tasks staged. Events stay with the tasks."""
+        watermarks = watermarks_from_rows(self.of_kind(WATERMARK))
+        return DecodedBatch([], watermarks, self.quarantined(), len(self.of_kind(TOMBSTONE)))
 
 
 @dataclass
@@ -215,7 +213,7 @@ class BatchProcessor:
         context, outlined = self._read(rows, self.decoder.start_batch(), batch_id, staging)
         if self.data_loss is not None:
             self.metrics.lost_offsets.inc(self.data_loss.count(batch_id, outlined.rows))
-        decoded = outlined.decoded(context)
+        decoded = outlined.decoded()
         watermarks, refuted = self.decoder.refuted(decoded.watermarks, context)
         quarantined = sorted([*decoded.quarantined, *refuted], key=lambda q: (q.topic, q.partition, q.offset))
         if quarantined and self.fail_on_bad_message:

@@ -3,9 +3,10 @@
 The executors' tasks outline their share of a batch (consumer.tasks) and only the
 outline crosses to the driver: what a message is (event, watermark, quarantined, tombstone) and,
 for an event, what deduplication, the metrics and the consistent cut decide by (uuid, commit
-time, table, change type, its transaction's counts); for a message naming a schema, registry id
-or table version the batch's context lacks, that name (``decoded.Unknown``). Bytes travel only
-for the few watermarks, which the driver checks: a task stages what else needs its events'
+time, table, change type, its transaction's counts); for a watermark, what it says; for a
+message naming a schema, registry id or table version the batch's context lacks, that name
+(``decoded.Unknown``). Bytes travel only for the few watermarks, which the driver checks and
+quarantines with their bytes if the broker refutes them: a task stages what else needs its events'
 bytes (the changelog's files, the replica's stage rows and messages: sinks.replica.stage.rows).
 """
 
@@ -24,8 +25,10 @@ from spanner_cdc.consumer.decode.decoded import (
     DecodedBatch,
     DecodedEvent,
     Unknown,
+    WatermarkSeen,
     read_columns,
 )
+from spanner_cdc.schemas.watermark import Watermark
 
 #: A message's coordinates: what identifies it across the tasks and attempts of a batch.
 COORDINATES = ("topic", "partition", "offset")
@@ -40,6 +43,13 @@ UNKNOWN_FIELDS = [
     pa.field("unknown_schema_key", pa.string()),
 ]
 UNKNOWN_COLUMNS = [f.name for f in UNKNOWN_FIELDS]
+#: A watermark as the task read it (schemas.watermark.Watermark): the driver checks it against
+#: the broker without reading its bytes again.
+WATERMARK_FIELDS = [
+    pa.field("watermark_stream", pa.string()),
+    pa.field("watermark_micros", pa.int64()),
+    pa.field("watermark_topics", pa.map_(pa.string(), pa.int32())),
+]
 #: Outline column → the ``source_metadata`` field it holds: an event's change type and where it
 #: stands in its transaction.
 TRANSACTION_FIELDS = {
@@ -67,6 +77,7 @@ OUTLINE_SCHEMA = pa.schema(
         ("reason", pa.string()),
         ("detail", pa.string()),
         *UNKNOWN_FIELDS,
+        *WATERMARK_FIELDS,
         ("key", pa.binary()),
         ("value", pa.binary()),
     ]
@@ -125,6 +136,9 @@ def _rows_of_others(decoded: DecodedBatch) -> list[dict[str, object]]:
                 "partition": w.partition,
                 "offset": w.offset,
                 "kind": WATERMARK,
+                "watermark_stream": w.watermark.stream_name,
+                "watermark_micros": w.watermark.watermark_micros,
+                "watermark_topics": list(w.watermark.topics.items()),
                 "value": w.value,
             }
             for w in decoded.watermarks
@@ -156,6 +170,20 @@ def unknown_columns(unknown: Unknown | None) -> dict[str, object]:
         "unknown_table": table,
         "unknown_schema_key": schema_key,
     }
+
+
+def watermarks_from_rows(rows: pa.Table) -> list[WatermarkSeen]:
+    """The watermarks outline rows (of kind :data:`WATERMARK`) hold."""
+    return [
+        WatermarkSeen(
+            row["topic"],
+            row["partition"],
+            row["offset"],
+            Watermark(row["watermark_stream"], row["watermark_micros"], dict(row["watermark_topics"])),
+            row["value"],
+        )
+        for row in rows.to_pylist()
+    ]
 
 
 def unknown_from_columns(row: dict[str, Any]) -> Unknown:

@@ -70,10 +70,10 @@ from bench.producer import Figure
 from spanner_cdc.consumer.config import ConsumerConfig
 from spanner_cdc.consumer.decode.gate import DecodeContext, MessageReader
 from spanner_cdc.consumer.decode.kafka_rows import DECODE_COLUMNS
-from spanner_cdc.consumer.decode.outline_rows import OUTLINE_SCHEMA
 from spanner_cdc.consumer.main import ConsumerJob, drain, source_options
 from spanner_cdc.consumer.spark.graceful_stop import StopRequest
 from spanner_cdc.consumer.spark.session import spark_session
+from spanner_cdc.consumer.tasks import STAGED_OUTLINE_SCHEMA
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.wire import HEADER_LENGTH, WriterSchema, encode, read_body
 from testkit.consumer_run import consumer_config, fresh_postgres_database, unique_prefix
@@ -144,16 +144,16 @@ def to_driver(batch: Any) -> None:
 
 def through_idle_worker(batch: Any) -> None:
     """A raw batch's columns the consumer decodes handed by the JVM to a Python worker per task
-    (``mapInArrow``, as the consumer's outline job hands them) that yields an empty outline, which
-    the driver takes: Spark's cost of moving the rows to where the consumer's per-event Python
-    runs, with none of it run."""
+    (``mapInArrow``, as the consumer's outline job hands them) that stages no outline and hands
+    back no file name, which the driver takes: Spark's cost of moving the rows to where the
+    consumer's per-event Python runs, with none of it run."""
 
     def idle(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for _ in batches:
             pass
-        yield pa.RecordBatch.from_pylist([], schema=OUTLINE_SCHEMA)
+        yield pa.RecordBatch.from_pylist([], schema=STAGED_OUTLINE_SCHEMA)
 
-    batch.select(*DECODE_COLUMNS).mapInArrow(idle, from_arrow_schema(OUTLINE_SCHEMA)).toArrow()
+    batch.select(*DECODE_COLUMNS).mapInArrow(idle, from_arrow_schema(STAGED_OUTLINE_SCHEMA)).toArrow()
 
 
 def decoded_in_the_jvm(writer: WriterSchema, out: Path) -> Callable[[Any], None]:

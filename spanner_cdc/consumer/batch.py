@@ -60,7 +60,7 @@ from spanner_cdc.consumer.sinks.replica.stage.loaded import StagedTables
 from spanner_cdc.consumer.sinks.replica.stage.rows import ReplicaStaging, StagedEvents
 from spanner_cdc.consumer.spark.data_loss import DataLossCounter
 from spanner_cdc.consumer.status import BatchSeen
-from spanner_cdc.consumer.tasks import drop_from_staged, outline
+from spanner_cdc.consumer.tasks import STAGED_OUTLINE_SCHEMA, drop_from_staged, outline, staged_outline
 from spanner_cdc.schemas.timestamps import now_micros, seconds_behind
 
 log = logging.getLogger("spanner_cdc.consumer")
@@ -179,6 +179,8 @@ class BatchProcessor:
     #: transaction records the batch id, so a replay of the same batch id is harmless.
     replica: ReplicaSink | None
     quarantine: QuarantineSink
+    #: Where the tasks stage each batch's outline rows (consumer.tasks.stage_outline).
+    outlines: Location
     fail_on_bad_message: bool
     metrics: ConsumerMetrics
     #: With --fail-on-data-loss false: counts what Kafka no longer had of each batch's range.
@@ -267,19 +269,23 @@ class BatchProcessor:
 
     def _outline(self, rows: Any, context: DecodeContext, batch_id: int, staging: Staging) -> Outline:
         staging.clear()
+        outlines = self.outlines / f"batch-{batch_id}"
+        outlines.delete_tree()  # an earlier job's: this one's tasks name theirs
         task = outline(
             self._context.share(rows.sparkSession.sparkContext, context),
             context.now_micros,
             batch_id,
+            outlines=outlines,
             staging=staging.changelog.root if staging.changelog is not None else None,
             quarantine=staging.quarantine,
             replica=staging.replica.root if staging.replica is not None else None,
             replica_messages=staging.replica_messages,
             replica_tables=staging.replica_tables,
         )
-        return Outline(
-            rows.mapInArrow(task, from_arrow_schema(OUTLINE_SCHEMA)).toArrow().cast(OUTLINE_SCHEMA)
-        )
+        staged = rows.mapInArrow(task, from_arrow_schema(STAGED_OUTLINE_SCHEMA)).toArrow()
+        found = Outline(staged_outline(outlines, staged.cast(STAGED_OUTLINE_SCHEMA)).cast(OUTLINE_SCHEMA))
+        outlines.delete_tree()
+        return found
 
     def _held_stager(
         self,

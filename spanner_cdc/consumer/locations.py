@@ -258,6 +258,11 @@ class ConsumerLocations:
         return self.output / "quarantine"
 
     @property
+    def outlines(self) -> Location:
+        """Where the tasks stage each batch's outline rows for the driver."""
+        return self.output / "outline-staging"
+
+    @property
     def replica_staging(self) -> Location:
         """Where the tasks stage each batch's replica rows for the driver."""
         return self.output / "replica-staging"

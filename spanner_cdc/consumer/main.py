@@ -206,6 +206,7 @@ class ConsumerJob:
             changelog=ChangelogSink(locations.changelog) if "changelog" in config.sinks else None,
             replica=replica,
             quarantine=QuarantineSink(locations.quarantine),
+            outlines=locations.outlines,
             fail_on_bad_message=config.on_bad_message == "fail",
             metrics=metrics,
             data_loss=None

@@ -1,8 +1,11 @@
 """The per-event work of a micro-batch, as Spark tasks: each reads its share of the batch's Kafka
 rows through the one gate (consumer.decode.gate) on an executor.
 
-- :func:`outline` — every message as one narrow row (consumer.decode.outline_rows); only this crosses
-  to the driver. The task stages the messages its gate refused, bytes and all, in the batch's
+- :func:`outline` — every message as one narrow row (consumer.decode.outline_rows); only this reaches
+  the driver, staged by the task as an Arrow file (:func:`staged_outline` reads them): through
+  Spark, each outline row would be made a Spark row and then Arrow again, which cost the JVM
+  more than the rows' hand-over to the task (docs/consumer.md, Performance). The task also
+  stages the messages its gate refused, bytes and all, in the batch's
   quarantine staging directory; with a changelog, its events' changelog files in the
   changelog's (one file per table, commit date and task); with a replica, its events' stage
   rows in the replica's (sinks.replica.stage.rows), and into a PostgreSQL replica itself
@@ -28,7 +31,7 @@ from pyspark import TaskContext
 
 from spanner_cdc.consumer.decode.decoded import DecodedEvent, Quarantined
 from spanner_cdc.consumer.decode.gate import DecodeContext, MessageReader
-from spanner_cdc.consumer.decode.outline_rows import outline_batch
+from spanner_cdc.consumer.decode.outline_rows import OUTLINE_SCHEMA, outline_batch
 from spanner_cdc.consumer.locations import Location
 from spanner_cdc.consumer.sinks.changelog import ChangelogSink
 from spanner_cdc.consumer.sinks.contents import by_table
@@ -49,11 +52,16 @@ class Shared(Protocol):
     def value(self) -> DecodeContext: ...
 
 
+#: What an outlining task hands Spark: the name of the file it staged its outline rows in.
+STAGED_OUTLINE_SCHEMA = pa.schema([("file", pa.string())])
+
+
 def outline(
     lookups: Shared,
     now_micros: int,
     batch_id: int,
     *,
+    outlines: Location,
     staging: Location | None,
     quarantine: Location | None,
     replica: Location | None,
@@ -61,7 +69,8 @@ def outline(
     replica_tables: StagedTables | None,
 ) -> ArrowTask:
     """The ``mapInArrow`` function that outlines its share of the batch (see the module
-    docstring), read with the context ``lookups`` holds at the batch's ``now_micros``. With
+    docstring), read with the context ``lookups`` holds at the batch's ``now_micros``, into a
+    file in ``outlines`` (one row of :data:`STAGED_OUTLINE_SCHEMA` names it). With
     ``quarantine`` it stages what its gate refused, bytes and all, there
     (``QuarantineSink.stage``; none with ``--on-bad-message fail``, which stops the query
     instead); with ``staging``, it also writes the changelog of every event it read there, and
@@ -81,13 +90,15 @@ def outline(
     def share(reader: MessageReader, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         events: list[DecodedEvent] = []
         refused: list[Quarantined] = []
+        outlined: list[pa.RecordBatch] = []
         for rows in batches:
             decoded = reader.read(rows)
             refused.extend(decoded.quarantined)
             if staging is not None or replica is not None:
                 events.extend(decoded.events)
-            yield outline_batch(decoded)
+            outlined.append(outline_batch(decoded))
         part = task_partition()
+        yield stage_outline(outlines / f"part-{part:05d}.arrow", outlined)
         if quarantine is not None:
             QuarantineSink.stage(quarantine, batch_id, part, refused)
         tables = by_table(events)
@@ -120,6 +131,29 @@ def drop_from_staged(staged: Location, duplicates: pa.Table) -> ArrowTask:
         yield from ()
 
     return task
+
+
+def stage_outline(file: Location, outlined: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """A task's outline rows written to ``file`` (whole or not at all: a task attempt again
+    writes the same rows), and the row that names it."""
+    table = pa.Table.from_batches(outlined, OUTLINE_SCHEMA)
+
+    def write(stream: pa.NativeFile) -> None:
+        with pa.ipc.new_file(stream, OUTLINE_SCHEMA) as writer:
+            writer.write_table(table)
+
+    file.write_whole(write)
+    return pa.RecordBatch.from_pylist([{"file": file.name}], STAGED_OUTLINE_SCHEMA)
+
+
+def staged_outline(outlines: Location, staged: pa.Table) -> pa.Table:
+    """The outline rows of the files in ``outlines`` that ``staged`` (rows of
+    :data:`STAGED_OUTLINE_SCHEMA`) names: only those, never a file an earlier job left."""
+    tables = []
+    for file in staged.column("file").to_pylist():
+        with pa.ipc.open_file((outlines / file).open_input()) as reader:
+            tables.append(reader.read_all())
+    return pa.concat_tables(tables) if tables else OUTLINE_SCHEMA.empty_table()
 
 
 def task_partition() -> int:

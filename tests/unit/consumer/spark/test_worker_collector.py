@@ -8,12 +8,15 @@ import pickle
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from pyspark import TaskContext
 from pyspark.core.broadcast import Broadcast
 
+from spanner_cdc.consumer.locations import Location
 from spanner_cdc.consumer.spark import worker_collector
 from spanner_cdc.consumer.spark.worker_collector import collector_paused
-from spanner_cdc.consumer.tasks import outline
+from spanner_cdc.consumer.tasks import outline, staged_outline
 from tests.unit.consumer.sinks.replica.test_replica_staging import history, kafka_rows
 
 
@@ -36,6 +39,8 @@ def test_an_outline_task_reads_with_the_collector_off_after_its_broadcast_turned
 ) -> None:
     """An executor's broadcast (PySpark's own class, as a worker makes it from the file Spark
     wrote) turns the collector on when it loads its value: the task reads it first, then pauses."""
+    running = TaskContext._getOrCreate()  # what a Python worker sets for its task
+    running._partitionId = 3
     decoder, events = history(30)
     context = decoder.start_batch()
     stored = tmp_path / "broadcast"
@@ -44,6 +49,7 @@ def test_an_outline_task_reads_with_the_collector_off_after_its_broadcast_turned
         Broadcast(path=str(stored)),
         context.now_micros,
         0,
+        outlines=Location.local(tmp_path / "outlines"),
         staging=None,
         quarantine=None,
         replica=None,
@@ -51,12 +57,17 @@ def test_an_outline_task_reads_with_the_collector_off_after_its_broadcast_turned
         replica_tables=None,
     )
 
-    outlines = task(iter([kafka_rows(events)]))
-    assert isinstance(outlines, Generator)
-    assert next(outlines).num_rows == len(events)
-    assert not gc.isenabled()
-    outlines.close()
-    assert gc.isenabled()
+    try:
+        staged = task(iter([kafka_rows(events)]))
+        assert isinstance(staged, Generator)
+        named = pa.Table.from_batches([next(staged)])
+        assert not gc.isenabled()
+        staged.close()
+        assert gc.isenabled()
+    finally:
+        TaskContext._taskContext = None
+    assert named.column("file").to_pylist() == ["part-00003.arrow"]
+    assert staged_outline(Location.local(tmp_path / "outlines"), named).num_rows == len(events)
 
 
 @pytest.mark.usefixtures("collector")

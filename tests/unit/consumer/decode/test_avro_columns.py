@@ -1,6 +1,6 @@
-"""The columns reader (``avro_steps.ColumnsReader``): a
-message's record straight into Arrow columns, equal to what Arrow makes of the gate's record
-of the same bytes, and refusing a value its column cannot hold rather than storing another one."""
+"""The columns reader (``avro_steps.ColumnsReader``): a message's record straight into Arrow
+columns, equal to what Arrow makes of the record reader's record of the same bytes, and refusing
+a value its column cannot hold rather than storing another one."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def events_by_writer(dialect: tuple[str, ...]) -> list[tuple[WriterSchema, list[
 
 
 def read_both(writer: WriterSchema, messages: list[bytes]) -> tuple[pa.StructArray, pa.StructArray]:
-    """The messages read by the columns reader, and the gate's records of them converted by Arrow."""
+    """The messages read by the columns reader, and the record reader's records of them converted by Arrow."""
     records = [writer.column_reader(message, HEADER_LENGTH)[0] for message in messages]
     version = TableVersion.from_writer(writer, records[0]["source_metadata"]["primary_keys"])
     arrow_type = event_type(pa.struct([(c.field, c.type.arrow) for c in version.columns]))
@@ -170,7 +170,7 @@ def test_a_message_the_record_reader_refuses_is_refused_also_where_its_fields_ar
 ) -> None:
     """Messages of every column type with bytes changed at random: the columns reader fails on
     exactly those the record reader fails on, reading two fields only (the rest passed over),
-    what the columnar gate reads, and what the sinks take (the sort keys passed over) — invalid
+    what the gate reads, and what the sinks take (the sort keys passed over) — invalid
     UTF-8, a time out of the years 1-9999, a union branch that does not exist, bytes left over
     (consumer.decode.events reads every event with it)."""
     rng = random.Random(11)

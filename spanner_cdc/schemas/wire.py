@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -125,14 +125,6 @@ def is_registry_framed(message: bytes) -> bool:
 def body_start(message: bytes) -> int:
     """Where the Avro body of a message whose header was read without error starts."""
     return REGISTRY_HEADER_LENGTH if is_registry_framed(message) else HEADER_LENGTH
-
-
-def body_starts(messages: Sequence[bytes]) -> list[int]:
-    """:func:`body_start` of each message, with no call per message (the calls showed in the
-    consumer's tasks' profile)."""
-    return [
-        REGISTRY_HEADER_LENGTH if message[:1] == REGISTRY_MAGIC else HEADER_LENGTH for message in messages
-    ]
 
 
 def read_schema_id(message: bytes) -> int:

@@ -154,9 +154,12 @@ class MessageReader:
             yield writer, Messages(positions, messages, [HEADER_LENGTH] * len(positions))
         if not one_by_one:
             return
-        keys = kafka_column(rows, "key")
-        for position in np.sort(np.concatenate(one_by_one)).tolist():
-            value, key = values[position].as_py(), keys[position].as_py()
+        positions = np.sort(np.concatenate(one_by_one))
+        taken = pa.array(positions)
+        pairs = zip(
+            values.take(taken).to_pylist(), kafka_column(rows, "key").take(taken).to_pylist(), strict=True
+        )
+        for position, (value, key) in zip(positions.tolist(), pairs, strict=True):
             if value is None and key is not None:
                 found.tombstones += 1
                 continue
@@ -180,8 +183,7 @@ class MessageReader:
             read = self._events.read(writer, messages, rows)
         except Exception as exc:  # the content provoked it; see the module docstring
             if len(messages.bodies) == 1:
-                detail = f"{type(exc).__name__}: {exc}"
-                found.refuse(messages.positions, DecodeError("not-an-event", detail))
+                found.refuse(messages.positions, _provoked(exc))
                 return
             for one in messages.each():
                 self._read_share(writer, one, rows, found)
@@ -208,9 +210,7 @@ class MessageReader:
                 found.refuse(np.array([position]), exc)
                 continue
             except Exception as exc:  # the content provoked it; see the module docstring
-                found.refuse(
-                    np.array([position]), DecodeError("not-an-event", f"{type(exc).__name__}: {exc}")
-                )
+                found.refuse(np.array([position]), _provoked(exc))
                 continue
             yield WatermarkSeen(topic, partition, offset, watermark, value)
 
@@ -368,6 +368,11 @@ class _Found:
                 zip(*columns, strict=True), (errors[i] for i in order.tolist()), strict=True
             )
         ]
+
+
+def _provoked(exc: Exception) -> DecodeError:
+    """An exception a message's content provoked beyond the reasons foreseen, as its reason."""
+    return DecodeError("not-an-event", f"{type(exc).__name__}: {exc}")
 
 
 def json_version_name(document: Mapping[str, Any]) -> tuple[str, str]:

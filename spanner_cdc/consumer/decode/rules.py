@@ -47,8 +47,6 @@ MAX_UUID_CHARS = 64
 MAX_NAME_CHARS = 128
 #: ``$`` never occurs in a Spanner identifier; the sinks use it for their own names.
 _RESERVED = re.compile(r"[$\x00/\\]")
-#: (commit micros, transaction id, record sequence, mod index), compared element-wise.
-SortKey = tuple[int, str, str, int]
 CHANGE_TYPES = {"INSERT": False, "UPDATE": False, "DELETE": True}
 #: Logical types whose values a sink parses: an event of a table version with such a column
 #: (or an array of them) has those values checked one by one, for DuckDB and PostgreSQL alike.
@@ -117,6 +115,12 @@ class EventRows:
     versions: tuple[TableVersion, ...]
     version_numbers: pa.Array
 
+    @functools.cached_property
+    def tables(self) -> pa.DictionaryArray:
+        """Each event's ``object``, dictionary-encoded: the rules about its table are checked
+        once per distinct table."""
+        return pc.dictionary_encode(self.field("object"))
+
     def field(self, *path: str) -> pa.Array:
         """A field of the columns, nulls of the structs it is in included."""
         array: pa.Array = self.columns
@@ -152,7 +156,7 @@ def _failing(holds: pa.Array) -> list[int]:
 
 def _own_topic(rows: EventRows, topics: Topics) -> Broken:
     """Each event is on its table's topic, and names a table the sinks can hold."""
-    tables = pc.dictionary_encode(rows.field("object"))
+    tables = rows.tables
     expected: list[str | None] = []
     refused: dict[int, DecodeError] = {}
     for number, table in enumerate(tables.dictionary.to_pylist()):
@@ -177,7 +181,7 @@ def _own_topic(rows: EventRows, topics: Topics) -> Broken:
 
 def _own_table(rows: EventRows) -> Broken:
     """Each event names the table its writer schema describes (the schema's namespace)."""
-    tables = pc.dictionary_encode(rows.field("object"))
+    tables = rows.tables
     namespaces = pa.array([table_namespace(str(t)) for t in tables.dictionary.to_pylist()], pa.string())
     described = pa.array([version.namespace for version in rows.versions], pa.string())
     same = pc.equal(namespaces.take(tables.indices), described.take(rows.version_numbers))

@@ -149,8 +149,11 @@ class CloudPickled:
 
 @dataclass(frozen=True)
 class Staging:
-    """Where an outlining job's tasks stage what they write besides the outline (None: nothing)."""
+    """Where an outlining job's tasks stage their outline, and what they write besides it
+    (None: nothing)."""
 
+    #: The job's outline files (consumer.tasks.stage_outline), read by the driver.
+    outline: Location
     changelog: ChangelogSink | None = None
     quarantine: Location | None = None
     replica: ReplicaStaging | None = None
@@ -161,6 +164,7 @@ class Staging:
 
     def clear(self) -> None:
         """What an earlier attempt staged, or this job before it learnt a schema."""
+        self.outline.delete_tree()
         if self.changelog is not None:
             self.changelog.clear()
         if self.quarantine is not None:
@@ -207,6 +211,7 @@ class BatchProcessor:
             if self.replica is not None:
                 self.replica.clear_staging()
         staging = Staging(
+            self.outlines / f"batch-{batch_id}",
             self.changelog.staging(batch_id) if self.changelog is not None else None,
             None if self.fail_on_bad_message else self.quarantine.staging(batch_id),
             self.replica.staging(batch_id) if self.replica is not None else None,
@@ -269,13 +274,11 @@ class BatchProcessor:
 
     def _outline(self, rows: Any, context: DecodeContext, batch_id: int, staging: Staging) -> Outline:
         staging.clear()
-        outlines = self.outlines / f"batch-{batch_id}"
-        outlines.delete_tree()  # an earlier job's: this one's tasks name theirs
         task = outline(
             self._context.share(rows.sparkSession.sparkContext, context),
             context.now_micros,
             batch_id,
-            outlines=outlines,
+            outlines=staging.outline,
             staging=staging.changelog.root if staging.changelog is not None else None,
             quarantine=staging.quarantine,
             replica=staging.replica.root if staging.replica is not None else None,
@@ -283,8 +286,10 @@ class BatchProcessor:
             replica_tables=staging.replica_tables,
         )
         staged = rows.mapInArrow(task, from_arrow_schema(STAGED_OUTLINE_SCHEMA)).toArrow()
-        found = Outline(staged_outline(outlines, staged.cast(STAGED_OUTLINE_SCHEMA)).cast(OUTLINE_SCHEMA))
-        outlines.delete_tree()
+        found = Outline(
+            staged_outline(staging.outline, staged.cast(STAGED_OUTLINE_SCHEMA)).cast(OUTLINE_SCHEMA)
+        )
+        staging.outline.delete_tree()  # read: the outline is the driver's now
         return found
 
     def _held_stager(
@@ -310,6 +315,7 @@ class BatchProcessor:
             job = next(jobs)
             staging = ReplicaStaging(staged.root / f"held-{job}")
             held_staging = Staging(  # their messages are held already
+                self.outlines / f"batch-{batch_id}-held-{job}",
                 replica=staging,
                 replica_messages=False,
                 replica_tables=tables.for_job(f"h{job}") if tables is not None else None,

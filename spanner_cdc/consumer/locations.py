@@ -176,6 +176,11 @@ class Location:
             return pa.memory_map(self.path)
         return self.filesystem.open_input_file(self.path)
 
+    def read_arrow(self) -> pa.Table:
+        """An Arrow IPC file (:meth:`write_arrow`), memory-mapped on a disk (:meth:`open_input`)."""
+        with self.open_input() as source:
+            return pa.ipc.open_file(source).read_all()
+
     # --- writing ------------------------------------------------------------------------------
 
     def write_whole(self, write: Callable[[pa.NativeFile], None]) -> None:
@@ -187,6 +192,15 @@ class Location:
         with self.filesystem.open_output_stream(temporary.path) as stream:
             write(stream)
         self.filesystem.move(temporary.path, self.path)
+
+    def write_arrow(self, table: pa.Table) -> None:
+        """``table`` as an Arrow IPC file, whole or not at all (:meth:`write_whole`)."""
+
+        def write(stream: pa.NativeFile) -> None:
+            with pa.ipc.new_file(stream, table.schema) as writer:
+                writer.write_table(table)
+
+        self.write_whole(write)
 
     def write_bytes(self, data: bytes) -> None:
         self.write_whole(lambda stream: stream.write(data))

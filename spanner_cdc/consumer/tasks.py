@@ -136,23 +136,14 @@ def drop_from_staged(staged: Location, duplicates: pa.Table) -> ArrowTask:
 def stage_outline(file: Location, outlined: list[pa.RecordBatch]) -> pa.RecordBatch:
     """A task's outline rows written to ``file`` (whole or not at all: a task attempt again
     writes the same rows), and the row that names it."""
-    table = pa.Table.from_batches(outlined, OUTLINE_SCHEMA)
-
-    def write(stream: pa.NativeFile) -> None:
-        with pa.ipc.new_file(stream, OUTLINE_SCHEMA) as writer:
-            writer.write_table(table)
-
-    file.write_whole(write)
+    file.write_arrow(pa.Table.from_batches(outlined, OUTLINE_SCHEMA))
     return pa.RecordBatch.from_pylist([{"file": file.name}], STAGED_OUTLINE_SCHEMA)
 
 
 def staged_outline(outlines: Location, staged: pa.Table) -> pa.Table:
     """The outline rows of the files in ``outlines`` that ``staged`` (rows of
     :data:`STAGED_OUTLINE_SCHEMA`) names: only those, never a file an earlier job left."""
-    tables = []
-    for file in staged.column("file").to_pylist():
-        with pa.ipc.open_file((outlines / file).open_input()) as reader:
-            tables.append(reader.read_all())
+    tables = [(outlines / file).read_arrow() for file in staged.column("file").to_pylist()]
     return pa.concat_tables(tables) if tables else OUTLINE_SCHEMA.empty_table()
 
 

@@ -268,35 +268,28 @@ class ReplicaStaging:
                 "columns": [[c.name, c.field, c.type.avro] for c in part.columns],
             }
             rows = part.rows.replace_schema_metadata({_HEADER: json.dumps(header).encode()})
-            self._write(f"part-{task:05d}-{number:05d}.arrow", rows)
+            (self.root / f"part-{task:05d}-{number:05d}.arrow").write_arrow(rows)
         if messages is not None:
-            self._write(f"messages-{task:05d}.arrow", messages)
+            (self.root / f"messages-{task:05d}.arrow").write_arrow(messages)
 
     def write_outline(self, rows: pa.Table) -> None:
         """The outline rows (consumer.decode.outline_rows) of the staged events."""
-        self._write("outline.arrow", rows)
+        (self.root / "outline.arrow").write_arrow(rows)
 
     def outline(self) -> pa.Table:
         """The outline rows written by :meth:`write_outline`, memory-mapped."""
-        return _mapped(self.root / "outline.arrow")
+        return (self.root / "outline.arrow").read_arrow()
 
     def messages(self) -> pa.Table:
         """Every task's messages, memory-mapped."""
-        tables = [_mapped(path) for path in self.root.files("messages-*.arrow")]
+        tables = [path.read_arrow() for path in self.root.files("messages-*.arrow")]
         return pa.concat_tables(tables) if tables else MESSAGES_SCHEMA.empty_table()
-
-    def _write(self, name: str, rows: pa.Table) -> None:
-        def write(sink: pa.NativeFile) -> None:
-            with pa.ipc.new_file(sink, rows.schema) as writer:
-                writer.write_table(rows)
-
-        (self.root / name).write_whole(write)
 
     def read(self) -> list[StagedPart]:
         """Every staged part, memory-mapped (their rows are not copied into the driver's heap)."""
         parts = []
         for path in self.root.files("part-*.arrow"):
-            rows = _mapped(path)
+            rows = path.read_arrow()
             header = json.loads(rows.schema.metadata[_HEADER])
             columns = tuple(PayloadColumn(n, f, ColumnType(avro)) for n, f, avro in header["columns"])
             parts.append(
@@ -316,8 +309,3 @@ def _located(rows: pa.Table, table: str | None) -> pa.Table:
     else:
         tables, numbers = pa.array([table] * count, pa.string()), pa.array(range(count), pa.int64())
     return rows.append_column(STAGED_IN, tables).append_column(STAGED_ROW, numbers)
-
-
-def _mapped(path: Location) -> pa.Table:
-    with path.open_input() as source:
-        return pa.ipc.open_file(source).read_all()

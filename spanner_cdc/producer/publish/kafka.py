@@ -99,6 +99,9 @@ class KafkaClient:
         self._created: set[str] = set()
         self._schemas: dict[int, asyncio.Future[None]] = {}
         self._closing: Callable[[int], list[ClosingRecord]] | None = None
+        #: Somebody awaits a message's commit (:meth:`produce_acknowledged`): the poller commits
+        #: at its next turn instead of at the end of the interval.
+        self._commit_awaited = False
 
     # --- topics and schemas ---------------------------------------------------------------
 
@@ -231,7 +234,11 @@ class KafkaClient:
         shard: int | None = None,
         partition: int = PARTITION_BY_KEY,
     ) -> asyncio.Future[None]:
-        """Produce one message; the future resolves once its transaction committed."""
+        """Produce one message; the future resolves once its transaction committed, which the
+        poller starts at its next turn: what awaits it — a table's writer schemas before its
+        first event, the checkpoints that register a partition's children or end it — is on the
+        way of every event behind it, where an interval's wait would be paid at each step."""
+        self._commit_awaited = True
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def settle(error: KafkaError | None, _message: Message | None) -> None:
@@ -317,12 +324,13 @@ class KafkaClient:
         return sum(writer.poll() for writer in list(self.writers.values()))
 
     async def run_poller(self, stop: asyncio.Event) -> None:
-        """Serve delivery reports, and commit the open transactions every TRANSACTION_SECONDS,
-        until ``stop``; then commit once more."""
+        """Serve delivery reports, and commit the open transactions every TRANSACTION_SECONDS —
+        at once when a commit is awaited — until ``stop``; then commit once more."""
         committed_at = time.monotonic()
         while not stop.is_set():
             self.poll()
-            if time.monotonic() - committed_at >= TRANSACTION_SECONDS:
+            if self._commit_awaited or time.monotonic() - committed_at >= TRANSACTION_SECONDS:
+                self._commit_awaited = False  # one asked for meanwhile is another commit
                 await self._commit_all()
                 committed_at = time.monotonic()
             await asyncio.sleep(0.005)

@@ -18,7 +18,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Message
@@ -251,12 +251,17 @@ class EventSender:
         writer = WriterSchema.from_schema(table.event_schema)
         key_writer = WriterSchema.from_schema(table.key_schema)
         await self.kafka.ensure_topic(topic)
-        for published in (writer, key_writer):
-            await self.kafka.ensure_schema(published, shard)
+        # In one transaction: each publication waits for a commit.
+        publications: list[Awaitable[None]] = [
+            self.kafka.ensure_schema(w, shard) for w in (writer, key_writer)
+        ]
         if self.json_events:  # what JSON readers type the table's values by
-            await self.kafka.produce_acknowledged(
-                self.kafka.topics.schemas, *version_record(table), shard=shard
+            publications.append(
+                self.kafka.produce_acknowledged(
+                    self.kafka.topics.schemas, *version_record(table), shard=shard
+                )
             )
+        await asyncio.gather(*publications)
         route = Route(
             topic,
             writer,

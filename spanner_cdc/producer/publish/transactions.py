@@ -5,7 +5,8 @@ The prefix has one transactional id, ``_spanner-cdc.{prefix}.writer``. A process
 when it starts (``init_transactions``): the broker aborts the previous holder's open transaction
 and refuses whatever that holder sends afterwards — PRODUCER_FENCED, which stops it with one
 line (:func:`lost_for_good`). Messages go into the open transaction, which is committed and a
-new one begun every :data:`TRANSACTION_SECONDS`.
+new one begun every :data:`TRANSACTION_SECONDS` (sooner when a message's commit is awaited:
+``KafkaClient.produce_acknowledged``).
 
 A message counts as delivered — its ``on_delivery`` runs, so acknowledgement trackers, hence
 checkpoints and watermarks, move — only once its transaction committed: the broker's

@@ -308,6 +308,27 @@ def consumer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
     )
 
 
+def cluster_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
+    """Growth on a Spark standalone cluster: the changelog with two workers against one."""
+    print("consumer on a Spark standalone cluster, workers of 1 core each")
+    one, one_in_batches, two, two_in_batches = consumer.cluster_figures(stack.endpoint("kafka"), args.changes)
+    print_figures([one, one_in_batches, two, two_in_batches])
+    growth, in_batches = (
+        two.per_second / one.per_second,
+        two_in_batches.per_second / one_in_batches.per_second,
+    )
+    print(
+        f"  growth: changelog on 2 workers {growth:.2f}x the same on 1; "
+        f"in the batches alone {in_batches:.2f}x"
+    )
+    cores = os.cpu_count() or 1
+    for count, figure in ((1, one), (2, two)):
+        assert figure.cpu is not None
+        busy = figure.cpu.machine / figure.seconds / cores
+        print(f"  changelog on {count} worker(s): the machine's {cores} CPUs {busy:.0%} busy")
+    return f"changelog on 2 workers {two.per_second:,.0f} ev/s, on 1 {one.per_second:,.0f}: {growth:.2f}x"
+
+
 def pipeline_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
     """Commit → replica latency of the whole pipeline under the demo's workload, into DuckDB and
     into Delta; the producer's own commit → ack latency, (c) above, is its baseline (what the
@@ -411,6 +432,7 @@ PART_RUNS: dict[str, Part] = {
     "backfill": backfill_part,
     "poll": poll_part,
     "consumer": consumer_part,
+    "cluster": cluster_part,
     "pipeline": pipeline_part,
     "peer": peer_part,
 }

@@ -23,6 +23,9 @@ duplicates) is consumed by separate Trigger.AvailableNow queries:
   session, warm, and then with the driver, the JVM and its Python workers pinned to one CPU
   (``bench.cpus``) — on two cores ``local[1]`` still keeps both busy (one task's source worker
   feeds its Python worker through the JVM);
+- growth on a Spark standalone cluster (``--only cluster``): the changelog on a cluster of one
+  worker of one core, then of two such workers (a master and workers as JVMs of their own,
+  ``testkit.spark_cluster``), the driver this process, each cluster warmed up as above;
 - driver memory: this process's peak RSS while the changelog runs with batches of 10,000 and
   of 200,000 events;
 - a wide table: the same history's shape on a table of 30 INT64 value columns, an update setting
@@ -47,6 +50,7 @@ took 2 s, the next 0.3 s).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import os
@@ -63,6 +67,7 @@ import fastavro
 import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from bench.cpu_time import CpuSeconds
 from bench.cpus import pinned
 from bench.jars import bench_jars
 from bench.memory import PeakRss
@@ -77,6 +82,7 @@ from spanner_cdc.consumer.tasks import STAGED_OUTLINE_SCHEMA
 from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.wire import HEADER_LENGTH, WriterSchema, encode, read_body
 from testkit.consumer_run import consumer_config, fresh_postgres_database, unique_prefix
+from testkit.spark_cluster import spark_cluster
 from testkit.synthetic import ChangeFactory, publish, random_history, wide_table
 
 WATERMARK_EVERY = 5_000
@@ -493,3 +499,43 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
         wide_replicas,
         lakehouse,
     )
+
+
+def cluster_figures(bootstrap: str, changes: int, workers: tuple[int, ...] = (1, 2)) -> list[Figure]:
+    """The changelog of one published history on standalone clusters of each number of
+    ``workers`` (one core each), whole (with the CPU the machine spent meanwhile) and in its
+    batches alone: two figures per cluster."""
+    prefix, messages = published_history(bootstrap, ChangeFactory(), changes)
+    warm_prefix = unique_prefix("BenchWarmUp")
+    warm_events = random_history(ChangeFactory(), WARM_UP_CHANGES)
+    publish(bootstrap, warm_prefix, warm_events + warm_events)
+    work = Path(tempfile.mkdtemp(prefix="spanner-cdc-bench-cluster-"))
+    figures: list[Figure] = []
+    for count in workers:
+        root = work / f"{count}-workers"
+        with spark_cluster(root / "cluster", workers=count, cores=1) as cluster:
+            spark = spark_session(
+                cluster.master_url, f"spanner-cdc-bench-{count}-workers", log_dir=root / "logs"
+            )
+            try:
+                changelog = functools.partial(changelog_query, spark, bootstrap, root)
+                changelog(warm_prefix, 2 * len(warm_events))
+                cpu = CpuSeconds.now()
+                whole, in_batches = timed_with_batches(
+                    f"{CHANGELOG} on {count} worker(s) of 1 core",
+                    functools.partial(changelog, prefix, messages),
+                )
+                figures += [dataclasses.replace(whole, cpu=CpuSeconds.now() - cpu), in_batches]
+            finally:
+                spark.stop()
+    return figures
+
+
+def changelog_query(spark: Any, bootstrap: str, work: Path, prefix: str, events: int) -> Finished:
+    """The consumer's changelog of ``prefix``'s topics (``events`` messages), drained by one
+    AvailableNow query of ``spark``."""
+    job = ConsumerJob.open(consumer_config(bootstrap, prefix, work / prefix, sinks=("changelog",)))
+    try:
+        return Finished(events, drain(job, spark, StopRequest()))
+    finally:
+        job.close()

@@ -59,6 +59,7 @@ from spanner_cdc.consumer.sinks.replica.sink import BatchContents, ReplicaSink
 from spanner_cdc.consumer.sinks.replica.stage.loaded import StagedTables
 from spanner_cdc.consumer.sinks.replica.stage.rows import ReplicaStaging, StagedEvents
 from spanner_cdc.consumer.spark.data_loss import DataLossCounter
+from spanner_cdc.consumer.spark.offsets_log import planned_span
 from spanner_cdc.consumer.status import BatchSeen
 from spanner_cdc.consumer.tasks import STAGED_OUTLINE_SCHEMA, drop_from_staged, outline, staged_outline
 from spanner_cdc.schemas.timestamps import now_micros, seconds_behind
@@ -147,6 +148,16 @@ class CloudPickled:
         return cloudpickle.loads, (cloudpickle.dumps(self.value),)  # type: ignore[no-untyped-call]  # pyspark ships it untyped
 
 
+#: A batch that planned to read at most this many offsets is read in as many tasks as the
+#: session has task slots. Spark's Kafka source makes a task of each partition with new offsets
+#: — with watermark records in every partition, every partition of every event topic, each
+#: batch — and a task costs its scheduling and its Python worker's round trip whatever it reads:
+#: at a few dozen events a batch that was most of the batch (docs/consumer.md, Latency). Not
+#: for larger batches: Spark groups partitions into fewer tasks by count, not size, and one
+#: busy topic's partitions grouped together would read in fewer tasks than slots.
+SMALL_BATCH_OFFSETS = 5_000
+
+
 @dataclass(frozen=True)
 class Staging:
     """Where an outlining job's tasks stage their outline, and what they write besides it
@@ -185,6 +196,8 @@ class BatchProcessor:
     quarantine: QuarantineSink
     #: Where the tasks stage each batch's outline rows (consumer.tasks.stage_outline).
     outlines: Location
+    #: The query's checkpoint, whose offsets log says how much each batch planned to read.
+    spark_checkpoint: Location
     fail_on_bad_message: bool
     metrics: ConsumerMetrics
     #: With --fail-on-data-loss false: counts what Kafka no longer had of each batch's range.
@@ -200,7 +213,11 @@ class BatchProcessor:
             self.metrics.batches.labels("replayed-skipped").inc()
             log.info("batch %d was already written by an earlier attempt; skipped", batch_id)
             return
-        self._process(batch.select(*DECODE_COLUMNS), batch_id, started)
+        rows = batch.select(*DECODE_COLUMNS)
+        span = planned_span(self.spark_checkpoint, batch_id)
+        if span is not None and span <= SMALL_BATCH_OFFSETS:
+            rows = rows.coalesce(rows.sparkSession.sparkContext.defaultParallelism)
+        self._process(rows, batch_id, started)
 
     def _process(self, rows: Any, batch_id: int, started: float) -> None:
         if not self._started:  # the first batch after a start is the only one that can be a replay

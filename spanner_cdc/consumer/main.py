@@ -207,6 +207,7 @@ class ConsumerJob:
             replica=replica,
             quarantine=QuarantineSink(locations.quarantine),
             outlines=locations.outlines,
+            spark_checkpoint=locations.spark_checkpoint,
             fail_on_bad_message=config.on_bad_message == "fail",
             metrics=metrics,
             data_loss=None

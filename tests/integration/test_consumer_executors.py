@@ -76,6 +76,38 @@ def test_decoding_and_the_changelog_run_in_one_task_per_kafka_partition_of_the_b
             assert keys == sorted(keys)
 
 
+def test_a_small_batch_is_read_in_as_many_tasks_as_the_session_has_slots(
+    spark: Any, stack: EmbeddedStack, tmp_path: Path
+) -> None:
+    """Batches of 300 offsets over 3 Kafka partitions: each read by at most the session's 2 task
+    slots (its changelog files, one per task, say so) — all but the first, whose planned range
+    the offsets log cannot tell (no batch before it), read one task per partition."""
+    config = consumer_config(
+        stack.endpoint("kafka"),
+        unique_prefix("S"),
+        tmp_path / "out",
+        sinks=["changelog"],
+        max_events_per_batch=300,
+    )
+    events = random_history(ChangeFactory(), 1_200, keys=300)
+    publish(config.kafka_bootstrap, config.topic_prefix, events)
+
+    run_consumer(spark, config)
+
+    tasks: dict[int, set[str]] = {}
+    for file in (on_disk(config).changelog / "object=Accounts").glob("*/*.parquet"):
+        found = re.fullmatch(r"batch-(\d+)-part-(\d+)\.parquet", file.name)
+        assert found, file.name
+        tasks.setdefault(int(found.group(1)), set()).add(found.group(2))
+    slots = spark.sparkContext.defaultParallelism
+    assert slots < TOPIC_PARTITIONS
+    assert len(tasks.pop(0)) == TOPIC_PARTITIONS
+    assert len(tasks) >= 3, tasks
+    assert all(len(parts) <= slots for parts in tasks.values()), tasks
+    uuids = [row[0] for row in changelog_rows(config, "Accounts", '"envelope$uuid"')]
+    assert uuids == [e.value["uuid"] for e in events]
+
+
 #: One batch of this many changes: about 60,000 events of 300-400 bytes. Decoded on the driver,
 #: as before the move to the executors, they were Python dicts of roughly 2 KB each — well over
 #: 100 MB of the driver's heap for one batch.

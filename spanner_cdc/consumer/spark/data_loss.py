@@ -1,44 +1,27 @@
 """With ``--fail-on-data-loss false`` Spark's Kafka source goes on from the earliest records
 Kafka still has, and only logs what it skipped. This counts it, once per batch on the driver.
 
-A batch's planned range of each partition is in Spark's offsets log: it starts where the
-previous batch ended (``offsets/<batch - 1>``) and ends at ``offsets/<batch>``. Offsets below
-both Kafka's earliest offset now and the first the batch read were gone when it read them —
-removed by retention (or by a delete-records request). What is counted are offsets, not
-records: a transaction marker among them counts too. Not counted: a topic deleted, or deleted
-and created again (its old offsets mean nothing in the new one; Spark reads it from its new
-end), a batch whose previous offsets Spark no longer keeps, and anything with the default
-``--fail-on-data-loss true`` (Spark stops the query instead).
+A batch's planned range of each partition is in Spark's offsets log
+(consumer.spark.offsets_log). Offsets below both Kafka's earliest offset now and the first the
+batch read were gone when it read them — removed by retention (or by a delete-records request).
+Not counted: a topic deleted, or deleted and created again (its old offsets mean nothing in the
+new one; Spark reads it from its new end), a batch whose previous offsets Spark no longer keeps,
+and anything with the default ``--fail-on-data-loss true`` (Spark stops the query instead).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import Consumer
 
 from spanner_cdc.common.kafka_offsets import READER_SETTINGS, offset_ranges
 from spanner_cdc.consumer.locations import Location
+from spanner_cdc.consumer.spark.offsets_log import Place, planned_offsets
 
 log = logging.getLogger("spanner_cdc.consumer")
-Place = tuple[str, int]
-
-
-def planned_offsets(spark_checkpoint: Location, batch_id: int) -> dict[Place, int] | None:
-    """(topic, partition) → the offset Spark planned batch ``batch_id`` to read up to; None
-    when its offsets log has no such batch. The log's third line is the source's offsets."""
-    path = spark_checkpoint / "offsets" / str(batch_id)
-    if batch_id < 0 or not path.is_file():
-        return None
-    lines = path.read_text().splitlines()
-    if len(lines) < 3:
-        return None
-    offsets: Any = json.loads(lines[2])
-    return {(topic, int(p)): int(o) for topic, parts in offsets.items() for p, o in parts.items()}
 
 
 def lost_offsets(

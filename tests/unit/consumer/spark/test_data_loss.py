@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pyarrow as pa
 import pytest
 
-from spanner_cdc.consumer.locations import Location
-from spanner_cdc.consumer.spark.data_loss import first_offsets, lost_offsets, planned_offsets
+from spanner_cdc.consumer.spark.data_loss import first_offsets, lost_offsets
 
 pytestmark = pytest.mark.unit
 A0, A1 = ("P.A", 0), ("P.A", 1)
@@ -26,16 +23,6 @@ def test_records_removed_after_the_batch_read_them_are_not_lost() -> None:
 
 def test_a_partition_the_batch_read_nothing_of_counts_up_to_its_planned_end() -> None:
     assert lost_offsets({A0: 10}, {A0: 30}, earliest={A0: 40}, first_read={}) == {A0: 20}
-
-
-def test_the_offsets_log_gives_a_batch_s_planned_end(tmp_path: Path) -> None:
-    offsets = tmp_path / "offsets"
-    offsets.mkdir()
-    (offsets / "3").write_text('v1\n{"batchWatermarkMs":0}\n{"P.A":{"1":30,"0":12}}\n')
-    checkpoint = Location.local(tmp_path)
-    assert planned_offsets(checkpoint, 3) == {A0: 12, A1: 30}
-    assert planned_offsets(checkpoint, 2) is None
-    assert planned_offsets(checkpoint, -1) is None
 
 
 def test_the_first_offset_read_of_each_partition() -> None:

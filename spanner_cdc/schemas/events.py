@@ -283,7 +283,9 @@ class EventBuilder:
             None,
             None,
             None,
-            sorted(name for name in values if name not in keys),
+            table.value_names
+            if len(values) == len(table.columns)
+            else sorted(name for name in values if name not in keys),
             None,
         )
         fields = (

@@ -186,6 +186,12 @@ class TableSchema:
         per table version, shared by its events: not to be changed."""
         return [c.name for c in self.key_columns]
 
+    @cached_property
+    def value_names(self) -> list[str]:
+        """The non-key columns' field names, sorted: what an event of a whole row lists as
+        changed. One list per table version, shared by its events: not to be changed."""
+        return sorted(c.avro_name for c in self.columns if not c.is_primary_key)
+
     def _unknown_column(self, name: str) -> None:
         raise ContractError(f"table {self.table!r}: value for unknown column {name!r}")
 

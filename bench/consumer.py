@@ -401,21 +401,15 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
     logs = Path(tempfile.mkdtemp(prefix="spark-logs-"))
     base = consumer_config(bootstrap, prefix, work / "unused")
 
-    warm_prefix = unique_prefix("BenchWarmUp")
-    warm_events = random_history(ChangeFactory(), WARM_UP_CHANGES)
-    publish(bootstrap, warm_prefix, warm_events + warm_events)
-    published = {prefix: messages, wide_prefix: wide_messages, warm_prefix: 2 * len(warm_events)}
+    warm_prefix, warm_messages = published_warm_up(bootstrap)
+    published = {prefix: messages, wide_prefix: wide_messages, warm_prefix: warm_messages}
 
     def consumed(directory: str, topics: str = prefix, **overrides: Any) -> int:
         return consumed_query(directory, topics, **overrides).events
 
     def consumed_query(directory: str, topics: str = prefix, **overrides: Any) -> Finished:
-        job = ConsumerJob.open(consumer_config(bootstrap, topics, work / directory, **overrides))
-        try:
-            query = drain(job, spark, StopRequest())
-        finally:
-            job.close()
-        return Finished(published[topics], query)
+        config = consumer_config(bootstrap, topics, work / directory, **overrides)
+        return drained(spark, config, published[topics])
 
     def warm_up(name: str) -> None:
         """The JVM and the Python workers of the source and of the consumer's tasks started, and
@@ -501,40 +495,58 @@ def consumer_figures(bootstrap: str, postgres_dsn: str, changes: int) -> Consume
     )
 
 
-def cluster_figures(bootstrap: str, changes: int, workers: tuple[int, ...] = (1, 2)) -> list[Figure]:
-    """The changelog of one published history on standalone clusters of each number of
-    ``workers`` (one core each), whole (with the CPU the machine spent meanwhile) and in its
-    batches alone: two figures per cluster."""
-    prefix, messages = published_history(bootstrap, ChangeFactory(), changes)
-    warm_prefix = unique_prefix("BenchWarmUp")
-    warm_events = random_history(ChangeFactory(), WARM_UP_CHANGES)
-    publish(bootstrap, warm_prefix, warm_events + warm_events)
+def cluster_figures(bootstrap: str, changes: int) -> list[Figure]:
+    """The changelog of one published history on a standalone cluster of one worker of one
+    core, then of two: for each, whole (with the CPU the machine spent meanwhile) and in its
+    batches alone."""
+    history = published_history(bootstrap, ChangeFactory(), changes)
+    warm = published_warm_up(bootstrap)
     work = Path(tempfile.mkdtemp(prefix="spanner-cdc-bench-cluster-"))
-    figures: list[Figure] = []
-    for count in workers:
-        root = work / f"{count}-workers"
-        with spark_cluster(root / "cluster", workers=count, cores=1) as cluster:
-            spark = spark_session(
-                cluster.master_url, f"spanner-cdc-bench-{count}-workers", log_dir=root / "logs"
+    return [
+        figure
+        for workers in (1, 2)
+        for figure in changelog_on_cluster(bootstrap, workers, work / f"{workers}-workers", warm, history)
+    ]
+
+
+def changelog_on_cluster(
+    bootstrap: str, workers: int, work: Path, warm: tuple[str, int], history: tuple[str, int]
+) -> list[Figure]:
+    """The changelog of ``history`` (topics' prefix, messages) on a new cluster of ``workers``
+    workers of one core, after the same of ``warm``."""
+    with spark_cluster(work / "cluster", workers=workers, cores=1) as cluster:
+        spark = spark_session(
+            cluster.master_url, f"spanner-cdc-bench-{workers}-workers", log_dir=work / "logs"
+        )
+        try:
+
+            def changelog(topics: str, events: int) -> Finished:
+                config = consumer_config(bootstrap, topics, work / topics, sinks=("changelog",))
+                return drained(spark, config, events)
+
+            changelog(*warm)
+            cpu = CpuSeconds.now()
+            whole, in_batches = timed_with_batches(
+                f"{CHANGELOG} on {workers} worker(s) of 1 core", functools.partial(changelog, *history)
             )
-            try:
-                changelog = functools.partial(changelog_query, spark, bootstrap, root)
-                changelog(warm_prefix, 2 * len(warm_events))
-                cpu = CpuSeconds.now()
-                whole, in_batches = timed_with_batches(
-                    f"{CHANGELOG} on {count} worker(s) of 1 core",
-                    functools.partial(changelog, prefix, messages),
-                )
-                figures += [dataclasses.replace(whole, cpu=CpuSeconds.now() - cpu), in_batches]
-            finally:
-                spark.stop()
-    return figures
+            return [dataclasses.replace(whole, cpu=CpuSeconds.now() - cpu), in_batches]
+        finally:
+            spark.stop()
 
 
-def changelog_query(spark: Any, bootstrap: str, work: Path, prefix: str, events: int) -> Finished:
-    """The consumer's changelog of ``prefix``'s topics (``events`` messages), drained by one
-    AvailableNow query of ``spark``."""
-    job = ConsumerJob.open(consumer_config(bootstrap, prefix, work / prefix, sinks=("changelog",)))
+def published_warm_up(bootstrap: str) -> tuple[str, int]:
+    """The warm-up's topics: ``WARM_UP_CHANGES`` changes, each sent twice; their prefix and
+    how many messages they hold."""
+    prefix = unique_prefix("BenchWarmUp")
+    events = random_history(ChangeFactory(), WARM_UP_CHANGES)
+    publish(bootstrap, prefix, events + events)
+    return prefix, 2 * len(events)
+
+
+def drained(spark: Any, config: ConsumerConfig, events: int) -> Finished:
+    """The consumer with ``config`` run by one query of ``spark`` until Kafka is drained
+    (``events``: the messages its topics hold)."""
+    job = ConsumerJob.open(config)
     try:
         return Finished(events, drain(job, spark, StopRequest()))
     finally:

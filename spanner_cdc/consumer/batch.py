@@ -59,7 +59,7 @@ from spanner_cdc.consumer.sinks.replica.sink import BatchContents, ReplicaSink
 from spanner_cdc.consumer.sinks.replica.stage.loaded import StagedTables
 from spanner_cdc.consumer.sinks.replica.stage.rows import ReplicaStaging, StagedEvents
 from spanner_cdc.consumer.spark.data_loss import DataLossCounter
-from spanner_cdc.consumer.spark.offsets_log import planned_span
+from spanner_cdc.consumer.spark.offsets_log import OffsetsLog
 from spanner_cdc.consumer.status import BatchSeen
 from spanner_cdc.consumer.tasks import STAGED_OUTLINE_SCHEMA, drop_from_staged, outline, staged_outline
 from spanner_cdc.schemas.timestamps import now_micros, seconds_behind
@@ -196,8 +196,8 @@ class BatchProcessor:
     quarantine: QuarantineSink
     #: Where the tasks stage each batch's outline rows (consumer.tasks.stage_outline).
     outlines: Location
-    #: The query's checkpoint, whose offsets log says how much each batch planned to read.
-    spark_checkpoint: Location
+    #: The query's offsets log: how much each batch planned to read.
+    offsets: OffsetsLog
     fail_on_bad_message: bool
     metrics: ConsumerMetrics
     #: With --fail-on-data-loss false: counts what Kafka no longer had of each batch's range.
@@ -214,7 +214,7 @@ class BatchProcessor:
             log.info("batch %d was already written by an earlier attempt; skipped", batch_id)
             return
         rows = batch.select(*DECODE_COLUMNS)
-        span = planned_span(self.spark_checkpoint, batch_id)
+        span = self.offsets.planned_span(batch_id)
         if span is not None and span <= SMALL_BATCH_OFFSETS:
             rows = rows.coalesce(rows.sparkSession.sparkContext.defaultParallelism)
         self._process(rows, batch_id, started)

@@ -38,6 +38,7 @@ from spanner_cdc.consumer.spark.graceful_stop import (
     stop_between_batches,
     stop_requested,
 )
+from spanner_cdc.consumer.spark.offsets_log import OffsetsLog
 from spanner_cdc.consumer.spark.session import spark_session
 from spanner_cdc.consumer.streams.catalog import streams_seen
 from spanner_cdc.schemas.timestamps import MICROS_PER_SECOND
@@ -196,6 +197,7 @@ class ConsumerJob:
                 on_replica_commit=on_replica_commit,
             )
         )
+        offsets = OffsetsLog(locations.spark_checkpoint)
         processor = BatchProcessor(
             decoder=decoder,
             delivered=DeliveredChanges(
@@ -207,12 +209,10 @@ class ConsumerJob:
             replica=replica,
             quarantine=QuarantineSink(locations.quarantine),
             outlines=locations.outlines,
-            spark_checkpoint=locations.spark_checkpoint,
+            offsets=offsets,
             fail_on_bad_message=config.on_bad_message == "fail",
             metrics=metrics,
-            data_loss=None
-            if config.fail_on_data_loss
-            else DataLossCounter(locations.spark_checkpoint, config.client_config),
+            data_loss=None if config.fail_on_data_loss else DataLossCounter(offsets, config.client_config),
         )
         return cls(config, locations, processor, store)
 

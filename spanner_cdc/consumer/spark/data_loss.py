@@ -18,8 +18,7 @@ import pyarrow as pa
 from confluent_kafka import Consumer
 
 from spanner_cdc.common.kafka_offsets import READER_SETTINGS, offset_ranges
-from spanner_cdc.consumer.locations import Location
-from spanner_cdc.consumer.spark.offsets_log import Place, planned_offsets
+from spanner_cdc.consumer.spark.offsets_log import OffsetsLog, Place
 
 log = logging.getLogger("spanner_cdc.consumer")
 
@@ -62,14 +61,16 @@ class DataLossCounter:
     Its Kafka client is made at the first batch that has a previous one, and kept until
     :meth:`close`."""
 
-    def __init__(self, spark_checkpoint: Location, client_config: Mapping[str, str]) -> None:
-        self.spark_checkpoint = spark_checkpoint
+    def __init__(self, offsets: OffsetsLog, client_config: Mapping[str, str]) -> None:
+        self.offsets = offsets
         self.client_config = dict(client_config)
         self._consumer: Consumer | None = None
 
     def count(self, batch_id: int, outline: pa.Table) -> int:
-        start = planned_offsets(self.spark_checkpoint, batch_id - 1)
-        end = planned_offsets(self.spark_checkpoint, batch_id)
+        planned = self.offsets.planned(batch_id)
+        if planned is None:
+            return 0
+        start, end = planned
         if not start or not end:
             return 0
         earliest = self._earliest(list(start))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from spanner_cdc.consumer.locations import Location
-from spanner_cdc.consumer.spark.offsets_log import planned_offsets, planned_span
+from spanner_cdc.consumer.spark.offsets_log import OffsetsLog, planned_offsets
 
 pytestmark = pytest.mark.unit
 A0, A1 = ("P.A", 0), ("P.A", 1)
@@ -36,6 +36,14 @@ def test_a_batch_s_span_counts_every_partition_from_the_previous_batch_s_end(tmp
             5: '{"P.A":{"0":15,"1":30},"P.B":{"0":7}}',  # P.B is new: from offset 0
         },
     )
-    assert planned_span(checkpoint, 5) == 3 + 0 + 7
-    assert planned_span(checkpoint, 4) is None  # no batch 3: not known
-    assert planned_span(checkpoint, 6) is None  # not planned yet
+    assert OffsetsLog(checkpoint).planned_span(5) == 3 + 0 + 7
+    assert OffsetsLog(checkpoint).planned_span(4) is None  # no batch 3: not known
+    assert OffsetsLog(checkpoint).planned_span(6) is None  # not planned yet
+
+
+def test_a_batch_s_end_is_read_once_and_is_the_next_batch_s_start(tmp_path: Path) -> None:
+    checkpoint = logged(tmp_path, {4: '{"P.A":{"0":12}}', 5: '{"P.A":{"0":15}}', 6: '{"P.A":{"0":20}}'})
+    log = OffsetsLog(checkpoint)
+    assert log.planned_span(5) == 3
+    (tmp_path / "offsets" / "5").unlink()  # read already: batch 6 starts where it ended
+    assert log.planned(6) == ({A0: 15}, {A0: 20})

@@ -37,7 +37,7 @@ from google.cloud import spanner as spanner_lib
 from google.cloud.spanner_v1 import KeySet
 
 from bench.cpu_time import CpuSeconds
-from spanner_cdc.common.heap import freeze_startup_heap
+from spanner_cdc.common.heap import settle_heap
 from spanner_cdc.common.kafka_offsets import READER_SETTINGS
 from spanner_cdc.producer.change_stream_rules import GOOGLE_STANDARD_SQL
 from spanner_cdc.producer.config import ProducerConfig
@@ -113,14 +113,16 @@ def synthetic_records(count: int) -> list[dict[str, Any]]:
 @contextlib.contextmanager
 def as_the_command_runs() -> Iterator[None]:
     """The heap as ``spanner-cdc produce`` and ``poll`` run with it: what exists now frozen, as
-    the command freezes what its start-up made (``common.heap``); thawed afterwards, for the
-    next part. What exists now includes a part's input records, which a command never holds
-    all at once."""
-    freeze_startup_heap()
+    the command freezes what its start-up made, and the collector's thresholds the command's
+    (``common.heap``); both as they were afterwards, for the next part. What exists now includes
+    a part's input records, which a command never holds all at once."""
+    thresholds = gc.get_threshold()
+    settle_heap()
     try:
         yield
     finally:
         gc.unfreeze()
+        gc.set_threshold(*thresholds)
 
 
 def timed(name: str, events: int, work: Callable[[], None]) -> Figure:

@@ -8,7 +8,7 @@ import signal
 import time
 
 from spanner_cdc.common.blocking import call_with_deadline
-from spanner_cdc.common.heap import freeze_startup_heap
+from spanner_cdc.common.heap import settle_heap
 from spanner_cdc.common.progress import show_progress
 from spanner_cdc.common.schema_registry import SchemaRegistry
 from spanner_cdc.errors import UsageError
@@ -332,7 +332,7 @@ async def open_framing(registry_url: str | None, registry_settings: dict[str, st
 async def produce(config: ProducerConfig) -> None:
     """The whole command; SIGINT/SIGTERM stop it cleanly (flush, checkpoint, return)."""
     service = await build_service(config)
-    freeze_startup_heap()
+    settle_heap()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, service.request_stop)

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
 from spanner_cdc.common.blocking import call_with_deadline
-from spanner_cdc.common.heap import freeze_startup_heap
+from spanner_cdc.common.heap import settle_heap
 from spanner_cdc.common.progress import show_progress
 from spanner_cdc.errors import UsageError
 from spanner_cdc.producer.backfill.runner import BackfillTable
@@ -112,7 +112,7 @@ async def poll(config: PollConfig) -> None:
     """The whole command; SIGINT/SIGTERM end it, a running poll included (producer.poll)."""
     metrics = ProducerMetrics()
     poller = await build_poller(config, metrics)
-    freeze_startup_heap()
+    settle_heap()
     kafka = poller.sender.kafka
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

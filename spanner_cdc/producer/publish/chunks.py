@@ -20,7 +20,7 @@ from spanner_cdc.producer.publish.publisher import EventSender
 from spanner_cdc.producer.spanner.reader import QueryStream
 from spanner_cdc.schemas.events import Event
 
-Chunk = list[list[Any]]
+Chunk = list[tuple[Any, ...]]
 #: A chunk's events, and what moves the position past the chunk once Kafka has all of them.
 ChunkEvents = tuple[Sequence[Event], Callable[[], None]]
 SAVE_INTERVAL_SECONDS = 1.0

@@ -49,7 +49,7 @@ def table_rows(
     table: str,
     columns: Sequence[str],
     after_key: Sequence[Any] | None,
-) -> Iterator[list[list[Any]]]:
+) -> Iterator[list[tuple[Any, ...]]]:
     """The rows of ``table`` at ``snapshot_micros`` whose key follows ``after_key`` (all rows
     when None), as lists of JSON-form values in ``columns`` order, in chunks, in key order
     (blocking: iterate on a worker thread)."""
@@ -60,7 +60,7 @@ def table_rows(
     )
     with database.snapshot(read_timestamp=datetime_from_micros(snapshot_micros)) as snapshot:
         results = iter(snapshot.read(table=table, columns=list(columns), keyset=keys, lazy_decode=True))
-        while chunk := [[json_value(value) for value in row] for row in islice(results, ROWS_PER_CHUNK)]:
+        while chunk := [tuple(map(json_value, row)) for row in islice(results, ROWS_PER_CHUNK)]:
             yield chunk
 
 
@@ -74,7 +74,7 @@ def rows_stamped_since(
     stamp_column: str,
     key: Sequence[str],
     since_micros: int,
-) -> Iterator[list[list[Any]]]:
+) -> Iterator[list[tuple[Any, ...]]]:
     """The rows of ``table`` at ``snapshot_micros`` whose ``stamp_column`` is at or after
     ``since_micros``, ordered by that column and then the key, in chunks of JSON-form values in
     ``columns`` order (blocking: iterate on a worker thread).
@@ -101,7 +101,7 @@ def rows_stamped_since(
                 lazy_decode=True,
             )
         )
-        while chunk := [[json_value(value) for value in row] for row in islice(results, ROWS_PER_CHUNK)]:
+        while chunk := [tuple(map(json_value, row)) for row in islice(results, ROWS_PER_CHUNK)]:
             yield chunk
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,30 +146,37 @@ class Backfill:
         if not wanted:
             return
         log.info("backfill of %d tables: %s", len(wanted), ", ".join(t.name for t in wanted))
-        # Every table's plan first: a table still waiting for its turn when the producer stops
-        # is then a started backfill too, which the next run finishes.
-        plans = [await self._plan(table) for table in wanted]
+        plans = [self._plan(table) for table in wanted]
+        # Every new plan written first (together, one commit): a table still waiting for its turn
+        # when the producer stops is then a started backfill too, which the next run finishes.
+        # The first reads start meanwhile; no row is sent before the plans are written.
+        fresh = [plan for plan in plans if self.plans.get(plan.table) is not plan]
+        written = asyncio.ensure_future(asyncio.gather(*(self.store.write(plan) for plan in fresh)))
         slots = asyncio.Semaphore(self.parallelism)
-        await _all_or_none(
-            [self._table(table, plan, slots) for table, plan in zip(wanted, plans, strict=True)]
-        )
+        try:
+            await _all_or_none(
+                [self._table(table, plan, slots, written) for table, plan in zip(wanted, plans, strict=True)]
+            )
+        finally:
+            written.cancel()
 
-    async def _plan(self, table: BackfillTable) -> TablePlan:
+    def _plan(self, table: BackfillTable) -> TablePlan:
         plan = self.plans.get(table.name)
         if plan is None or plan.columns != table.columns:
             # New, or the table's columns changed since: (again) from the start at the run's
             # snapshot, ordered after every change published before it.
             plan = TablePlan(table.name, self.snapshot_micros, table.columns)
-            await self.store.write(plan)
         self._unfinished[table.name] = plan.snapshot_micros
         return plan
 
-    async def _table(self, table: BackfillTable, plan: TablePlan, slots: asyncio.Semaphore) -> None:
+    async def _table(
+        self, table: BackfillTable, plan: TablePlan, slots: asyncio.Semaphore, written: Awaitable[object]
+    ) -> None:
         async with slots:
             self._reading.add(table.name)
             for attempt in range(1, MAX_READ_ATTEMPTS + 1):
                 try:
-                    await self._read(table, plan)
+                    await self._read(table, plan, written)
                     break
                 except google_exceptions.GoogleAPICallError as exc:
                     if attempt == MAX_READ_ATTEMPTS:
@@ -183,18 +190,21 @@ class Backfill:
                         table.name,
                         exc.message,
                     )
+            await asyncio.shield(written)  # rows or none, the plan is written before the end
             plan.finished = True
             await self.store.write(plan)
             del self._unfinished[table.name]
             self._reading.discard(table.name)
             log.info("backfill of %s finished (snapshot %s)", table.name, clock_text(plan.snapshot_micros))
 
-    async def _read(self, table: BackfillTable, plan: TablePlan) -> None:
-        """Rows after the plan's key → Kafka; the plan's key advanced as Kafka acknowledges
-        them, written about once a second and at the end."""
+    async def _read(self, table: BackfillTable, plan: TablePlan, written: Awaitable[object]) -> None:
+        """Rows after the plan's key → Kafka, once the plans are ``written``; the plan's key
+        advanced as Kafka acknowledges them, written about once a second (at the end, the
+        caller writes the table finished)."""
         start = plan.after_key
 
         async def events_of(chunk: Chunk) -> ChunkEvents:
+            await asyncio.shield(written)  # one table's cancellation is not the others'
             key, rows = self._key(table, plan, chunk[-1]), len(chunk)
 
             def passed() -> None:
@@ -218,7 +228,6 @@ class Backfill:
                 f"backfill of {table.name}: Kafka did not take its rows ({failure}); a restart goes on "
                 "from the last checkpoint"
             )
-        await self.store.write(plan)
 
     @staticmethod
     def _key(table: BackfillTable, plan: TablePlan, row: Sequence[Any]) -> list[Any]:

@@ -55,6 +55,8 @@ async def publish_chunks(
                 saved_at = time.monotonic()
     finally:
         stream.stop()
+    if unsettled:
+        sender.kafka.commit_soon()  # nothing more to send: the last chunks need not wait an interval
     for tracker, _ in unsettled:
         await tracker.drained()
     _advance(unsettled)

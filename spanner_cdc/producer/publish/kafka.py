@@ -238,7 +238,7 @@ class KafkaClient:
         poller starts at its next turn: what awaits it — a table's writer schemas before its
         first event, the checkpoints that register a partition's children or end it — is on the
         way of every event behind it, where an interval's wait would be paid at each step."""
-        self._commit_awaited = True
+        self.commit_soon()
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def settle(error: KafkaError | None, _message: Message | None) -> None:
@@ -251,6 +251,11 @@ class KafkaClient:
 
         self.produce(topic, key, value, settle, shard=shard, partition=partition)
         return future
+
+    def commit_soon(self) -> None:
+        """Ask the poller to commit the open transactions at its next turn, not at the end of
+        the interval: something waits for what they hold and has nothing more to send."""
+        self._commit_awaited = True
 
     def produce(
         self,

@@ -21,6 +21,7 @@ from google.cloud.spanner import KeySet
 from google.cloud.spanner_v1.data_types import JsonObject
 
 from spanner_cdc.consumer.readers import replica_rows
+from spanner_cdc.producer.config import ProducerConfig
 from spanner_cdc.schemas.events import READ_METHOD_BACKFILL
 from spanner_cdc.schemas.identity import backfill_uuid
 from spanner_cdc.schemas.timestamps import datetime_from_micros, micros_from_datetime
@@ -32,6 +33,7 @@ from testkit.scrape import fetch
 from testkit.spanner_db import create_database
 from tests.support.churn import now_micros, produce_command, produce_since, produce_to_now, producer_config
 from tests.support.kafka_read import Received, read_all, read_events, read_topic
+from tests.support.kafka_write import produce
 from tests.support.stopping import stop_with_sigterm
 from tests.support.waiting import wait_for
 from tests.support.workload import AccountWriter
@@ -117,13 +119,12 @@ def test_a_backfill_row_is_the_insert_event_the_change_stream_gives_for_the_same
         assert metadata["changed_columns"] == insert["source_metadata"]["changed_columns"]
 
 
-def test_a_table_is_backfilled_again_once_at_a_new_snapshot(stack: EmbeddedStack) -> None:
-    """--backfill-snapshot S --backfill-tables Orders on a prefix where both tables were
-    backfilled: Orders is read again at S (new uuids), Accounts is not; a restart with the same
-    options publishes nothing again."""
+def backfilled_bank(stack: EmbeddedStack) -> ProducerConfig:
+    """A new bank database of 30 accounts (``a00`` to ``a29``) and 10 orders, backfilled by a
+    producer run to now; the config that ran (its start is the backfill's snapshot)."""
     database = create_database(stack.endpoint("spanner"), BANK_DDL)
     with database.batch() as batch:
-        batch.insert("Accounts", columns=["Id", "Balance"], values=[[f"a{n}", n] for n in range(30)])
+        batch.insert("Accounts", columns=["Id", "Balance"], values=[[f"a{n:02d}", n] for n in range(30)])
         batch.insert(
             "Orders",
             columns=["Region", "OrderId", "Amount", "Note"],
@@ -131,7 +132,14 @@ def test_a_table_is_backfilled_again_once_at_a_new_snapshot(stack: EmbeddedStack
         )
     # After the rows' commit by Spanner's clock, not only this machine's: the snapshot must hold them.
     inserted = micros_from_datetime(batch.committed)
-    first = produce_since(stack, database, "Bank", max(now_micros(), inserted + 1), backfill=True)
+    return produce_since(stack, database, "Bank", max(now_micros(), inserted + 1), backfill=True)
+
+
+def test_a_table_is_backfilled_again_once_at_a_new_snapshot(stack: EmbeddedStack) -> None:
+    """--backfill-snapshot S --backfill-tables Orders on a prefix where both tables were
+    backfilled: Orders is read again at S (new uuids), Accounts is not; a restart with the same
+    options publishes nothing again."""
+    first = backfilled_bank(stack)
     kafka, prefix = stack.endpoint("kafka"), first.topic_prefix
     snapshot = now_micros()
     again = dataclasses.replace(
@@ -150,13 +158,40 @@ def test_a_table_is_backfilled_again_once_at_a_new_snapshot(stack: EmbeddedStack
 
     accounts = read_events(kafka, prefix, "Accounts")
     assert backfilled("Accounts") == {first.start_timestamp_micros: 30}, (
-        f"inserted at {inserted}, first run from {first.start_timestamp_micros}: Accounts events "
+        f"first run from {first.start_timestamp_micros}: Accounts events "
         f"{collections.Counter(e.value['read_method'] for e in accounts)}, Orders {backfilled('Orders')}"
     )
     assert backfilled("Orders") == {first.start_timestamp_micros: 10, snapshot: 10}
     recorded = plans(kafka, prefix)
     assert recorded["Orders"]["snapshot_micros"] == snapshot and recorded["Orders"]["finished"]
     assert recorded["Accounts"]["snapshot_micros"] == first.start_timestamp_micros
+
+
+def test_a_backfill_goes_on_after_the_key_of_its_checkpoint(stack: EmbeddedStack) -> None:
+    """Accounts' record set back to mid-table, as a run killed after a checkpoint leaves it: the
+    next run reads, at the record's snapshot, only the rows after its key — with the uuids they
+    had — and marks the table finished; Orders, finished, is not read again."""
+    first = backfilled_bank(stack)
+    kafka, prefix = stack.endpoint("kafka"), first.topic_prefix
+    checkpoint = plans(kafka, prefix)["Accounts"] | {"after_key": ["a19"], "finished": False}
+    produce(kafka, Topics(prefix).backfills, [(b"table/Accounts", json.dumps(checkpoint).encode())])
+    produce_to_now(dataclasses.replace(first, end_timestamp_micros=None))
+
+    def backfilled(table: str) -> collections.Counter[tuple[str, str]]:
+        """(key, uuid) of the table's backfill events, and how often each was published."""
+        return collections.Counter(
+            (json.dumps(e.key), e.value["uuid"])
+            for e in read_events(kafka, prefix, table)
+            if e.value["read_method"] == READ_METHOD_BACKFILL
+        )
+
+    accounts = backfilled("Accounts")
+    assert {key: count for (key, _), count in accounts.items()} == {
+        json.dumps({"Id": f"a{n:02d}"}): 2 if n > 19 else 1 for n in range(30)
+    }, "not exactly the rows after the checkpoint's key were read again, with their uuids"
+    assert sum(backfilled("Orders").values()) == 10
+    recorded = plans(kafka, prefix)["Accounts"]
+    assert recorded["finished"] and recorded["snapshot_micros"] == checkpoint["snapshot_micros"]
 
 
 def _nan_equal(left: dict[str, Any], right: dict[str, Any]) -> bool:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 
 from spanner_cdc.consumer.readers import changelog_rows, quarantine_rows, replica_connection, replica_rows
 from spanner_cdc.schemas.events import Event
@@ -26,6 +25,7 @@ from spanner_cdc.schemas.wire import WriterSchema, encode
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import ConfigFactory, run_consumer
 from testkit.synthetic import STREAM, ChangeFactory, publish, with_value
+from tests.support.kafka_write import produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 YEAR_9999_MICROS = 253_402_300_799_000_000
@@ -50,14 +50,6 @@ def forged(event: Event, change: dict[str, Any]) -> bytes:
             target = target[parent]
         target[leaf] = value
     return encode(WriterSchema.from_schema(event.table.event_schema), record)
-
-
-def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
-    """Keyed records as they are, acknowledged (the producer is gone when this returns)."""
-    producer = Producer({"bootstrap.servers": bootstrap})
-    for key, value in records:
-        producer.produce(topic, value, key)
-    assert producer.flush(30) == 0
 
 
 def one_event(factory: ChangeFactory, keys: dict[str, Any], values: dict[str, Any]) -> Event:

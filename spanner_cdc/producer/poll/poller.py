@@ -19,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from google.api_core import exceptions as google_exceptions
@@ -140,19 +141,26 @@ class Poller:
 
     async def _events(self, chunk: Chunk, previous_micros: int) -> ChunkEvents:
         """The chunk's rows not yet on Kafka as events; the position passes all of the chunk."""
-        rows = [dict(zip(self.table.columns, row, strict=True)) for row in chunk]
-        stamped = [(parse_timestamp_micros(row[self.column]), self._key(row), row) for row in rows]
-        fresh = [(stamp, key, row) for stamp, key, row in stamped if not self.position.published(stamp, key)]
+        columns, position = self.table.columns, self.position
+        stamp_at = columns.index(self.column)
+        key_of = _key_getter([columns.index(name) for name in self.table.key])
+        # A transaction stamps all its rows alike: each stamp of the chunk is parsed once.
+        micros = {text: parse_timestamp_micros(text) for text in {row[stamp_at] for row in chunk}}
+        stamped = [(micros[row[stamp_at]], key_of(row), row) for row in chunk]
+        fresh = [(stamp, key, row) for stamp, key, row in stamped if not position.published(stamp, key)]
         existed = await self._existing([key for _, key, _ in fresh], previous_micros)
         read_millis = int(time.time() * 1000)
+        version = self.table.version
         events: list[Event] = [
-            self.builder.build_polled_row(self.table.version, row, stamp, read_millis, tuple(key) in existed)
+            self.builder.build_polled_row(
+                version, dict(zip(columns, row, strict=True)), stamp, read_millis, key in existed
+            )
             for stamp, key, row in fresh
         ]
 
         def passed() -> None:
             for stamp, key, _ in stamped:
-                self.position.passed(stamp, key)
+                position.passed(stamp, key)
             self.rows_published += len(fresh)
 
         return events, passed
@@ -163,10 +171,7 @@ class Poller:
         None before the first poll of a new table."""
         return self.position.polled_micros or None
 
-    def _key(self, row: Mapping[str, Any]) -> list[Any]:
-        return [row[name] for name in self.table.key]
-
-    async def _existing(self, keys: Sequence[list[Any]], at_micros: int) -> set[tuple[Any, ...]]:
+    async def _existing(self, keys: Sequence[tuple[Any, ...]], at_micros: int) -> set[tuple[Any, ...]]:
         """Which of ``keys`` had a row at ``at_micros`` (0: before any poll — none did).
 
         A time Spanner no longer keeps versions of (older than the database's
@@ -188,5 +193,13 @@ class Poller:
                     exc.message,
                 )
                 self._warned_unknown_before = True
-            return {tuple(key) for key in keys}
+            return set(keys)
         return {tuple(row) for row in rows}
+
+
+def _key_getter(positions: list[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    """A row's key (its values at ``positions``) as a tuple, for one key column or several."""
+    if len(positions) == 1:
+        (at,) = positions
+        return lambda row: (row[at],)
+    return itemgetter(*positions)

@@ -46,19 +46,19 @@ class PollPosition:
             boundary_keys=keys,
         )
 
-    def passed(self, stamp_micros: int, key: list[Any]) -> None:
+    def passed(self, stamp_micros: int, key: tuple[Any, ...]) -> None:
         """Kafka acknowledged the row ``key`` stamped ``stamp_micros`` and every row before it."""
         if stamp_micros != self.boundary_micros:
             self.boundary_micros, self.boundary_keys, self._boundary_set = stamp_micros, [], set()
-        elif tuple(key) in self._boundary_set:
+        elif key in self._boundary_set:
             return
-        self.boundary_keys.append(key)
-        self._boundary_set.add(tuple(key))
+        self.boundary_keys.append(list(key))
+        self._boundary_set.add(key)
 
-    def published(self, stamp_micros: int, key: list[Any]) -> bool:
+    def published(self, stamp_micros: int, key: tuple[Any, ...]) -> bool:
         """Whether the row version is one this position says is on Kafka already."""
         return stamp_micros < self.boundary_micros or (
-            stamp_micros == self.boundary_micros and tuple(key) in self._boundary_set
+            stamp_micros == self.boundary_micros and key in self._boundary_set
         )
 
 

@@ -31,22 +31,22 @@ def config(**overrides: Any) -> PollConfig:
 
 def test_the_boundary_keys_are_those_published_at_exactly_the_newest_stamp() -> None:
     position = PollPosition("Docs", "Stamp", 0, 0)
-    position.passed(STAMP, ["1"])
-    position.passed(STAMP, ["2"])
-    position.passed(STAMP, ["2"])  # read again at the boundary: kept once
+    position.passed(STAMP, ("1",))
+    position.passed(STAMP, ("2",))
+    position.passed(STAMP, ("2",))  # read again at the boundary: kept once
     assert position.boundary_keys == [["1"], ["2"]]
-    assert position.published(STAMP, ["2"]) and position.published(STAMP - 1, ["9"])
-    assert not position.published(STAMP, ["3"])  # another transaction at the same stamp
-    position.passed(STAMP + 1, ["1"])
+    assert position.published(STAMP, ("2",)) and position.published(STAMP - 1, ("9",))
+    assert not position.published(STAMP, ("3",))  # another transaction at the same stamp
+    position.passed(STAMP + 1, ("1",))
     assert (position.boundary_micros, position.boundary_keys) == (STAMP + 1, [["1"]])
-    assert position.published(STAMP, ["3"]) and not position.published(STAMP + 1, ["2"])
+    assert position.published(STAMP, ("3",)) and not position.published(STAMP + 1, ("2",))
 
 
 def test_a_position_survives_its_json_and_a_malformed_one_is_refused() -> None:
     position = PollPosition("Docs", "Stamp", STAMP - 5, STAMP, [["1", "a"]])
     again = PollPosition.from_json(json.loads(json.dumps(asdict(position))))
     assert asdict(again) == asdict(position)
-    assert again.published(STAMP, ["1", "a"])
+    assert again.published(STAMP, ("1", "a"))
     for broken in (
         {**asdict(position), "boundary_keys": "1"},
         {**asdict(position), "boundary_keys": [1]},

@@ -218,6 +218,7 @@ class Backfill:
         failure = await publish_chunks(
             f"backfill-{table.name}",
             lambda: table_rows(self.database, plan.snapshot_micros, table.name, plan.columns, start),
+            table=table.version,
             sender=self.sender,
             events_of=events_of,
             save=lambda: self.store.write(plan),

@@ -124,6 +124,7 @@ class Poller:
                 key=self.table.key,
                 since_micros=position.boundary_micros,
             ),
+            table=self.table.version,
             sender=self.sender,
             events_of=lambda chunk: self._events(chunk, previous),
             save=lambda: self.store.write(position),

@@ -164,6 +164,8 @@ class EventSender:
         self.acknowledged = 0
         #: By (table, schema_key): one per table version, however often the catalog is reread.
         self._routes: dict[tuple[str, str], Route] = {}
+        #: The publication of each table version's route, shared by all who wait for it.
+        self._publishing: dict[tuple[str, str], asyncio.Future[Route]] = {}
         self._next_turn = 0.0
 
     async def send(self, events: Sequence[Event], tracker: AckTracker, shard: int | None = None) -> None:
@@ -245,8 +247,25 @@ class EventSender:
             on_staged=outgoing.staged,
         )
 
+    async def prepare(self, table: TableSchema, shard: int | None = None) -> None:
+        """Publish the table version's topic and writer schemas now, so that its first event need
+        not wait for them: a read calls this while its first rows are on their way."""
+        if (table.table, table.schema_key) not in self._routes:
+            await self._route(table, shard)
+
     async def _route(self, table: TableSchema, shard: int | None) -> Route:
-        """The table version's topic and writer schemas, published (topic, then schemas) once."""
+        """The table version's route, published once however many wait for it at a time; a
+        publication that failed is tried again by the next caller."""
+        version = (table.table, table.schema_key)
+        publishing = self._publishing.get(version)
+        if publishing is None or (publishing.done() and (publishing.cancelled() or publishing.exception())):
+            publishing = self._publishing[version] = asyncio.ensure_future(self._publish_route(table, shard))
+        route = await asyncio.shield(publishing)
+        self._routes[version] = route
+        return route
+
+    async def _publish_route(self, table: TableSchema, shard: int | None) -> Route:
+        """The table version's topic and writer schemas, published (topic, then schemas)."""
         topic = self.kafka.topics.event(table.table)
         writer = WriterSchema.from_schema(table.event_schema)
         key_writer = WriterSchema.from_schema(table.key_schema)
@@ -269,7 +288,6 @@ class EventSender:
             await self.framing.header(value_subject(topic), writer),
             await self.framing.header(key_subject(topic), key_writer),
         )
-        self._routes[(table.table, table.schema_key)] = route
         log.info(
             "table %s: schema %s published (fingerprint %s)",
             table.table,

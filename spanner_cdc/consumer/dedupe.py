@@ -119,8 +119,9 @@ class DeliveredChanges:
             batches = old.execute("SELECT batch_id, newest_micros FROM batches").fetchall()
             written = []
             for batch_id, newest in batches:
-                rows = old.execute(
-                    "SELECT commit_micros, uuid, batch_id FROM delivered WHERE batch_id = ?", [batch_id]
+                rows = old.sql(
+                    "SELECT commit_micros, uuid, batch_id FROM delivered WHERE batch_id = ?",
+                    params=[batch_id],
                 ).to_arrow_table()
                 written.append(self._write(int(batch_id), None if newest is None else int(newest), rows))
         earlier.unlink()

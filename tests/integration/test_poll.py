@@ -160,15 +160,16 @@ def test_poll_publishes_each_version_once_a_shared_commit_timestamp_included(
 #: Enough rows that the poll outlasts its first saved position by seconds, so the kill lands
 #: midway: with 20,000 the position was first seen 2.0 s into the poll and its end 2.6 s in
 #: (an idle 2-core machine), and under the suite's load the poll once ended first; with 60,000,
-#: 2.5 s and 5.6 s.
-ROWS, ROWS_PER_COMMIT = 60_000, 5_000
+#: 2.5 s and 5.6 s — until the poll got faster (its position saved beside the sending), and
+#: under the suite's load it ended first again.
+ROWS, ROWS_PER_COMMIT = 120_000, 5_000
 
 
 @pytest.mark.spark
 def test_a_poller_killed_midway_resumes_and_the_replica_equals_spanner(
     spark: Any, stack: EmbeddedStack, tmp_path: Path
 ) -> None:
-    """60,000 rows in twelve transactions; the poller SIGKILLed after its first position and before
+    """120,000 rows in 24 transactions; the poller SIGKILLed after its first position and before
     the last row; updates while it is down; restarted: every version it can see is published,
     a version published twice keeps its uuid, the restart goes on from its position, and the
     replica — through the broker, Spark and DuckDB — equals the table."""

@@ -202,20 +202,25 @@ def _nan_equal(left: dict[str, Any], right: dict[str, Any]) -> bool:
     )
 
 
-BANK_DDL = [
+BANK_TABLES = [
     "CREATE TABLE Accounts (Id STRING(36) NOT NULL, Balance INT64, "
     "LastUpdate TIMESTAMP OPTIONS (allow_commit_timestamp=true)) PRIMARY KEY (Id)",
     "CREATE TABLE Orders (Region STRING(8) NOT NULL, OrderId INT64 NOT NULL, Amount FLOAT64, "
     "Note STRING(MAX)) PRIMARY KEY (Region, OrderId)",
-    # The default capture type: an update carries only the changed columns, so a replica that
-    # applied a change before the row's backfill would lack the rest.
-    "CREATE CHANGE STREAM Bank FOR ALL",
 ]
+# The default capture type: an update carries only the changed columns, so a replica that
+# applied a change before the row's backfill would lack the rest.
+BANK_STREAM = "CREATE CHANGE STREAM Bank FOR ALL"
+BANK_DDL = [*BANK_TABLES, BANK_STREAM]
 ACCOUNTS, ORDERS = 40_000, 10_000
 ROWS_PER_COMMIT = 5_000
 
 
-def open_accounts_and_orders(database: Any) -> None:
+def bank_with_accounts_and_orders(spanner_host: str) -> Any:
+    """A new bank database of ``ACCOUNTS`` accounts and ``ORDERS`` orders, its change stream
+    created after them, as a database that gets its first stream and a backfill: the emulator
+    writes the rows about 14 times faster without a stream recording them."""
+    database = create_database(spanner_host, BANK_TABLES)
     for first in range(0, ACCOUNTS, ROWS_PER_COMMIT):
         with database.batch() as batch:
             batch.insert(
@@ -233,6 +238,8 @@ def open_accounts_and_orders(database: Any) -> None:
                     for n in range(first, first + ROWS_PER_COMMIT)
                 ],
             )
+    database.update_ddl([BANK_STREAM]).result(120)
+    return database
 
 
 class Writes:
@@ -334,8 +341,7 @@ def test_a_backfill_killed_midway_resumes_and_the_replica_equals_spanner(
     resumed run going on from its checkpoint; no watermark passes the snapshot before its rows;
     the replica — through the broker, Spark and DuckDB — equals Spanner row for row."""
     spanner, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
-    database = create_database(spanner, BANK_DDL)
-    open_accounts_and_orders(database)
+    database = bank_with_accounts_and_orders(spanner)
     prefix = unique_prefix("backfill")
     command = produce_command(spanner, kafka, database, "Bank", prefix, "--backfill-parallelism", "1")
     log = (tmp_path / "producer.log").open("w")

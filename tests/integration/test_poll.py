@@ -36,12 +36,12 @@ from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-DDL = [
+TABLES = [
     "CREATE TABLE Docs (Id INT64 NOT NULL, Body STRING(MAX), "
     "Stamp TIMESTAMP OPTIONS (allow_commit_timestamp=true)) PRIMARY KEY (Id)",
     "CREATE TABLE Plain (Id INT64 NOT NULL, Stamp TIMESTAMP) PRIMARY KEY (Id)",
-    "CREATE CHANGE STREAM Everything FOR ALL",
 ]
+DDL = [*TABLES, "CREATE CHANGE STREAM Everything FOR ALL"]
 
 
 def poll_command(spanner_host: str, kafka: str, database: Any, prefix: str, *extra: str) -> list[str]:
@@ -174,7 +174,9 @@ def test_a_poller_killed_midway_resumes_and_the_replica_equals_spanner(
     a version published twice keeps its uuid, the restart goes on from its position, and the
     replica — through the broker, Spark and DuckDB — equals the table."""
     spanner_host, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
-    database = create_database(spanner_host, DDL)
+    # No change stream, as a polled table has none: the emulator then writes 5,000 of these rows
+    # in about 0.2 s, against 2.7 s when a stream records them.
+    database = create_database(spanner_host, TABLES)
     for first in range(0, ROWS, ROWS_PER_COMMIT):
         write_docs(database, [(n, f"doc {n}") for n in range(first, first + ROWS_PER_COMMIT)])
     last_stamp = max(stamps(database).values())

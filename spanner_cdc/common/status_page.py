@@ -86,7 +86,11 @@ class StatusServer:
         self._server: WSGIServer = make_server(
             host, port, self._app, ThreadingWSGIServer, handler_class=_QuietHandler
         )
-        self._thread = threading.Thread(target=self._server.serve_forever, name="status-page", daemon=True)
+        # serve_forever looks for a shutdown request between waits of poll_interval (0.5 s by
+        # default), so a service's stop would wait up to that long for its page.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="status-page", daemon=True
+        )
         self._thread.start()
 
     @property

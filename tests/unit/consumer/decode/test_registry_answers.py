@@ -43,7 +43,7 @@ def registry_answering(status: int, asked: list[str] | None = None) -> Iterator[
             return
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"

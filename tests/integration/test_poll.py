@@ -157,11 +157,9 @@ def test_poll_publishes_each_version_once_a_shared_commit_timestamp_included(
     assert len(versions(kafka, prefix)) == len(published)
 
 
-#: Enough rows that the poll outlasts its first saved position by seconds, so the kill lands
-#: midway: with 20,000 the position was first seen 2.0 s into the poll and its end 2.6 s in
-#: (an idle 2-core machine), and under the suite's load the poll once ended first; with 60,000,
-#: 2.5 s and 5.6 s — until the poll got faster (its position saved beside the sending), and
-#: under the suite's load it ended first again.
+#: Enough rows that the poll outlasts its first saved position (a save falls due about once a
+#: second) by seconds, also under the suite's load, so the kill lands midway; fewer let the
+#: poll end before the kill ("the poll ended before the kill").
 ROWS, ROWS_PER_COMMIT = 120_000, 5_000
 
 
@@ -174,8 +172,8 @@ def test_a_poller_killed_midway_resumes_and_the_replica_equals_spanner(
     a version published twice keeps its uuid, the restart goes on from its position, and the
     replica — through the broker, Spark and DuckDB — equals the table."""
     spanner_host, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
-    # No change stream, as a polled table has none: the emulator then writes 5,000 of these rows
-    # in about 0.2 s, against 2.7 s when a stream records them.
+    # No change stream, as a polled table has none: the emulator writes rows a stream records
+    # many times slower (docs/facts.md).
     database = create_database(spanner_host, TABLES)
     for first in range(0, ROWS, ROWS_PER_COMMIT):
         write_docs(database, [(n, f"doc {n}") for n in range(first, first + ROWS_PER_COMMIT)])

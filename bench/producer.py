@@ -209,18 +209,15 @@ async def publish_all(
     its table's topic made, the writer schemas published, the transactional id taken over
     (which the first record otherwise waits for: a fixed cost, not a rate)."""
     tracker = AckTracker()
-    stop = asyncio.Event()
-    poller = asyncio.create_task(publisher.kafka.run_poller(stop))  # serves acks, as the service does
-    for record in records[:warm_up]:
-        await publisher.publish(record, "bench", tracker)
-    await tracker.drained()
-    cpu, started = CpuSeconds.now(), time.perf_counter()
-    for record in records[warm_up:]:
-        await publisher.publish(record, "bench", tracker)
-    await tracker.drained()
-    seconds, cpu = time.perf_counter() - started, CpuSeconds.now() - cpu
-    stop.set()
-    await poller
+    async with publisher.kafka.serving():  # acknowledgements, as the service has them
+        for record in records[:warm_up]:
+            await publisher.publish(record, "bench", tracker)
+        await tracker.drained()
+        cpu, started = CpuSeconds.now(), time.perf_counter()
+        for record in records[warm_up:]:
+            await publisher.publish(record, "bench", tracker)
+        await tracker.drained()
+        seconds, cpu = time.perf_counter() - started, CpuSeconds.now() - cpu
     return seconds, cpu
 
 
@@ -464,14 +461,11 @@ def poll_figures(stack: EmbeddedStack, rows: int) -> tuple[Figure, Figure]:
 
     async def one_poll() -> float:
         poller = await build_poller(config, ProducerMetrics())
-        stop = asyncio.Event()
-        serving = asyncio.create_task(poller.sender.kafka.run_poller(stop))
-        with as_the_command_runs():
-            started = time.perf_counter()
-            await poller.poll()
-            seconds = time.perf_counter() - started
-        stop.set()
-        await serving
+        async with poller.sender.kafka.serving():
+            with as_the_command_runs():
+                started = time.perf_counter()
+                await poller.poll()
+                seconds = time.perf_counter() - started
         assert poller.rows_published == rows, f"published {poller.rows_published} of {rows} rows"
         return seconds
 

@@ -110,25 +110,22 @@ def publish(
 
     async def run() -> None:
         kafka = KafkaClient(bootstrap, prefix, {}, topic_partitions=3, replication_factor=-1)
-        poller_stop = asyncio.Event()
-        poller = asyncio.create_task(kafka.run_poller(poller_stop))
-        await kafka.ensure_topic(kafka.topics.schemas, compacted=True)
-        tracker = AckTracker()
-        await EventSender(kafka, ProducerMetrics(), framing=framing).send(events, tracker)
-        pending = []
-        for topic, value in raw:
-            await kafka.ensure_topic(topic)
-            pending.append(kafka.produce_acknowledged(topic, b"raw", value))
-        await asyncio.gather(*pending)
-        await tracker.drained()
-        if tracker.failed:
-            raise RuntimeError(f"Kafka did not acknowledge an event: {tracker.failed}")
-        if watermark is not False:
-            newest = max((e.commit_timestamp for e in events), default=None)
-            emitter = WatermarkEmitter(kafka, STREAM, framing)
-            await emitter.publish(newest if watermark is True else watermark)
-        poller_stop.set()
-        await poller
+        async with kafka.serving():
+            await kafka.ensure_topic(kafka.topics.schemas, compacted=True)
+            tracker = AckTracker()
+            await EventSender(kafka, ProducerMetrics(), framing=framing).send(events, tracker)
+            pending = []
+            for topic, value in raw:
+                await kafka.ensure_topic(topic)
+                pending.append(kafka.produce_acknowledged(topic, b"raw", value))
+            await asyncio.gather(*pending)
+            await tracker.drained()
+            if tracker.failed:
+                raise RuntimeError(f"Kafka did not acknowledge an event: {tracker.failed}")
+            if watermark is not False:
+                newest = max((e.commit_timestamp for e in events), default=None)
+                emitter = WatermarkEmitter(kafka, STREAM, framing)
+                await emitter.publish(newest if watermark is True else watermark)
         await kafka.flush(30)
 
     asyncio.run(run())

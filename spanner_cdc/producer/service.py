@@ -96,9 +96,14 @@ class ProducerService:
 
     async def run(self) -> None:
         """Until stopped, failed, or (with an end timestamp) every partition finished."""
-        kafka = self.publisher.kafka
-        poller_stop, group_stop = asyncio.Event(), asyncio.Event()
-        poller = asyncio.create_task(kafka.run_poller(poller_stop))
+        async with self.publisher.kafka.serving():  # its last commit after the group left
+            await self._run_served()
+        if self.lifecycle.failure is not None:
+            raise self.lifecycle.failure
+        log.info("stopped: checkpoints written")
+
+    async def _run_served(self) -> None:
+        group_stop = asyncio.Event()
         membership = (
             []
             if self.group is None
@@ -136,7 +141,7 @@ class ProducerService:
                 # on: what those held is not this process's to send any more.
                 self.handover.forget_runs(set(range(self.scheduler.shards)) - self.scheduler.owned)
                 await self.release.release_locked()
-            undelivered = await kafka.flush(FLUSH_TIMEOUT_SECONDS)
+            undelivered = await self.publisher.kafka.flush(FLUSH_TIMEOUT_SECONDS)
             if undelivered:
                 log.warning(
                     "%d events still undelivered at shutdown; their partitions resume before them",
@@ -144,13 +149,8 @@ class ProducerService:
                 )
             await self.rounds.last(self._staying())
             await self._publish_last_watermark()
-            group_stop.set()  # leaving hands every shard back; their commits need the poller
+            group_stop.set()  # leaving hands every shard back; their commits need serving
             await asyncio.gather(*membership, return_exceptions=True)
-            poller_stop.set()
-            await poller
-        if self.lifecycle.failure is not None:
-            raise self.lifecycle.failure
-        log.info("stopped: checkpoints written")
 
     async def _backfill(self, backfill: Backfill) -> None:
         try:

@@ -54,9 +54,7 @@ def test_a_save_that_fails_beside_the_sending_stops_the_publication_with_its_err
     async def publish() -> None:
         kafka = KafkaClient(stack.endpoint("kafka"), prefix, {}, 1, -1)
         await kafka.take_over()
-        stop = asyncio.Event()
-        poller = asyncio.create_task(kafka.run_poller(stop))
-        try:
+        async with kafka.serving():
             await publish_chunks(
                 "chunks",
                 chunks,
@@ -66,9 +64,6 @@ def test_a_save_that_fails_beside_the_sending_stops_the_publication_with_its_err
                 save=save,
                 read_timeout=30,
             )
-        finally:
-            stop.set()
-            await poller
 
     with pytest.raises(RuntimeError, match="the position's record was refused"):
         asyncio.run(publish())

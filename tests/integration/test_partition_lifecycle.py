@@ -309,11 +309,8 @@ def test_checkpoints_produced_in_one_batch_are_all_restored(stack: EmbeddedStack
 
     async def write() -> None:
         kafka = KafkaClient(stack.endpoint("kafka"), prefix, {}, 1, -1)
-        stop = asyncio.Event()
-        poller = asyncio.create_task(kafka.run_poller(stop))
-        await CheckpointStore(kafka).write(partitions)
-        stop.set()
-        await poller
+        async with kafka.serving():
+            await CheckpointStore(kafka).write(partitions)
 
     asyncio.run(write())
     restored = checkpointed_partitions(stack.endpoint("kafka"), prefix)

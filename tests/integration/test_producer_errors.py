@@ -158,12 +158,9 @@ def test_a_damaged_checkpoint_topic_is_one_line_not_a_traceback(
 
     async def write_garbage() -> None:
         kafka = KafkaClient(stack.endpoint("kafka"), prefix, {}, 1, -1)
-        stop = asyncio.Event()
-        poller = asyncio.create_task(kafka.run_poller(stop))
-        await kafka.ensure_topic(kafka.topics.checkpoints, compacted=True)
-        await kafka.produce_acknowledged(kafka.topics.checkpoints, key, value)
-        stop.set()
-        await poller
+        async with kafka.serving():
+            await kafka.ensure_topic(kafka.topics.checkpoints, compacted=True)
+            await kafka.produce_acknowledged(kafka.topics.checkpoints, key, value)
 
     asyncio.run(write_garbage())
     command = produce_command(stack.endpoint("spanner"), stack.endpoint("kafka"), bank, "Bank", prefix)
@@ -256,12 +253,9 @@ def test_a_forged_finished_checkpoint_does_not_skip_changes(stack: EmbeddedStack
 
     async def publish_forged() -> None:
         client = KafkaClient(kafka, prefix, {}, topic_partitions=1, replication_factor=-1)
-        stop = asyncio.Event()
-        poller = asyncio.create_task(client.run_poller(stop))
-        for key, value in forged:
-            await client.produce_acknowledged(client.topics.checkpoints, key, value)
-        stop.set()
-        await poller
+        async with client.serving():
+            for key, value in forged:
+                await client.produce_acknowledged(client.topics.checkpoints, key, value)
 
     asyncio.run(publish_forged())
     upsert_account(bank, "after")  # committed while no producer runs: the next run must read it

@@ -121,35 +121,41 @@ async def poll(config: PollConfig) -> None:
     # Read when scraped: a poll that hangs shows as a lag that grows.
     metrics.low_watermark_lag.set_function(lambda: seconds_behind(poller.complete_micros or 0))
     metrics.serve(config.metrics_port, config.metrics_host)
-    progress_stop, poller_stop = asyncio.Event(), asyncio.Event()
+    progress_stop = asyncio.Event()
     started_at = time.monotonic()
-    background = [
-        asyncio.create_task(kafka.run_poller(poller_stop)),
-        asyncio.create_task(
-            show_progress(lambda: describe(poller, started_at), progress_stop, config.progress)
-        ),
-    ]
+    progress = asyncio.create_task(
+        show_progress(lambda: describe(poller, started_at), progress_stop, config.progress)
+    )
     watermarks = None
+    stamping = []
     if config.watermark_records:
         watermarks = WatermarkEmitter(kafka, config.stream_name, poller.sender.framing, config.json_events)
-        background.append(
+        stamping.append(
             asyncio.create_task(
                 publish_periodically(watermarks, _complete(poller), config.watermark_interval)
             )
         )
     try:
+        async with kafka.serving():
+            await _poll_then_flush(poller, stop, watermarks)
+    finally:
+        progress_stop.set()
+        for task in stamping:
+            task.cancel()
+        await asyncio.gather(progress, *stamping, return_exceptions=True)
+        metrics.close()
+
+
+async def _poll_then_flush(poller: Poller, stop: asyncio.Event, watermarks: WatermarkEmitter | None) -> None:
+    """Poll until ``stop``; then, after a failure too, wait for Kafka's acknowledgements and
+    stamp the newest complete poll."""
+    try:
         await poller.run(stop)
     finally:
-        await kafka.flush(FLUSH_TIMEOUT_SECONDS)
+        await poller.sender.kafka.flush(FLUSH_TIMEOUT_SECONDS)
         if watermarks is not None:
             with suppress(Exception):  # the rows and position are safe; only the stamp is missing
                 await watermarks.publish(poller.complete_micros)
-        progress_stop.set()
-        poller_stop.set()
-        for task in background[2:]:
-            task.cancel()
-        await asyncio.gather(*background, return_exceptions=True)
-        metrics.close()
 
 
 def _complete(poller: Poller) -> Callable[[], Awaitable[int | None]]:

@@ -13,8 +13,8 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Generator, Sequence
-from contextlib import closing
+from collections.abc import AsyncIterator, Callable, Generator, Sequence
+from contextlib import asynccontextmanager, closing
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
@@ -328,9 +328,21 @@ class KafkaClient:
         """Serve delivery reports now (on the calling thread, which must be the loop's)."""
         return sum(writer.poll() for writer in list(self.writers.values()))
 
-    async def run_poller(self, stop: asyncio.Event) -> None:
-        """Serve delivery reports, and commit the open transactions every TRANSACTION_SECONDS —
-        at once when a commit is awaited — until ``stop``; then commit once more."""
+    @asynccontextmanager
+    async def serving(self) -> AsyncIterator[None]:
+        """While the block runs, serve delivery reports and commit the open transactions every
+        TRANSACTION_SECONDS — at once when a commit is awaited; on leaving it, commit once more.
+        Nothing sent is acknowledged without it: an acknowledgement is a delivery report of a
+        committed transaction."""
+        stop = asyncio.Event()
+        poller = asyncio.create_task(self._serve(stop))
+        try:
+            yield
+        finally:
+            stop.set()
+            await poller
+
+    async def _serve(self, stop: asyncio.Event) -> None:
         committed_at = time.monotonic()
         while not stop.is_set():
             self.poll()

@@ -207,7 +207,7 @@ class EventSender:
                 )
         if time.monotonic() >= self._next_turn:
             # A partition with a backlog never waits for its reader: without a turn of the loop
-            # now and then the transaction's commit (KafkaClient.run_poller) would wait for the
+            # now and then the transaction's commit (KafkaClient.serving) would wait for the
             # backlog's end. Not at every event: a turn costs about as much as encoding one, and
             # serving the delivery reports (librdkafka's poll) more than that.
             self.kafka.poll()

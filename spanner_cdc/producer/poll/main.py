@@ -126,32 +126,37 @@ async def poll(config: PollConfig) -> None:
     progress = asyncio.create_task(
         show_progress(lambda: describe(poller, started_at), progress_stop, config.progress)
     )
-    watermarks = None
-    stamping = []
-    if config.watermark_records:
-        watermarks = WatermarkEmitter(kafka, config.stream_name, poller.sender.framing, config.json_events)
-        stamping.append(
-            asyncio.create_task(
-                publish_periodically(watermarks, _complete(poller), config.watermark_interval)
-            )
-        )
+    watermarks = (
+        WatermarkEmitter(kafka, config.stream_name, poller.sender.framing, config.json_events)
+        if config.watermark_records
+        else None
+    )
     try:
         async with kafka.serving():
-            await _poll_then_flush(poller, stop, watermarks)
+            await _poll_and_stamp(poller, stop, watermarks, config.watermark_interval)
     finally:
         progress_stop.set()
-        for task in stamping:
-            task.cancel()
-        await asyncio.gather(progress, *stamping, return_exceptions=True)
+        await asyncio.gather(progress, return_exceptions=True)
         metrics.close()
 
 
-async def _poll_then_flush(poller: Poller, stop: asyncio.Event, watermarks: WatermarkEmitter | None) -> None:
-    """Poll until ``stop``; then, after a failure too, wait for Kafka's acknowledgements and
-    stamp the newest complete poll."""
+async def _poll_and_stamp(
+    poller: Poller, stop: asyncio.Event, watermarks: WatermarkEmitter | None, interval: float
+) -> None:
+    """Poll until ``stop``, stamping the newest complete poll every ``interval``; then, after a
+    failure too, stop stamping, wait for Kafka's acknowledgements and stamp once more — before
+    the client's last commit, so no stamp is left in a transaction nobody commits."""
+    stamping = (
+        None
+        if watermarks is None
+        else asyncio.create_task(publish_periodically(watermarks, _complete(poller), interval))
+    )
     try:
         await poller.run(stop)
     finally:
+        if stamping is not None:
+            stamping.cancel()
+            await asyncio.gather(stamping, return_exceptions=True)
         await poller.sender.kafka.flush(FLUSH_TIMEOUT_SECONDS)
         if watermarks is not None:
             with suppress(Exception):  # the rows and position are safe; only the stamp is missing

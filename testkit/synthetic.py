@@ -126,7 +126,6 @@ def publish(
                 newest = max((e.commit_timestamp for e in events), default=None)
                 emitter = WatermarkEmitter(kafka, STREAM, framing)
                 await emitter.publish(newest if watermark is True else watermark)
-        await kafka.flush(30)
 
     asyncio.run(run())
 

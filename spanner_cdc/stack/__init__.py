@@ -61,7 +61,8 @@ class EmbeddedStack:
         if unknown:
             raise ServiceError(f"unknown service(s) {sorted(unknown)}; choose from {list(SERVICES)}")
         owns = workdir is None
-        root = Path(tempfile.mkdtemp(prefix="spanner-cdc-stack-")) if workdir is None else workdir
+        # Absolute: each service runs in a directory of its own and is handed paths under the root.
+        root = Path(tempfile.mkdtemp(prefix="spanner-cdc-stack-")) if workdir is None else workdir.resolve()
         root.mkdir(parents=True, exist_ok=True)
         stack = cls(root, owns_workdir=owns)
         starters: dict[str, Callable[[], ServiceHandle]] = {

@@ -109,33 +109,35 @@ def test_address_in_environment_is_used_as_is(
     assert (handle.source, handle.endpoint, handle.pgid) == ("environment", stack.endpoint("kafka"), None)
 
 
-def run_stack_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_stack_cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """``spanner-cdc stack …`` in a subprocess, without the stack addresses of this test run
     (but those in ``env``)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("SPANNER_CDC_", "SPANNER_EMULATOR"))}
-    return spanner_cdc("stack", *args, env={**clean, **(env or {})}, timeout=120)
+    return spanner_cdc("stack", *args, env={**clean, **(env or {})}, timeout=120, cwd=cwd)
 
 
 def test_stack_cli_up_status_down(tmp_path: Path) -> None:
-    """What a person runs: ``stack up`` leaves services running, ``down`` stops every process."""
-    workdir = str(tmp_path / "stack")
-    up = run_stack_cli("up", "--dir", workdir, "--services", "kafka,postgres")
+    """What a person runs, as the README has it: ``stack up`` in their directory (the default
+    ``--dir``, ``.stack`` under it) leaves services running, ``down`` stops every process."""
+    up = run_stack_cli("up", "--services", "kafka,postgres", cwd=tmp_path)
     assert up.returncode == 0, up.stderr
     assert "SPANNER_CDC_KAFKA_BOOTSTRAP=127.0.0.1:" in up.stdout
-    pgids = [h.pgid for h in EmbeddedStack.load(Path(workdir)).services.values()]
+    pgids = [h.pgid for h in EmbeddedStack.load(tmp_path / ".stack").services.values()]
     try:
-        status = run_stack_cli("status", "--dir", workdir)
+        status = run_stack_cli("status", cwd=tmp_path)
         assert status.returncode == 0 and status.stdout.count("ready") == 2, status.stdout
-        again = run_stack_cli("up", "--dir", workdir)
+        again = run_stack_cli("up", cwd=tmp_path)
         assert again.returncode == 1 and "already up" in again.stderr and "Traceback" not in again.stderr
     finally:
-        down = run_stack_cli("down", "--dir", workdir)
+        down = run_stack_cli("down", cwd=tmp_path)
     assert down.returncode == 0, down.stderr
     for pgid in pgids:
         assert pgid is not None
         with pytest.raises(ProcessLookupError):
             os.killpg(pgid, 0)
-    missing = run_stack_cli("status", "--dir", workdir)
+    missing = run_stack_cli("status", cwd=tmp_path)
     assert missing.returncode == 1 and missing.stderr.startswith("spanner-cdc: no stack state")
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 
 def spanner_cdc(
-    *args: str, env: Mapping[str, str] | None = None, timeout: float = 180
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 180, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``spanner-cdc ARGS``; its exit status and text output, whatever they are."""
     return subprocess.run(
@@ -17,5 +18,6 @@ def spanner_cdc(
         text=True,
         env=None if env is None else dict(env),
         timeout=timeout,
+        cwd=cwd,
         check=False,
     )

@@ -9,7 +9,7 @@ import os
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyspark
@@ -31,7 +31,10 @@ class SparkCluster:
     master_url: str
     ui_url: str
     master: LocalProcess
-    workers: list[LocalProcess]
+    root: Path
+    cores: int
+    memory: str
+    workers: list[LocalProcess] = field(default_factory=list)
 
     def alive_workers(self) -> int:
         with urllib.request.urlopen(f"{self.ui_url}/json/", timeout=5) as answer:
@@ -44,6 +47,47 @@ class SparkCluster:
     def lose_worker(self, index: int) -> None:
         """SIGKILL a worker and its executors at once, as when its machine goes away."""
         self.workers[index].stop(grace=0)
+
+    def replace_lost_workers(self) -> None:
+        """Start again every worker that is gone (its work directory kept), and wait until the
+        master counts them all."""
+        for number, worker in enumerate(self.workers):
+            if not worker.is_alive():
+                self.workers[number] = self._worker(number)
+        self.wait_for_workers()
+
+    def add_worker(self) -> None:
+        self.workers.append(self._worker(len(self.workers)))
+
+    def _worker(self, number: int) -> LocalProcess:
+        return LocalProcess.start(
+            f"spark worker {number}",
+            _spark_class(
+                "org.apache.spark.deploy.worker.Worker",
+                self.master_url,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                str(self.cores),
+                "--memory",
+                self.memory,
+                "--webui-port",
+                str(free_port()),
+                "--work-dir",
+                str(self.root / f"worker-{number}"),
+            ),
+            self.root / f"worker-{number}.log",
+            env=without_python_path(),
+        )
+
+    def wait_for_workers(self) -> None:
+        expected = len(self.workers)
+
+        def all_registered() -> None:
+            if self.alive_workers() < expected:
+                raise RuntimeError(f"{self.alive_workers()} of {expected} workers registered")
+
+        self.master.wait_ready(all_registered, STARTUP_SECONDS)
 
     def stop(self) -> None:
         for process in [*self.workers, self.master]:
@@ -72,38 +116,14 @@ def spark_cluster(root: Path, workers: int = 2, cores: int = 1, memory: str = "2
         root / "master.log",
         env=without_python_path(),
     )
-    cluster = SparkCluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}", master, [])
+    cluster = SparkCluster(
+        f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}", master, root, cores, memory
+    )
     try:
         master.wait_ready(cluster.answers, STARTUP_SECONDS)
-        for number in range(workers):
-            work = root / f"worker-{number}"
-            cluster.workers.append(
-                LocalProcess.start(
-                    f"spark worker {number}",
-                    _spark_class(
-                        "org.apache.spark.deploy.worker.Worker",
-                        cluster.master_url,
-                        "--host",
-                        "127.0.0.1",
-                        "--cores",
-                        str(cores),
-                        "--memory",
-                        memory,
-                        "--webui-port",
-                        str(free_port()),
-                        "--work-dir",
-                        str(work),
-                    ),
-                    root / f"worker-{number}.log",
-                    env=without_python_path(),
-                )
-            )
-
-        def all_registered() -> None:
-            if cluster.alive_workers() < workers:
-                raise RuntimeError(f"{cluster.alive_workers()} of {workers} workers registered")
-
-        master.wait_ready(all_registered, STARTUP_SECONDS)
+        for _ in range(workers):
+            cluster.add_worker()
+        cluster.wait_for_workers()
         yield cluster
     finally:
         cluster.stop()

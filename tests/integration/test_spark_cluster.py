@@ -13,6 +13,7 @@ import sys
 import sysconfig
 import time
 import venv
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ from testkit.consumer_run import (
     expected_account_sinks,
     unique_prefix,
 )
-from testkit.spark_cluster import SPARK_HOME, spark_cluster, without_python_path
+from testkit.spark_cluster import SPARK_HOME, SparkCluster, spark_cluster, without_python_path
 from testkit.synthetic import ChangeFactory, publish, random_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -108,8 +109,27 @@ def shipped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return archive, python_without_the_project(work)
 
 
+@pytest.fixture(scope="module")
+def started_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    with spark_cluster(tmp_path_factory.mktemp("cluster")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def cluster(started_cluster: SparkCluster) -> SparkCluster:
+    """The module's cluster (one start for its tests), every worker there: a test that lost one
+    has it started again."""
+    started_cluster.replace_lost_workers()
+    return started_cluster
+
+
+def executors(cluster: SparkCluster) -> set[Path]:
+    """The executor directories the cluster's workers made so far (``worker-N/app-*``)."""
+    return set(cluster.root.glob("worker-*/app-*"))
+
+
 def test_the_readme_job_on_a_cluster_that_loses_a_worker_writes_what_one_process_writes(
-    stack: EmbeddedStack, shipped: tuple[Path, Path], tmp_path: Path
+    stack: EmbeddedStack, shipped: tuple[Path, Path], cluster: SparkCluster, tmp_path: Path
 ) -> None:
     kafka = stack.endpoint("kafka")
     prefix = unique_prefix("cluster")
@@ -125,33 +145,33 @@ def test_the_readme_job_on_a_cluster_that_loses_a_worker_writes_what_one_process
         "PYSPARK_PYTHON": str(executor_python),
         "SPANNER_CDC_MAX_EVENTS_PER_BATCH": "300",  # many batches: the loss lands inside the run
     }
-    with spark_cluster(tmp_path / "cluster") as cluster:
-        command = [
-            str(SPARK_HOME / "bin" / "spark-submit"),
-            "--master", cluster.master_url,
-            "--deploy-mode", "client",
-            "--jars", ",".join(map(str, jars("spark"))),
-            "--archives", f"{archive}#{SHIPPED}",
-            "--conf", f"spark.executorEnv.PYTHONPATH={SHIPPED}",
-            "--conf", "spark.executor.memory=1g",
-            "--conf", "spark.sql.shuffle.partitions=2",
-            str(job), kafka, prefix, str(submitted.output_dir),
-        ]  # fmt: skip
-        log = tmp_path / "submitted.log"
-        with log.open("w") as output:
-            process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 300
-            while committed_batches(submitted) < 2:
-                assert process.poll() is None, log.read_text()[-5000:]
-                assert time.monotonic() < deadline, "no two batches committed in 300 s"
-                time.sleep(0.1)
-            cluster.lose_worker(0)
-            assert process.wait(600) == 0, log.read_text()[-5000:]
-        finally:
-            process.kill()
-        executors = [list((tmp_path / "cluster" / f"worker-{n}").glob("app-*")) for n in (0, 1)]
-    assert all(executors), f"not every worker ran an executor: {executors}"
+    before = executors(cluster)
+    command = [
+        str(SPARK_HOME / "bin" / "spark-submit"),
+        "--master", cluster.master_url,
+        "--deploy-mode", "client",
+        "--jars", ",".join(map(str, jars("spark"))),
+        "--archives", f"{archive}#{SHIPPED}",
+        "--conf", f"spark.executorEnv.PYTHONPATH={SHIPPED}",
+        "--conf", "spark.executor.memory=1g",
+        "--conf", "spark.sql.shuffle.partitions=2",
+        str(job), kafka, prefix, str(submitted.output_dir),
+    ]  # fmt: skip
+    log = tmp_path / "submitted.log"
+    with log.open("w") as output:
+        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while committed_batches(submitted) < 2:
+            assert process.poll() is None, log.read_text()[-5000:]
+            assert time.monotonic() < deadline, "no two batches committed in 300 s"
+            time.sleep(0.1)
+        cluster.lose_worker(0)
+        assert process.wait(600) == 0, log.read_text()[-5000:]
+    finally:
+        process.kill()
+    workers = {path.parent.name for path in executors(cluster) - before}
+    assert workers == {"worker-0", "worker-1"}, f"not every worker ran an executor: {workers}"
     assert committed_batches(submitted) > 3, "the loss came after the last batch: nothing tested"
 
     # What one uninterrupted process makes of the same topics: each key's last image, each change once.
@@ -159,7 +179,7 @@ def test_the_readme_job_on_a_cluster_that_loses_a_worker_writes_what_one_process
 
 
 def test_consume_drives_a_standalone_cluster(
-    stack: EmbeddedStack, shipped: tuple[Path, Path], tmp_path: Path
+    stack: EmbeddedStack, shipped: tuple[Path, Path], cluster: SparkCluster, tmp_path: Path
 ) -> None:
     """``consume --spark-master spark://…`` is the driver; the archive reaches the executors
     through ``--spark-conf spark.archives``, as docs/deployment.md says."""
@@ -169,28 +189,27 @@ def test_consume_drives_a_standalone_cluster(
     publish(kafka, prefix, events)
     archive, executor_python = shipped
     config = consumer_config(kafka, prefix, tmp_path / "out")
-    with spark_cluster(tmp_path / "cluster") as cluster:
-        finished = subprocess.run(
-            consume_command(
-                config,
-                "--available-now",
-                "true",
-                "--spark-master",
-                cluster.master_url,
-                "--spark-conf",
-                f"spark.archives={archive}#{SHIPPED}",
-                "--spark-conf",
-                f"spark.executorEnv.PYTHONPATH={SHIPPED}",
-                max_events_per_batch=500,
-            ),
-            env={**os.environ, "PYSPARK_PYTHON": str(executor_python)},
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        executors = list((tmp_path / "cluster").glob("worker-*/app-*"))
+    before = executors(cluster)
+    finished = subprocess.run(
+        consume_command(
+            config,
+            "--available-now",
+            "true",
+            "--spark-master",
+            cluster.master_url,
+            "--spark-conf",
+            f"spark.archives={archive}#{SHIPPED}",
+            "--spark-conf",
+            f"spark.executorEnv.PYTHONPATH={SHIPPED}",
+            max_events_per_batch=500,
+        ),
+        env={**os.environ, "PYSPARK_PYTHON": str(executor_python)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert finished.returncode == 0, finished.stderr[-3000:]
-    assert executors, "no executor ran on the cluster"
+    assert executors(cluster) - before, "no executor ran on the cluster"
     changelog = changelog_rows(config, "Accounts", '"envelope$uuid"')
     assert len(changelog) == len(events) == len(set(changelog))

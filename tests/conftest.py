@@ -21,6 +21,7 @@ from testkit.consumer_run import (
 )
 from tests.support.object_store import ObjectStore, object_store_server
 from tests.support.spark_class_archive import OPTIONS_VARIABLE, ArchiveRecording, with_options
+from tests.support.wheel import build_wheel
 
 #: The xdist group of every test that uses the run's Spark session (the ``spark`` fixture); xdist
 #: appends it to their node ids as ``@spark``.
@@ -73,6 +74,18 @@ def object_store() -> Iterator[ObjectStore]:
     """An S3-compatible server on 127.0.0.1 (tests/support/object_store.py), one per test run."""
     with object_store_server() as store:
         yield store
+
+
+@pytest.fixture(scope="session")
+def project_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's wheel, built once per test run: its tests share the xdist group
+    ``tests.support.wheel.WHEEL_GROUP``, so one worker builds it (a build compiles the Cython
+    modules: about half a minute here)."""
+    work = tmp_path_factory.mktemp("wheel")
+    built = build_wheel(work)
+    assert built.returncode == 0, built.stderr[-3000:]
+    [wheel] = work.glob("spanner_cdc-*.whl")
+    return wheel
 
 
 @pytest.fixture(scope="session")

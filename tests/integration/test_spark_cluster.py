@@ -31,8 +31,9 @@ from testkit.consumer_run import (
 )
 from testkit.spark_cluster import SPARK_HOME, SparkCluster, spark_cluster, without_python_path
 from testkit.synthetic import ChangeFactory, publish, random_history
+from tests.support.wheel import WHEEL_GROUP
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.xdist_group(WHEEL_GROUP)]
 REPO = Path(__file__).resolve().parents[2]
 #: The archive's name on the executors: unpacked there into a directory of that name.
 SHIPPED = "spanner-cdc"
@@ -42,37 +43,6 @@ def readme_job() -> str:
     """The job the README shows under "Your own Spark job", exactly."""
     section = (REPO / "README.md").read_text().split("## Your own Spark job", 1)[1]
     return section.split("```python\n", 1)[1].split("```", 1)[0]
-
-
-def built_wheel(work: Path) -> Path:
-    """The project's wheel, compiled module included, built from a copy of its tracked files."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, check=True, capture_output=True, text=True
-    ).stdout.split()
-    source = work / "source"
-    for name in listed:
-        if (REPO / name).is_file():
-            (source / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, source / name)
-    built = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(work / "dist"),
-            str(source),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert built.returncode == 0, built.stderr[-3000:]
-    return next((work / "dist").glob("spanner_cdc-*.whl"))
 
 
 def python_without_the_project(work: Path) -> Path:
@@ -100,12 +70,11 @@ def python_without_the_project(work: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def shipped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def shipped(tmp_path_factory: pytest.TempPathFactory, project_wheel: Path) -> tuple[Path, Path]:
     """The wheel as the archive a job ships, and a Python for executors without the project."""
     work = tmp_path_factory.mktemp("build")
-    wheel = built_wheel(work)
-    archive = wheel.with_suffix(".zip")  # a wheel is a zip; Spark unpacks archives by their suffix
-    shutil.copy(wheel, archive)
+    archive = work / project_wheel.with_suffix(".zip").name  # Spark unpacks archives by their suffix
+    shutil.copy(project_wheel, archive)
     return archive, python_without_the_project(work)
 
 

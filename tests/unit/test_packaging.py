@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.support.wheel import WHEEL_GROUP, build_wheel
 
 pytestmark = pytest.mark.unit
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -31,30 +31,9 @@ def python_without(blocked: set[str], script: str) -> subprocess.CompletedProces
     return subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
 
 
-def build_wheel(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """``pip wheel`` of a copy of the source (setuptools builds in the source tree), the
-    compiled modules built from their ``.pyx``, with ``env`` added to the environment."""
-    source = tmp_path / "source"
-    source.mkdir()
-    for name in ("pyproject.toml", "setup.py", "README.md"):
-        shutil.copy(REPOSITORY / name, source / name)
-    shutil.copytree(
-        REPOSITORY / "spanner_cdc",
-        source / "spanner_cdc",
-        ignore=shutil.ignore_patterns("__pycache__", "*.so", "avro_steps.c", "row_values.c"),
-    )
-    return subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "--wheel-dir", str(tmp_path), str(source)],
-        check=False, capture_output=True, text=True, cwd=tmp_path, env={**os.environ, **env},
-    )  # fmt: skip
-
-
-def test_the_wheel_installs_one_top_level_package(tmp_path: Path) -> None:
-    built = build_wheel(tmp_path)
-    assert built.returncode == 0, built.stderr
-    [wheel] = tmp_path.glob("spanner_cdc-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
+@pytest.mark.xdist_group(WHEEL_GROUP)
+def test_the_wheel_installs_one_top_level_package(project_wheel: Path) -> None:
+    names = zipfile.ZipFile(project_wheel).namelist()
     top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert top_level == {"spanner_cdc"}
     assert "spanner_cdc/schemas/avsc/envelope.avsc" in names

@@ -78,9 +78,8 @@ def object_store() -> Iterator[ObjectStore]:
 
 @pytest.fixture(scope="session")
 def project_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The project's wheel, built once per test run: its tests share the xdist group
-    ``tests.support.wheel.WHEEL_GROUP``, so one worker builds it (a build compiles the Cython
-    modules: about half a minute here)."""
+    """The project's wheel, built once per test run (a build compiles the Cython modules): its
+    tests share the xdist group ``tests.support.wheel.WHEEL_GROUP``, so one worker builds it."""
     work = tmp_path_factory.mktemp("wheel")
     built = build_wheel(work)
     assert built.returncode == 0, built.stderr[-3000:]

@@ -13,7 +13,6 @@ import pytest
 from tests.support.wheel import WHEEL_GROUP, build_wheel
 
 pytestmark = pytest.mark.unit
-REPOSITORY = Path(__file__).resolve().parents[2]
 #: Makes importing the named top-level packages fail, in a fresh interpreter.
 BLOCK_IMPORTS = """
 import sys

@@ -26,6 +26,10 @@ from tests.support.wheel import build_wheel
 #: The xdist group of every test that uses the run's Spark session (the ``spark`` fixture); xdist
 #: appends it to their node ids as ``@spark``.
 SPARK_GROUP = "spark"
+#: The xdist group of every test that uses the run's one build of the wheel (``project_wheel``).
+WHEEL_GROUP = "wheel"
+#: Each fixture whose tests share one worker, and their group.
+GROUP_OF_FIXTURE = {"spark": SPARK_GROUP, "project_wheel": WHEEL_GROUP}
 
 
 def in_the_spark_session(item: pytest.Item) -> bool:
@@ -38,11 +42,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     uses the run's Spark session goes to one worker, in file order: the run keeps one Spark
     session. The other worker runs the rest beside it, the ``spark`` tests that only start Spark
     in processes of their own (demos, chaos) included — most tests wait rather than compute
-    (docs/design.md, Tests, has the measurements)."""
+    (docs/design.md, Tests, has the measurements). The tests of the project's wheel go to one
+    worker too, so that it is built once."""
     if config.pluginmanager.hasplugin("xdist"):
         for item in items:
-            if in_the_spark_session(item):
-                item.add_marker(pytest.mark.xdist_group(SPARK_GROUP))
+            used = getattr(item, "fixturenames", ())
+            for fixture, group in GROUP_OF_FIXTURE.items():
+                if fixture in used:
+                    item.add_marker(pytest.mark.xdist_group(group))
+                    break
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -79,7 +87,7 @@ def object_store() -> Iterator[ObjectStore]:
 @pytest.fixture(scope="session")
 def project_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project's wheel, built once per test run (a build compiles the Cython modules): its
-    tests share the xdist group ``tests.support.wheel.WHEEL_GROUP``, so one worker builds it."""
+    tests share one xdist group (``WHEEL_GROUP``), so one worker builds it."""
     work = tmp_path_factory.mktemp("wheel")
     built = build_wheel(work)
     assert built.returncode == 0, built.stderr[-3000:]

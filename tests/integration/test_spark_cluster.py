@@ -31,9 +31,8 @@ from testkit.consumer_run import (
 )
 from testkit.spark_cluster import SPARK_HOME, SparkCluster, spark_cluster, without_python_path
 from testkit.synthetic import ChangeFactory, publish, random_history
-from tests.support.wheel import WHEEL_GROUP
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.xdist_group(WHEEL_GROUP)]
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
 REPO = Path(__file__).resolve().parents[2]
 #: The archive's name on the executors: unpacked there into a directory of that name.
 SHIPPED = "spanner-cdc"

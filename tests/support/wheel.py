@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-#: The xdist group of the tests that use the one wheel a test run builds (``project_wheel``).
-WHEEL_GROUP = "wheel"
 
 
 def build_wheel(work: Path, **env: str) -> subprocess.CompletedProcess[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.wheel import WHEEL_GROUP, build_wheel
+from tests.support.wheel import build_wheel
 
 pytestmark = pytest.mark.unit
 #: Makes importing the named top-level packages fail, in a fresh interpreter.
@@ -30,7 +30,6 @@ def python_without(blocked: set[str], script: str) -> subprocess.CompletedProces
     return subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
 
 
-@pytest.mark.xdist_group(WHEEL_GROUP)
 def test_the_wheel_installs_one_top_level_package(project_wheel: Path) -> None:
     names = zipfile.ZipFile(project_wheel).namelist()
     top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}

@@ -86,4 +86,7 @@ class SecureBroker:
             future.result(30)
 
     def stop(self) -> None:
+        """The administration client goes first: left alive, its librdkafka threads retry the
+        stopped broker, and print each refused connection on the test run's screen."""
+        del self.admin
         self.process.stop()

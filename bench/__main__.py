@@ -44,6 +44,21 @@ def print_figures(figures: list[Figure]) -> None:
         print(f"  {figure.name:52} {figure.events:8d} ev {figure.seconds:7.2f} s {rate}{cpu}")
 
 
+def print_bounds(label: str, figure: Figure) -> None:
+    """What the CPU a producer figure took allows: the event loop's thread (the figure's calling
+    thread), which runs every event's Python, and the machine's CPUs, which it shares with the
+    broker and the emulator."""
+    assert figure.cpu is not None
+    cpus = len(os.sched_getaffinity(0))
+    loop, machine = figure.cpu.thread / figure.events, figure.cpu.machine / figure.events
+    print(
+        f"  {label} the event loop's thread {loop * 1e6:,.1f} µs of CPU an event "
+        f"({figure.cpu.thread / figure.seconds:.0%} of the run): one thread allows at most "
+        f"{1 / loop:,.0f} ev/s; the machine's {machine * 1e6:,.1f} µs: {cpus} CPUs allow at most "
+        f"{cpus / machine:,.0f} ev/s"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--events", type=int, default=50_000, help="events for the pipeline measurement (a)")
@@ -390,13 +405,7 @@ def producer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
         f"JSON/Avro pipeline {as_json.per_second / pipeline.per_second:.2f}x; "
         f"from a cold start/started {cold.per_second / pipeline.per_second:.2f}x"
     )
-    if pipeline.cpu is not None:
-        cpus = len(os.sched_getaffinity(0))
-        per_event, own_share = pipeline.cpu.machine / pipeline.events, pipeline.cpu.own / pipeline.cpu.machine
-        print(
-            f"  (a) the machine's CPU per event {per_event * 1e6:,.1f} µs ({own_share:.0%} this process): "
-            f"{cpus} CPUs allow at most {cpus / per_event:,.0f} ev/s at that cost"
-        )
+    print_bounds("(a)", pipeline)
     alone, backlog, runs = producer.emulator_figures(
         stack,
         args.rows,
@@ -407,6 +416,7 @@ def producer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
     )
     print_figures([alone, backlog])
     print(f"  (b) producer/client alone {backlog.per_second / alone.per_second:.2f}x (target 0.8x)")
+    print_bounds("(b)", backlog)
     for run in runs:
         p50, p99 = percentile(run.samples, 0.5) * 1000, percentile(run.samples, 0.99) * 1000
         verdict = "reached" if p99 <= LATENCY_TARGET_P99_MS else "not reached"

@@ -1,9 +1,10 @@
-"""Where a figure's CPU went: this process (the producer, for the producer's figures) and the
-rest of the machine (on the bench's machine, mostly the broker beside it).
+"""Where a figure's CPU went: the calling thread (the event loop's, for the producer's figures),
+this process, and the rest of the machine (on the bench's machine, mostly the broker beside it).
 
 The producer's figures share two cores with the embedded broker: a figure's rate is bounded by
-the CPU that every process spends per event, not by the producer's alone. Read from Linux's
-``/proc/stat`` (the machine's busy time) and ``getrusage`` (this process's) — a few lines, so
+the CPU every process spends per event, and by the CPU of the one thread that runs the
+producer's per-event Python. Read from Linux's ``/proc/stat`` (the machine's busy time),
+``getrusage`` (this process's) and ``time.thread_time`` (the thread's) — a few lines, so
 written here rather than taken from a library.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import resource
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,20 +23,24 @@ _IDLE_COLUMNS = (3, 4)
 
 @dataclass(frozen=True)
 class CpuSeconds:
-    """CPU seconds since boot: this process's (every thread) and the whole machine's."""
+    """CPU seconds: this process's (every thread), the whole machine's since boot, and the
+    calling thread's."""
 
     own: float
     machine: float
+    thread: float
 
     @classmethod
     def now(cls) -> CpuSeconds:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         columns = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
         busy = sum(value for index, value in enumerate(columns) if index not in _IDLE_COLUMNS)
-        return cls(usage.ru_utime + usage.ru_stime, busy / _TICKS_PER_SECOND)
+        return cls(usage.ru_utime + usage.ru_stime, busy / _TICKS_PER_SECOND, time.thread_time())
 
     def __sub__(self, earlier: CpuSeconds) -> CpuSeconds:
-        return CpuSeconds(self.own - earlier.own, self.machine - earlier.machine)
+        return CpuSeconds(
+            self.own - earlier.own, self.machine - earlier.machine, self.thread - earlier.thread
+        )
 
     @property
     def rest(self) -> float:

@@ -11,17 +11,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from spanner_cdc.schemas.identity import SortKeys, backfill_uuid, change_uuid, polled_uuid, sort_keys
+from spanner_cdc.schemas.change_events import ChangeEvents
+from spanner_cdc.schemas.identity import SortKeys, backfill_uuid, polled_uuid, sort_keys
 from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.table import TableSchema, TableVersions
-from spanner_cdc.schemas.timestamps import format_timestamp_micros
 
 READ_METHOD_CHANGE_STREAMS = "spanner-cdc-change-streams"
 READ_METHOD_BACKFILL = "spanner-backfill"
 #: Rows found by ``spanner-cdc poll`` (a commit-timestamp column compared with the last poll).
 READ_METHOD_POLL = "spanner-commit-timestamp-poll"
-#: What the emulator reports for a PENDING_COMMIT_TIMESTAMP() column (docs/design.md §2).
-EMULATOR_PENDING_COMMIT_TIMESTAMP = "9999-12-31T23:59:59Z"
 
 
 #: The envelope's fields (``avsc/envelope.avsc``) in its order: an event's :attr:`Event.fields`.
@@ -126,6 +124,12 @@ class EventBuilder:
     database: str
     default_schema: str = ""
     _tables: TableVersions = field(default_factory=TableVersions, repr=False)
+    _changes: ChangeEvents = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._changes = ChangeEvents(
+            Event, self.database, self.default_schema, self.stream_name, READ_METHOD_CHANGE_STREAMS
+        )
 
     def table_schema(self, table_name: str, column_types: Sequence[Mapping[str, Any]]) -> TableSchema:
         schema = self._tables.get(table_name, column_types)
@@ -148,56 +152,7 @@ class EventBuilder:
         producer does, from the catalog); otherwise it is looked up from ``column_types``.
         """
         table = table or self.table_schema(record.table_name, record.column_types)
-        schema_name, _, _ = record.table_name.rpartition(".")
-        commit_millis = record.commit_timestamp_micros // 1000
-        events = []
-        for mod_index, mod in enumerate(record.mods):
-            keys = table.convert_row(mod.keys)
-            new_values = table.convert_row(_resolve_pending_commit_timestamps(table, record, mod.new_values))
-            old_values = table.convert_row(mod.old_values)
-            payload, changed = _payload(record.mod_type, keys, new_values, old_values)
-            metadata = (
-                self.database,
-                schema_name or self.default_schema,
-                record.table_name,
-                record.mod_type,
-                record.mod_type == "DELETE",
-                table.key_names,
-                record.server_transaction_id,
-                record.commit_timestamp_micros,
-                record.record_sequence,
-                mod_index,
-                partition_token,
-                record.value_capture_type,
-                record.number_of_records_in_transaction,
-                record.number_of_partitions_in_transaction,
-                record.is_last_record_in_transaction_in_partition,
-                record.transaction_tag,
-                record.is_system_transaction,
-                len(record.mods),
-                changed,
-                {**keys, **old_values} if old_values else None,
-            )
-            fields = (
-                change_uuid(
-                    self.stream_name, record.server_transaction_id, record.record_sequence, mod_index
-                ),
-                read_timestamp_millis,
-                commit_millis,
-                record.table_name,
-                READ_METHOD_CHANGE_STREAMS,
-                self.stream_name,
-                table.schema_key,
-                sort_keys(
-                    record.commit_timestamp_micros,
-                    record.server_transaction_id,
-                    record.record_sequence,
-                    mod_index,
-                ),
-                metadata,
-                payload,
-            )
-            events.append(Event(table, keys, fields))
+        events: list[Event] = self._changes.build(record, table, partition_token, read_timestamp_millis)
         return events
 
     def build_snapshot_row(
@@ -301,34 +256,3 @@ class EventBuilder:
             values,
         )
         return Event(table, keys, fields)
-
-
-def _resolve_pending_commit_timestamps(
-    table: TableSchema, record: DataChangeRecord, values: Mapping[str, Any]
-) -> Mapping[str, Any]:
-    columns = table.commit_timestamp_columns
-    if not columns:
-        return values
-    commit_text = format_timestamp_micros(record.commit_timestamp_micros)
-    return {
-        name: commit_text if name in columns and value == EMULATOR_PENDING_COMMIT_TIMESTAMP else value
-        for name, value in values.items()
-    }
-
-
-def _payload(
-    mod_type: str,
-    keys: dict[str, Any],
-    new_values: dict[str, Any],
-    old_values: dict[str, Any],
-) -> tuple[dict[str, Any], list[str]]:
-    """The payload and changed_columns for one mod, by mod type (docs/design.md §3, payload).
-
-    INSERT and UPDATE carry ``new_values`` (the whole row for NEW_ROW capture types, only the
-    changed columns otherwise); DELETE carries the keys plus whatever old values were captured.
-    Columns absent from the mod are null in the payload and absent from changed_columns, which
-    is how a sink knows not to overwrite them.
-    """
-    if mod_type == "DELETE":
-        return {**keys, **old_values}, sorted(old_values)
-    return {**keys, **new_values}, sorted(new_values)

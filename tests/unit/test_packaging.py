@@ -36,7 +36,7 @@ def test_the_wheel_installs_one_top_level_package(project_wheel: Path) -> None:
     assert top_level == {"spanner_cdc"}
     assert "spanner_cdc/schemas/avsc/envelope.avsc" in names
     # The compiled modules, and their types for mypy in projects that import them.
-    for module in ("avro_steps", "row_values"):
+    for module in ("avro_steps", "row_values", "change_events"):
         assert any(re.fullmatch(rf"spanner_cdc/schemas/{module}\.cpython-.*\.so", name) for name in names)
         assert f"spanner_cdc/schemas/{module}.pyi" in names
 

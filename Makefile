@@ -19,7 +19,7 @@ PYTEST_WORKERS ?= 2
 # by each (about a second); the bytecode added to the zip saves it (docs/consumer.md).
 # -qq: pip's errors only. With -q, setuptools' notice box about editable installs (printed for
 # every strategy by setuptools 84) opened every fresh clone's output.
-# The package has three compiled modules (spanner_cdc/schemas/*.pyx): installing it needs a C
+# The package's modules in spanner_cdc/schemas/*.pyx are compiled when it is installed: that needs a C
 # compiler and Python's headers, which `system-deps.sh build` checks for (and installs when missing).
 $(STAMP): pyproject.toml setup.py spanner_cdc/consumer/spark/pyspark_bytecode.py $(wildcard spanner_cdc/schemas/*.pyx)
 	@PYTHON=$(PYTHON) bash scripts/system-deps.sh build
@@ -63,5 +63,5 @@ bench: system-deps $(STAMP) $(JARS_STAMP) $(BENCH_JARS_STAMP)
 
 clean:
 	rm -rf $(VENV) .stack .pytest_cache .mypy_cache .ruff_cache *.egg-info
-	rm -f spanner_cdc/schemas/avro_steps.c spanner_cdc/schemas/row_values.c spanner_cdc/schemas/*.so
+	rm -f spanner_cdc/schemas/*.c spanner_cdc/schemas/*.so
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

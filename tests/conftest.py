@@ -32,8 +32,10 @@ WHEEL_GROUP = "wheel"
 GROUP_OF_FIXTURE = {"spark": SPARK_GROUP, "project_wheel": WHEEL_GROUP}
 
 
-def in_the_spark_session(item: pytest.Item) -> bool:
-    return "spark" in getattr(item, "fixturenames", ())
+def xdist_group(item: pytest.Item) -> str | None:
+    """The group of the first fixture of :data:`GROUP_OF_FIXTURE` that ``item`` uses, if any."""
+    used = getattr(item, "fixturenames", ())
+    return next((group for fixture, group in GROUP_OF_FIXTURE.items() if fixture in used), None)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups from the marks
@@ -46,11 +48,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     worker too, so that it is built once."""
     if config.pluginmanager.hasplugin("xdist"):
         for item in items:
-            used = getattr(item, "fixturenames", ())
-            for fixture, group in GROUP_OF_FIXTURE.items():
-                if fixture in used:
-                    item.add_marker(pytest.mark.xdist_group(group))
-                    break
+            group = xdist_group(item)
+            if group is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -61,10 +61,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         ungrouped = [
             item.nodeid
             for item in session.items
-            if in_the_spark_session(item) and not item.nodeid.endswith(f"@{SPARK_GROUP}")
+            if (group := xdist_group(item)) is not None and not item.nodeid.endswith(f"@{group}")
         ]
         if ungrouped:
-            raise pytest.UsageError(f"--dist loadgroup did not group the spark tests: {ungrouped[0]}")
+            raise pytest.UsageError(f"--dist loadgroup did not group the tests: {ungrouped[0]}")
 
 
 @pytest.fixture(scope="session")

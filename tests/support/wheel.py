@@ -21,9 +21,7 @@ def build_wheel(work: Path, **env: str) -> subprocess.CompletedProcess[str]:
     shutil.copytree(
         REPOSITORY / "spanner_cdc",
         source / "spanner_cdc",
-        ignore=shutil.ignore_patterns(
-            "__pycache__", "*.so", "avro_steps.c", "row_values.c", "change_events.c"
-        ),
+        ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.c"),  # built, not written: Cython's
     )
     return subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",

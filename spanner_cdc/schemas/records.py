@@ -7,12 +7,12 @@ so one parser and one set of types serve both, and the event builder sees one re
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from spanner_cdc.schemas.errors import ContractError
+from spanner_cdc.schemas.json_text import parse_json
 from spanner_cdc.schemas.timestamps import parse_timestamp_micros, timestamp_micros
 
 MOD_TYPES = ("INSERT", "UPDATE", "DELETE")
@@ -87,7 +87,7 @@ def _as_mapping(value: Any) -> Mapping[str, Any]:
     if value is None:
         return {}
     if isinstance(value, str):
-        value = json.loads(value) if value else {}
+        value = parse_json(value) if value else {}
     if not isinstance(value, Mapping):
         raise ContractError(f"expected a JSON object in a change record, got {value!r}")
     return value

@@ -9,14 +9,13 @@ names rather than hard-coded positions, so a field Spanner adds later cannot shi
 Why not the client's decoding: it makes every JSON value (a mod's keys, new and old values, each
 column's type) a ``JsonObject``, whose construction and ``items()`` are Python; in a profile of
 a backlog read they were most of the reader threads' time and a sixth of the event loop's. Here
-JSON values become plain dicts (``json.loads``), and the field metadata is read once per query
+JSON values become plain dicts (``schemas.json_text``), and the field metadata is read once per query
 (:func:`records_of`), not per value: reading a ``Type`` message's code, fields and names
 costs far more than the value it describes.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,6 +23,7 @@ from google.cloud.spanner_v1 import TypeCode
 
 from spanner_cdc.producer.spanner.snapshot_read import json_value
 from spanner_cdc.schemas.errors import ContractError
+from spanner_cdc.schemas.json_text import parse_json
 from spanner_cdc.schemas.records import ChangeStreamRecord, records_from_json
 
 #: A protobuf ``Value`` of one type → its change-record JSON form (None for a null).
@@ -41,7 +41,7 @@ def converter(spanner_type: Any) -> Converter:
     if code == TypeCode.STRUCT:
         return _nullable(_struct_converter(spanner_type.struct_type.fields))
     if code == TypeCode.JSON:
-        return _nullable(lambda value: json.loads(value.string_value))
+        return _nullable(lambda value: parse_json(value.string_value))
     if code == TypeCode.INT64:
         return _nullable(lambda value: int(value.string_value))
     if code == TypeCode.BOOL:

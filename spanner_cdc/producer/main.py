@@ -231,6 +231,7 @@ async def open_kafka(settings: PublishSettings) -> tuple[KafkaClient, set[str]]:
         settings.replication_factor,
     )
     existing = await kafka.check_reachable(settings.connect_timeout_seconds)
+    await kafka.fit_to_topics(existing, settings.connect_timeout_seconds)
     return kafka, existing
 
 

@@ -69,6 +69,11 @@ class Topics:
         return f"{CONTROL_NAMESPACE}.{self.prefix}.dead_letters"
 
     @property
+    def control(self) -> tuple[str, ...]:
+        """Every control topic of the prefix."""
+        return (self.schemas, self.checkpoints, self.backfills, self.polls, self.dead_letters)
+
+    @property
     def moved(self) -> dict[str, str]:
         """The compacted control topics of version 0.1 → where they are now. (Their dead
         letters are a log of past refusals, not state: they stay where they are.)"""

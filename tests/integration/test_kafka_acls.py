@@ -5,6 +5,8 @@ consumer's among them — cannot put a message there."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from confluent_kafka.admin import (
 
 from spanner_cdc.consumer.readers import replica_rows
 from spanner_cdc.producer.errors import KafkaSetupError
+from spanner_cdc.producer.publish.kafka import KafkaClient
 from spanner_cdc.schemas.topics import CONTROL_NAMESPACE
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import consumer_config, run_consumer, unique_prefix
@@ -52,7 +55,13 @@ def acls(user: str, grants: dict[tuple[ResourceType, str], tuple[AclOperation, .
 def producer_acls(user: str, prefix: str) -> list[AclBinding]:
     """docs/security.md, ``spanner-cdc produce``."""
     control = f"{CONTROL_NAMESPACE}.{prefix}."
-    topic_operations = (AclOperation.CREATE, AclOperation.DESCRIBE, AclOperation.WRITE, AclOperation.READ)
+    topic_operations = (
+        AclOperation.CREATE,
+        AclOperation.DESCRIBE,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.WRITE,
+        AclOperation.READ,
+    )
     return acls(
         user,
         {
@@ -99,7 +108,11 @@ def refusal(broker: SecureBroker, settings: dict[str, str], topic: str) -> str:
 
 
 def test_the_pipeline_runs_on_its_acls_and_only_the_producer_can_write(
-    spark: Any, stack: EmbeddedStack, secure_broker: SecureBroker, tmp_path: Path
+    spark: Any,
+    stack: EmbeddedStack,
+    secure_broker: SecureBroker,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     prefix = unique_prefix("acl")
     producing = secure_broker.add_user("producer", "producer-secret")
@@ -115,6 +128,12 @@ def test_the_pipeline_runs_on_its_acls_and_only_the_producer_can_write(
     with database.batch() as batch:
         batch.insert("Accounts", columns=["Id", "Balance"], values=[[f"a{n}", n] for n in range(20)])
     produce_to_now(config)
+    # As a restart does: the prefix's topics exist now, and their size limits are read on its ACLs.
+    restart = KafkaClient(secure_broker.bootstrap, prefix, producing, 1, 1)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="spanner_cdc"):
+        asyncio.run(restart.fit_to_topics(asyncio.run(restart.check_reachable(10)), 10))
+    assert not [r for r in caplog.records if r.name.startswith("spanner_cdc")], caplog.text
 
     consumer = consumer_config(secure_broker.bootstrap, prefix, tmp_path, kafka_config=consuming)
     run_consumer(spark, consumer)

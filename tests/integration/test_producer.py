@@ -4,6 +4,7 @@ value capture types, commit timestamps and bad input."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import decimal
 import json
 import os
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 from google.cloud.spanner import COMMIT_TIMESTAMP, KeySet
 from google.cloud.spanner_v1.data_types import JsonObject
 
@@ -334,6 +335,30 @@ def test_an_event_larger_than_kafka_accepts_goes_to_the_dead_letter_topic(stack:
     assert letter["object"] == "Notes" and letter["topic"] == f"{config.topic_prefix}.Notes"
     assert letter["size_bytes"] > 30_000 and "too large" in letter["reason"].lower()
     assert uuid.UUID(letter["uuid"]) and len(letter["sort_keys"]) == 4
+
+
+def test_an_event_larger_than_its_topic_accepts_goes_to_the_dead_letter_topic(stack: EmbeddedStack) -> None:
+    """The broker's limit lower than the client's: a topic made before the producer's first run
+    with a smaller ``max.message.bytes``. Refused by the broker, the event would abort its
+    transaction — and stop the producer at every restart; the producer reads the topic's limit
+    as it starts and refuses the event itself. The body is random (lz4 cannot shrink it below
+    the limit, as it would shrink repeated text)."""
+    database = create_database(stack.endpoint("spanner"), NOTES_DDL)
+    prefix = f"limit-{uuid.uuid4().hex[:6]}"
+    topic = NewTopic(f"{prefix}.Notes", 1, 1, config={"max.message.bytes": "20000"})
+    admin = AdminClient({"bootstrap.servers": stack.endpoint("kafka")})
+    admin.create_topics([topic])[topic.topic].result(30)  # the client must outlive the answer
+    start = now_micros()
+    for note_id, body in ((1, "small"), (2, base64.b64encode(os.urandom(30_000)).decode()), (3, "small")):
+        with database.batch() as batch:
+            batch.insert("Notes", columns=["Id", "Body"], values=[[note_id, body]])
+    config = produce_since(stack, database, "NotesStream", start, topic_prefix=prefix)
+    events = read_events(stack.endpoint("kafka"), config.topic_prefix, "Notes")
+    assert [e.value["payload"]["Id"] for e in events] == [1, 3]
+    [(_, _, _, value)] = read_all(stack.endpoint("kafka"), Topics(config.topic_prefix).dead_letters)
+    assert value is not None
+    letter = json.loads(value)
+    assert letter["object"] == "Notes" and letter["size_bytes"] > 20_000
 
 
 def test_an_event_larger_than_kafka_accepts_stops_the_producer_when_asked(stack: EmbeddedStack) -> None:

@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager, closing
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from spanner_cdc.common.blocking import call_with_deadline
 from spanner_cdc.common.kafka_offsets import READER_SETTINGS, read_to_end
@@ -52,12 +52,29 @@ TUNED_DEFAULTS = {
     "queue.buffering.max.messages": "500000",
     "queue.buffering.max.kbytes": "1048576",
 }
+#: librdkafka's ``message.max.bytes`` when the settings name none.
+LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000
+#: What a topic's ``max.message.bytes`` must leave beyond the messages: the broker applies it to
+#: a batch as stored, with its framing and what compression adds to data it cannot shrink
+#: (lz4: under 0.4 %), where librdkafka's own limit counts a message's key and value.
+BATCH_FRAMING_BYTES = 1024
 #: How long a flush at shutdown or a handover waits for Kafka's acknowledgements.
 FLUSH_TIMEOUT_SECONDS = 60.0
 #: How long a checkpoint topic just created may show no partitions in the broker's metadata.
 TOPIC_METADATA_SECONDS = 30.0
 #: How long to wait before asking the metadata again.
 METADATA_RETRY_SECONDS = 0.1
+
+
+def topic_limit_for(message_bytes: int) -> int:
+    """The ``max.message.bytes`` a topic needs to accept every batch of messages of at most
+    ``message_bytes`` (a batch is at most one message over ``batch.size``, kept below that)."""
+    return message_bytes + message_bytes // 64 + BATCH_FRAMING_BYTES
+
+
+def messages_fitting(topic_limit: int) -> int:
+    """The largest messages a topic of ``max.message.bytes`` ``topic_limit`` accepts in any batch."""
+    return max(0, (topic_limit - BATCH_FRAMING_BYTES) * 64 // 65)
 
 
 def refusal(error: KafkaError) -> Exception:
@@ -96,6 +113,11 @@ class KafkaClient:
         self.admin = AdminClient(self.client_settings)
         self.topic_partitions = topic_partitions
         self.replication_factor = replication_factor
+        #: The largest message the writers send (librdkafka's ``message.max.bytes``): the
+        #: settings' own, lowered to the limit of the prefix's topics (:meth:`fit_to_topics`).
+        self.message_max_bytes = int(
+            self.client_settings.get("message.max.bytes", LIBRDKAFKA_MESSAGE_MAX_BYTES)
+        )
         self._created: set[str] = set()
         self._schemas: dict[int, asyncio.Future[None]] = {}
         self._closing: Callable[[int], list[ClosingRecord]] | None = None
@@ -114,6 +136,51 @@ class KafkaClient:
             raise KafkaSetupError(
                 f"Kafka at {self.client_settings['bootstrap.servers']} does not answer: {exc.args[0].str()}"
             ) from None
+
+    async def fit_to_topics(self, existing: set[str], timeout: float) -> None:
+        """Lower :attr:`message_max_bytes` to the smallest ``max.message.bytes`` of the prefix's
+        topics in ``existing``; call before the first writer is made.
+
+        librdkafka refuses a message over its own limit as it is produced, and the sender then
+        writes the event's dead letter (EventSender.too_large); it also keeps every batch under
+        that limit. The broker applies its topic's limit to a whole batch inside the
+        transaction, which can then only abort: an event over it — or a batch of small ones —
+        stopped the producer, and every restart again. Topics the producer creates take its
+        limit (:meth:`ensure_topics`); topics made otherwise, or by a run with a higher
+        limit, are read here. Without the right to read their configuration (``DescribeConfigs``)
+        the settings' limit stays, and a warning says so."""
+        topics = sorted(t for t in existing if self.topics.is_event_topic(t) or t in self.topics.control)
+        if not topics:
+            return
+        futures = self.admin.describe_configs(
+            [ConfigResource(ResourceType.TOPIC, topic) for topic in topics], request_timeout=timeout
+        )
+        try:
+            limits = {
+                resource.name: int((await asyncio.wrap_future(future))["max.message.bytes"].value)
+                for resource, future in futures.items()
+            }
+        except KafkaException as exc:
+            log.warning(
+                "cannot read the size limit of topic prefix %s's topics (%s): messages up to %d bytes are "
+                "sent, and one over a topic's own limit stops the producer; allow DescribeConfigs on them "
+                "(docs/security.md), or set message.max.bytes (--kafka-config) to their limit",
+                self.topics.prefix,
+                exc.args[0].str(),
+                self.message_max_bytes,
+            )
+            return
+        topic = min(limits, key=limits.__getitem__)
+        if limits[topic] < topic_limit_for(self.message_max_bytes):
+            fitting = messages_fitting(limits[topic])
+            log.info(
+                "messages of up to %d bytes, not %d: topic %s accepts batches of %d bytes",
+                fitting,
+                self.message_max_bytes,
+                topic,
+                limits[topic],
+            )
+            self.message_max_bytes = fitting
 
     async def event_topics(self, timeout: float = 10.0) -> dict[str, int]:
         """Every event topic of the prefix on the broker, with its partition count.
@@ -138,12 +205,16 @@ class KafkaClient:
         self, topics: Sequence[str], compacted: bool = False, partitions: int | None = None
     ) -> None:
         """Create the topics not created or found yet, in one request (one existing is fine);
-        compacted ones have one partition unless ``partitions`` says otherwise."""
+        compacted ones have one partition unless ``partitions`` says otherwise. Each accepts
+        messages as large as the writers send (``max.message.bytes``), whatever the broker's
+        default: see :meth:`fit_to_topics`."""
         missing = sorted(set(topics) - self._created)
         if not missing:
             return
         partitions = partitions or (1 if compacted else self.topic_partitions)
-        config = {"cleanup.policy": "compact"} if compacted else {}
+        config = {"max.message.bytes": str(topic_limit_for(self.message_max_bytes))}
+        if compacted:
+            config["cleanup.policy"] = "compact"
         futures = self.admin.create_topics(
             [NewTopic(topic, partitions, self.replication_factor, config=config) for topic in missing],
             operation_timeout=30,
@@ -294,11 +365,13 @@ class KafkaClient:
 
     def _new_writer(self, shard: int) -> TransactionalWriter:
         records = None if self._closing is None else functools.partial(self._closing, shard)
+        settings = {**TUNED_DEFAULTS, **self.client_settings}
         return TransactionalWriter(
             Producer(
                 {
-                    **TUNED_DEFAULTS,
-                    **self.client_settings,
+                    **settings,
+                    "message.max.bytes": self.message_max_bytes,
+                    "batch.size": min(int(settings["batch.size"]), self.message_max_bytes),
                     **GUARANTEED_SETTINGS,
                     **FAILURES_ONLY,
                     "transactional.id": self.topics.writer_transactional_id(shard, self.shards),

@@ -32,7 +32,8 @@ def parse_json(text: str) -> Any:
 
 
 def _holds_a_large_float(container: Any) -> bool:
-    """Loops, not ``any()`` over a generator: this runs for every mod (half the time)."""
+    """Explicit loops: this runs for every JSON value of every mod, and ``any()`` over a
+    generator took about twice as long."""
     for item in container.values() if type(container) is dict else container:
         kind = type(item)
         if kind is float:

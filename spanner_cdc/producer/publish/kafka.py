@@ -67,8 +67,9 @@ METADATA_RETRY_SECONDS = 0.1
 
 
 def topic_limit_for(message_bytes: int) -> int:
-    """The ``max.message.bytes`` a topic needs to accept every batch of messages of at most
-    ``message_bytes`` (a batch is at most one message over ``batch.size``, kept below that)."""
+    """The ``max.message.bytes`` a topic needs to accept every batch of a writer whose
+    ``message.max.bytes`` is ``message_bytes``: a batch holds at most ``batch.size`` bytes of
+    messages, or one message, and the writers keep ``batch.size`` at or below ``message_bytes``."""
     return message_bytes + message_bytes // 64 + BATCH_FRAMING_BYTES
 
 
@@ -152,10 +153,10 @@ class KafkaClient:
         topics = sorted(t for t in existing if self.topics.is_event_topic(t) or t in self.topics.control)
         if not topics:
             return
-        futures = self.admin.describe_configs(
-            [ConfigResource(ResourceType.TOPIC, topic) for topic in topics], request_timeout=timeout
-        )
         try:
+            futures = self.admin.describe_configs(
+                [ConfigResource(ResourceType.TOPIC, topic) for topic in topics], request_timeout=timeout
+            )
             limits = {
                 resource.name: int((await asyncio.wrap_future(future))["max.message.bytes"].value)
                 for resource, future in futures.items()

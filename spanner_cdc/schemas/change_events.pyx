@@ -44,7 +44,8 @@ cdef class ChangeEvents:
         sequence = record.record_sequence
         mod_type = record.mod_type
         cdef bint is_delete = mod_type == "DELETE"
-        cdef bint pending_columns = bool(table.commit_timestamp_columns)
+        pending_columns = table.commit_timestamp_columns
+        commit_text = format_timestamp_micros(record.commit_timestamp_micros) if pending_columns else None
         convert = table.convert_row
         mods = record.mods
         before_index = (
@@ -76,7 +77,7 @@ cdef class ChangeEvents:
         for mod in mods:
             keys = convert(mod.keys)
             new_values = convert(
-                resolve_pending_commit_timestamps(table, record, mod.new_values)
+                resolve_pending_commit_timestamps(pending_columns, commit_text, mod.new_values)
                 if pending_columns
                 else mod.new_values
             )
@@ -116,11 +117,9 @@ cdef tuple mod_payload(bint is_delete, dict keys, dict new_values, dict old_valu
     return {**keys, **new_values}, sorted(new_values)
 
 
-cdef object resolve_pending_commit_timestamps(table, record, values):
-    """``values`` with each commit-timestamp column the emulator reported as pending given the
-    record's commit timestamp, which is what the column holds."""
-    columns = table.commit_timestamp_columns
-    commit_text = format_timestamp_micros(record.commit_timestamp_micros)
+cdef object resolve_pending_commit_timestamps(columns, commit_text, values):
+    """``values`` with each of the commit-timestamp ``columns`` the emulator reported as pending
+    given the record's commit timestamp (``commit_text``), which is what the column holds."""
     return {
         name: commit_text if name in columns and value == EMULATOR_PENDING_COMMIT_TIMESTAMP else value
         for name, value in values.items()

@@ -152,8 +152,7 @@ class EventBuilder:
         producer does, from the catalog); otherwise it is looked up from ``column_types``.
         """
         table = table or self.table_schema(record.table_name, record.column_types)
-        events: list[Event] = self._changes.build(record, table, partition_token, read_timestamp_millis)
-        return events
+        return self._changes.build(record, table, partition_token, read_timestamp_millis)
 
     def build_snapshot_row(
         self, table: TableSchema, row: Mapping[str, Any], snapshot_micros: int, read_timestamp_millis: int

@@ -24,7 +24,7 @@ from confluent_kafka.admin import (
 
 from spanner_cdc.consumer.readers import replica_rows
 from spanner_cdc.producer.errors import KafkaSetupError
-from spanner_cdc.producer.publish.kafka import KafkaClient
+from spanner_cdc.producer.main import open_kafka
 from spanner_cdc.schemas.topics import CONTROL_NAMESPACE
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import consumer_config, run_consumer, unique_prefix
@@ -128,11 +128,11 @@ def test_the_pipeline_runs_on_its_acls_and_only_the_producer_can_write(
     with database.batch() as batch:
         batch.insert("Accounts", columns=["Id", "Balance"], values=[[f"a{n}", n] for n in range(20)])
     produce_to_now(config)
-    # As a restart does: the prefix's topics exist now, and their size limits are read on its ACLs.
-    restart = KafkaClient(secure_broker.bootstrap, prefix, producing, 1, 1)
+    # As a restart opens Kafka: the prefix's topics exist now, and their size limits are read on
+    # its ACLs.
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="spanner_cdc"):
-        asyncio.run(restart.fit_to_topics(asyncio.run(restart.check_reachable(10)), 10))
+        asyncio.run(open_kafka(config))
     assert not [r for r in caplog.records if r.name.startswith("spanner_cdc")], caplog.text
 
     consumer = consumer_config(secure_broker.bootstrap, prefix, tmp_path, kafka_config=consuming)

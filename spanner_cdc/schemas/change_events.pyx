@@ -1,11 +1,12 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""A data change record's mods → events, in C: the step every change the producer sends takes.
+"""A data change record's mods, and whole rows read from a table, → events, in C: the step
+every change, backfilled row and polled row the producer sends takes.
 
-What an event holds is ``schemas.events``' contract (``EventBuilder.build``, ``ENVELOPE_FIELDS``,
-``METADATA_FIELDS``); this is its per-mod work with fewer interpreter steps: the fields every
-mod of a record shares are read once per record, the tuples are made in C, and each ``Event``
-is made without its named tuple's Python constructor. The uuid and the sort keys come from
-``schemas.identity``, their one definition.
+What an event holds is ``schemas.events``' contract (``EventBuilder``, ``ENVELOPE_FIELDS``,
+``METADATA_FIELDS``); this is its per-mod and per-row work with fewer interpreter steps: the
+fields every mod of a record (every row of a chunk) shares are read once, the tuples are made
+in C, and each ``Event`` is made without its named tuple's Python constructor. The uuids and the
+sort keys come from ``schemas.identity``, their one definition.
 """
 
 from spanner_cdc.schemas.identity import change_uuid, sort_keys
@@ -101,6 +102,87 @@ cdef class ChangeEvents:
             )
             events.append(_new_tuple(self.event_type, (table, keys, fields)))
             mod_index += 1
+        return events
+
+
+cdef class RowEvents:
+    """Makes the events of whole rows read from a table: a backfill's, a poll's (``EventBuilder``'s)."""
+
+    cdef object event_type
+    cdef object database
+    cdef object default_schema
+    cdef object stream_name
+
+    def __init__(self, event_type, database, default_schema, stream_name):
+        """``event_type``: the named tuple each event is (``schemas.events.Event``)."""
+        self.event_type = event_type
+        self.database = database
+        self.default_schema = default_schema
+        self.stream_name = stream_name
+
+    def build(self, table, columns, rows, stamps, change_types, uuid_of, read_method, read_timestamp_millis):
+        """One event per row of ``rows`` (change-record JSON values in ``columns`` order) of the
+        table version ``table``, in row order: row ``i`` as committed at ``stamps[i]``
+        (microseconds; its sort keys ``[stamp, "", "", 0]``) with ``change_types[i]``, its uuid
+        ``uuid_of(stream_name, stamp, table name, raw keys)`` — the key columns' values as read."""
+        table_name = table.table
+        schema_name = table_name.rpartition(".")[0] or self.default_schema
+        convert = table.convert_columns
+        key_at = [(column.name, columns.index(column.name), column.avro_name) for column in table.key_columns]
+        column_count = len(table.columns)
+        key_names = table.key_names
+        schema_key = table.schema_key
+        cdef list events = []
+        cdef dict raw_keys, keys, values
+        changed = None
+        for row, stamp, change_type in zip(rows, stamps, change_types, strict=True):
+            values = convert(columns, row)
+            raw_keys = {}
+            keys = {}
+            for name, at, avro_name in key_at:
+                raw_keys[name] = row[at]
+                keys[avro_name] = values[avro_name]
+            if changed is None:  # every row of the chunk has the same columns
+                changed = (
+                    table.value_names
+                    if len(values) == column_count
+                    else sorted(name for name in values if name not in keys)
+                )
+            metadata = (
+                self.database,
+                schema_name,
+                table_name,
+                change_type,
+                False,
+                key_names,
+                None,
+                stamp,
+                None,
+                0,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                changed,
+                None,
+            )
+            fields = (
+                uuid_of(self.stream_name, stamp, table_name, raw_keys),
+                read_timestamp_millis,
+                stamp // 1000,
+                table_name,
+                read_method,
+                self.stream_name,
+                schema_key,
+                sort_keys(stamp, "", "", 0),
+                metadata,
+                values,
+            )
+            events.append(_new_tuple(self.event_type, (table, keys, fields)))
         return events
 
 

@@ -1,4 +1,5 @@
-"""Data change records → Datastream-shaped events, one per mod (docs/design.md §3).
+"""Data change records → Datastream-shaped events, one per mod (docs/design.md §3); and rows
+read from a table (a backfill's, a poll's) → events, one per row.
 
 The record form accepted here is the change record as JSON (the PostgreSQL dialect's native
 form and Spanner's documented examples); the GoogleSQL reader turns its STRUCT rows into the same mapping,
@@ -9,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, NamedTuple
 
-from spanner_cdc.schemas.change_events import ChangeEvents
-from spanner_cdc.schemas.identity import SortKeys, backfill_uuid, polled_uuid, sort_keys
+from spanner_cdc.schemas.change_events import ChangeEvents, RowEvents
+from spanner_cdc.schemas.identity import SortKeys, backfill_uuid, polled_uuid
 from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.table import TableSchema, TableVersions
 
@@ -125,11 +127,13 @@ class EventBuilder:
     default_schema: str = ""
     _tables: TableVersions = field(default_factory=TableVersions, repr=False)
     _changes: ChangeEvents = field(init=False, repr=False, compare=False)
+    _rows: RowEvents = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._changes = ChangeEvents(
             Event, self.database, self.default_schema, self.stream_name, READ_METHOD_CHANGE_STREAMS
         )
+        self._rows = RowEvents(Event, self.database, self.default_schema, self.stream_name)
 
     def table_schema(self, table_name: str, column_types: Sequence[Mapping[str, Any]]) -> TableSchema:
         schema = self._tables.get(table_name, column_types)
@@ -154,104 +158,57 @@ class EventBuilder:
         table = table or self.table_schema(record.table_name, record.column_types)
         return self._changes.build(record, table, partition_token, read_timestamp_millis)
 
-    def build_snapshot_row(
-        self, table: TableSchema, row: Mapping[str, Any], snapshot_micros: int, read_timestamp_millis: int
-    ) -> Event:
-        """A backfill row: the row as it was at ``snapshot_micros``, as an INSERT.
+    def build_snapshot_rows(
+        self,
+        table: TableSchema,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        *,
+        snapshot_micros: int,
+        read_timestamp_millis: int,
+    ) -> list[Event]:
+        """Backfill rows (values in ``columns`` order, as read): each row as it was at
+        ``snapshot_micros``, as an INSERT.
 
-        Its sort keys are ``[snapshot, "", "", 0]``: before every change committed after the
+        Their sort keys are ``[snapshot, "", "", 0]``: before every change committed after the
         snapshot (a later commit timestamp), and before a change committed at the snapshot
         itself (same timestamp, a non-empty transaction id), which the change stream also
         delivers, so a sink that keeps the newest event per key never lets a backfill row
-        overwrite a change. The transaction and partition facts it cannot know are null.
+        overwrite a change. The transaction and partition facts they cannot know are null.
         """
-        raw_keys = {column.name: row[column.name] for column in table.key_columns}
-        return self._row_event(
+        return self._rows.build(
             table,
-            row=row,
-            raw_keys=raw_keys,
-            commit_micros=snapshot_micros,
-            read_timestamp_millis=read_timestamp_millis,
-            read_method=READ_METHOD_BACKFILL,
-            change_type="INSERT",
-            event_uuid=backfill_uuid(self.stream_name, snapshot_micros, table.table, raw_keys),
-        )
-
-    def build_polled_row(
-        self,
-        table: TableSchema,
-        row: Mapping[str, Any],
-        stamp_micros: int,
-        read_timestamp_millis: int,
-        existed_before: bool,
-    ) -> Event:
-        """A row version found by commit-timestamp polling: the whole row as read, stamped by its
-        commit-timestamp column (``stamp_micros``: its commit time and sort keys
-        ``[stamp, "", "", 0]``). An UPDATE when the row ``existed_before`` (at the previous poll),
-        else an INSERT. The transaction and partition facts a poll cannot know are null."""
-        raw_keys = {column.name: row[column.name] for column in table.key_columns}
-        return self._row_event(
-            table,
-            row=row,
-            raw_keys=raw_keys,
-            commit_micros=stamp_micros,
-            read_timestamp_millis=read_timestamp_millis,
-            read_method=READ_METHOD_POLL,
-            change_type="UPDATE" if existed_before else "INSERT",
-            event_uuid=polled_uuid(self.stream_name, stamp_micros, table.table, raw_keys),
-        )
-
-    def _row_event(
-        self,
-        table: TableSchema,
-        *,
-        row: Mapping[str, Any],
-        raw_keys: Mapping[str, Any],
-        commit_micros: int,
-        read_timestamp_millis: int,
-        read_method: str,
-        change_type: str,
-        event_uuid: str,
-    ) -> Event:
-        """A whole row read from a table (not from a change record) as an event at ``commit_micros``;
-        ``raw_keys`` are its key columns' values as read (what its uuid was derived from)."""
-        keys = table.convert_row(raw_keys)
-        values = table.convert_row(row)
-        schema_name, _, _ = table.table.rpartition(".")
-        metadata = (
-            self.database,
-            schema_name or self.default_schema,
-            table.table,
-            change_type,
-            False,
-            table.key_names,
-            None,
-            commit_micros,
-            None,
-            0,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            table.value_names
-            if len(values) == len(table.columns)
-            else sorted(name for name in values if name not in keys),
-            None,
-        )
-        fields = (
-            event_uuid,
+            columns,
+            rows,
+            repeat(snapshot_micros, len(rows)),
+            repeat("INSERT", len(rows)),
+            backfill_uuid,
+            READ_METHOD_BACKFILL,
             read_timestamp_millis,
-            commit_micros // 1000,
-            table.table,
-            read_method,
-            self.stream_name,
-            table.schema_key,
-            sort_keys(commit_micros, "", "", 0),
-            metadata,
-            values,
         )
-        return Event(table, keys, fields)
+
+    def build_polled_rows(
+        self,
+        table: TableSchema,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        *,
+        stamps_micros: Sequence[int],
+        existed_before: Sequence[bool],
+        read_timestamp_millis: int,
+    ) -> list[Event]:
+        """Row versions found by commit-timestamp polling (values in ``columns`` order, as
+        read): each the whole row, stamped by its commit-timestamp column (``stamps_micros``:
+        its commit time and sort keys ``[stamp, "", "", 0]``). An UPDATE when the row
+        ``existed_before`` (at the previous poll), else an INSERT. The transaction and partition
+        facts a poll cannot know are null."""
+        return self._rows.build(
+            table,
+            columns,
+            rows,
+            stamps_micros,
+            ["UPDATE" if existed else "INSERT" for existed in existed_before],
+            polled_uuid,
+            READ_METHOD_POLL,
+            read_timestamp_millis,
+        )

@@ -1,6 +1,6 @@
 """Types of the compiled ``row_values`` extension (its source: ``row_values.pyx``)."""
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 OTHER: int
@@ -17,3 +17,4 @@ class RowConverter:
         unknown: Callable[[str], None],
     ) -> None: ...
     def convert(self, values: Mapping[str, Any]) -> dict[str, Any]: ...
+    def convert_columns(self, names: Sequence[str], values: Sequence[Any]) -> dict[str, Any]: ...

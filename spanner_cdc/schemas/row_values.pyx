@@ -55,16 +55,26 @@ cdef class RowConverter:
 
     def convert(self, values):
         cdef dict out = {}
-        cdef PyObject* found
-        cdef _Column column
         for name, value in values.items():
-            found = PyDict_GetItem(self._columns, name)
-            if found is NULL:
-                self._unknown(name)
-                raise KeyError(name)  # ``unknown`` raises; this keeps the contract if it did not
-            column = <_Column>found
-            PyDict_SetItem(out, column.avro_name, _value(column, value))
+            self._put(out, name, value)
         return out
+
+    def convert_columns(self, names, values):
+        """``convert`` of the row whose column ``names`` hold ``values`` (two sequences of one
+        length, a row read from a table), without the mapping in between."""
+        cdef dict out = {}
+        for name, value in zip(names, values, strict=True):
+            self._put(out, name, value)
+        return out
+
+    cdef inline int _put(self, dict out, object name, object value) except -1:
+        cdef PyObject* found = PyDict_GetItem(self._columns, name)
+        if found is NULL:
+            self._unknown(name)
+            raise KeyError(name)  # ``unknown`` raises; this keeps the contract if it did not
+        cdef _Column column = <_Column>found
+        PyDict_SetItem(out, column.avro_name, _value(column, value))
+        return 0
 
 
 cdef object _value(_Column column, object value):

@@ -168,6 +168,13 @@ class TableSchema:
         return schema
 
     @cached_property
+    def _row_converter(self) -> RowConverter:
+        return RowConverter(
+            [(c.name, c.avro_name, row_value_kind(c.type), self.converters[c.name]) for c in self.columns],
+            self._unknown_column,
+        )
+
+    @cached_property
     def convert_row(self) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
         """``convert_row(values)``: change-record JSON values (by column name) → Avro values (by
         field name), each by its column's converter (``schemas.row_values``).
@@ -175,10 +182,13 @@ class TableSchema:
         A name that is not a column of this table version is an error, not a silent drop. The
         compiled converter's own method, called with no Python frame in between: every mod
         converts its keys, new and old values through it."""
-        return RowConverter(
-            [(c.name, c.avro_name, row_value_kind(c.type), self.converters[c.name]) for c in self.columns],
-            self._unknown_column,
-        ).convert
+        return self._row_converter.convert
+
+    @cached_property
+    def convert_columns(self) -> Callable[[Sequence[str], Sequence[Any]], dict[str, Any]]:
+        """``convert_columns(names, values)``: :attr:`convert_row` of a row read from a table,
+        its column ``names`` and ``values`` side by side (no mapping made per row)."""
+        return self._row_converter.convert_columns
 
     @cached_property
     def key_names(self) -> list[str]:

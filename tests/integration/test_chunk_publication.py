@@ -44,7 +44,10 @@ def test_a_save_that_fails_beside_the_sending_stops_the_publication_with_its_err
             yield [(f"k{index:02d}",)]
 
     async def events_of(chunk: Chunk) -> ChunkEvents:
-        return [builder.build_snapshot_row(table, {"Id": chunk[0][0]}, snapshot, 0)], lambda: None
+        events = builder.build_snapshot_rows(
+            table, ["Id"], chunk, snapshot_micros=snapshot, read_timestamp_millis=0
+        )
+        return events, lambda: None
 
     async def save() -> None:
         nonlocal saves

@@ -4,7 +4,7 @@ Without it a replica holds only rows changed since ``--start-timestamp``. Each t
 one snapshot timestamp T, in primary-key order (``producer.spanner.snapshot_read``), several tables at
 once; every row becomes an event with ``read_method`` ``spanner-backfill``, the contract's
 deterministic backfill uuid and sort keys that order it before every change committed after T
-(``EventBuilder.build_snapshot_row``). The change stream runs meanwhile from T, so no change is
+(``EventBuilder.build_snapshot_rows``). The change stream runs meanwhile from T, so no change is
 missed, and none is applied twice: a sink keeps the newest event per key.
 
 Checkpoints (``producer.backfill.store``): a table's snapshot before its first row, then,
@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,7 +213,14 @@ class Backfill:
                 self._rows[table.name] = self._rows.get(table.name, 0) + rows
                 self.metrics.backfill_rows.labels(table.name).inc(rows)
 
-            return self._events(table, plan, chunk), passed
+            events = self.builder.build_snapshot_rows(
+                table.version,
+                plan.columns,
+                chunk,
+                snapshot_micros=plan.snapshot_micros,
+                read_timestamp_millis=int(time.time() * 1000),
+            )
+            return events, passed
 
         failure = await publish_chunks(
             f"backfill-{table.name}",
@@ -232,17 +239,7 @@ class Backfill:
 
     @staticmethod
     def _key(table: BackfillTable, plan: TablePlan, row: Sequence[Any]) -> list[Any]:
-        values = _named(plan.columns, row)
-        return [values[name] for name in table.key]
-
-    def _events(self, table: BackfillTable, plan: TablePlan, chunk: Sequence[Sequence[Any]]) -> list[Any]:
-        read_millis = int(time.time() * 1000)
-        return [
-            self.builder.build_snapshot_row(
-                table.version, _named(plan.columns, row), plan.snapshot_micros, read_millis
-            )
-            for row in chunk
-        ]
+        return [row[plan.columns.index(name)] for name in table.key]
 
 
 async def _all_or_none(work: Sequence[Coroutine[Any, Any, None]]) -> None:
@@ -255,7 +252,3 @@ async def _all_or_none(work: Sequence[Coroutine[Any, Any, None]]) -> None:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
-
-
-def _named(columns: Sequence[str], row: Sequence[Any]) -> Mapping[str, Any]:
-    return dict(zip(columns, row, strict=True))

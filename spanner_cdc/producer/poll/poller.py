@@ -2,7 +2,7 @@
 
 Every ``interval`` seconds one poll reads, at an exact read timestamp R, the rows whose
 commit-timestamp column is at or after the boundary — the newest stamp already on Kafka —
-ordered by stamp and key, and publishes each as the whole row (``EventBuilder.build_polled_row``).
+ordered by stamp and key, and publishes each as the whole row (``EventBuilder.build_polled_rows``).
 Commit timestamps are not unique (transactions on disjoint rows may share one), so the boundary
 is read again each time and the keys already published at exactly that stamp are skipped
 (``PollPosition``). Every commit at or before R is visible at R, so once a poll's rows are
@@ -150,14 +150,14 @@ class Poller:
         stamped = [(micros[row[stamp_at]], key_of(row), row) for row in chunk]
         fresh = [(stamp, key, row) for stamp, key, row in stamped if not position.published(stamp, key)]
         existed = await self._existing([key for _, key, _ in fresh], previous_micros)
-        read_millis = int(time.time() * 1000)
-        version = self.table.version
-        events: list[Event] = [
-            self.builder.build_polled_row(
-                version, dict(zip(columns, row, strict=True)), stamp, read_millis, key in existed
-            )
-            for stamp, key, row in fresh
-        ]
+        events: list[Event] = self.builder.build_polled_rows(
+            self.table.version,
+            columns,
+            [row for _, _, row in fresh],
+            stamps_micros=[stamp for stamp, _, _ in fresh],
+            existed_before=[key in existed for _, key, _ in fresh],
+            read_timestamp_millis=int(time.time() * 1000),
+        )
 
         def passed() -> None:
             for stamp, key, _ in stamped:

@@ -10,12 +10,16 @@ from spanner_cdc.schemas.errors import ContractError
 from spanner_cdc.schemas.events import (
     ENVELOPE_FIELDS,
     METADATA_FIELDS,
+    READ_METHOD_BACKFILL,
     READ_METHOD_CHANGE_STREAMS,
+    READ_METHOD_POLL,
     Event,
     EventBuilder,
 )
+from spanner_cdc.schemas.identity import backfill_uuid, polled_uuid
 from spanner_cdc.schemas.records import DataChangeRecord, records_from_json
-from spanner_cdc.schemas.table import TableSchema, load_avsc
+from spanner_cdc.schemas.spanner_types import SpannerType
+from spanner_cdc.schemas.table import Column, TableSchema, load_avsc
 from spanner_cdc.schemas.timestamps import parse_timestamp_micros
 from testkit.records import STREAM_NAME, account_transfer_records
 
@@ -179,3 +183,100 @@ def test_nested_json_given_as_text_is_accepted() -> None:
     ]
     [event] = EventBuilder(STREAM_NAME, "bank").build(DataChangeRecord.from_json(record), None, 0)
     assert event.value["payload"] == {"AccountId": "Z", "Balance": 4}
+
+
+ORDERS = TableSchema(
+    "sales.Orders",
+    [
+        Column("Id", SpannerType("INT64"), True, 1),
+        Column("Name-x", SpannerType("STRING"), False, 2),
+        Column("At", SpannerType("TIMESTAMP"), False, 3),
+    ],
+)
+AT = "2024-05-01T10:00:00.000001Z"
+
+
+def whole_row_facts(event: Event) -> dict[str, Any]:
+    """What a whole-row event's envelope says beyond its key and payload."""
+    value = event.value
+    metadata = value.pop("source_metadata")
+    value.pop("payload")
+    return {**value, **{name: metadata[name] for name in METADATA_FIELDS}}
+
+
+def test_backfill_rows_are_inserts_at_the_snapshot_with_uuids_of_the_keys_as_read() -> None:
+    builder = EventBuilder(STREAM_NAME, "shop")
+    rows = [("42", "a", AT), ("-7", None, None)]
+    events = builder.build_snapshot_rows(
+        ORDERS, ["Id", "Name-x", "At"], rows, snapshot_micros=5_000_123, read_timestamp_millis=9
+    )
+    assert [(e.key, e.value["payload"]) for e in events] == [
+        ({"Id": 42}, {"Id": 42, "Name_x": "a", "At": parse_timestamp_micros(AT)}),
+        ({"Id": -7}, {"Id": -7, "Name_x": None, "At": None}),
+    ]
+    assert whole_row_facts(events[0]) == {
+        "uuid": backfill_uuid(STREAM_NAME, 5_000_123, "sales.Orders", {"Id": "42"}),
+        "read_timestamp": 9,
+        "source_timestamp": 5_000,
+        "object": "sales.Orders",
+        "read_method": READ_METHOD_BACKFILL,
+        "stream_name": STREAM_NAME,
+        "schema_key": ORDERS.schema_key,
+        "sort_keys": [5_000_123, "", "", 0],
+        "database": "shop",
+        "schema": "sales",
+        "table": "sales.Orders",
+        "change_type": "INSERT",
+        "is_deleted": False,
+        "primary_keys": ["Id"],
+        "tx_id": None,
+        "commit_timestamp": 5_000_123,
+        "record_sequence": None,
+        "mod_index": 0,
+        "partition_token": None,
+        "value_capture_type": None,
+        "number_of_records_in_transaction": None,
+        "number_of_partitions_in_transaction": None,
+        "is_last_record_in_transaction_in_partition": None,
+        "transaction_tag": None,
+        "is_system_transaction": None,
+        "number_of_mods_in_record": None,
+        "changed_columns": ["At", "Name_x"],
+        "old_values": None,
+    }
+    assert events[1].uuid == backfill_uuid(STREAM_NAME, 5_000_123, "sales.Orders", {"Id": "-7"})
+
+
+def test_polled_rows_carry_their_own_stamps_and_change_types_and_name_the_columns_read() -> None:
+    builder = EventBuilder(STREAM_NAME, "shop", default_schema="public")
+    table = TableSchema("Orders", ORDERS.columns)
+    events = builder.build_polled_rows(
+        table,
+        ["Name-x", "Id"],
+        [("a", "1"), ("b", "2")],
+        stamps_micros=[7_000_001, 8_000_002],
+        existed_before=[True, False],
+        read_timestamp_millis=9,
+    )
+    facts = [whole_row_facts(e) for e in events]
+    assert [e.key for e in events] == [{"Id": 1}, {"Id": 2}]
+    assert [e.value["payload"] for e in events] == [{"Name_x": "a", "Id": 1}, {"Name_x": "b", "Id": 2}]
+    assert [f["uuid"] for f in facts] == [
+        polled_uuid(STREAM_NAME, 7_000_001, "Orders", {"Id": "1"}),
+        polled_uuid(STREAM_NAME, 8_000_002, "Orders", {"Id": "2"}),
+    ]
+    assert [(f["change_type"], f["commit_timestamp"], f["sort_keys"]) for f in facts] == [
+        ("UPDATE", 7_000_001, [7_000_001, "", "", 0]),
+        ("INSERT", 8_000_002, [8_000_002, "", "", 0]),
+    ]
+    assert [(f["read_method"], f["schema"], f["source_timestamp"]) for f in facts] == [
+        (READ_METHOD_POLL, "public", 7_000),
+        (READ_METHOD_POLL, "public", 8_000),
+    ]
+    assert [f["changed_columns"] for f in facts] == [["Name_x"], ["Name_x"]]
+    assert (
+        builder.build_polled_rows(
+            table, ["Id"], [], stamps_micros=[], existed_before=[], read_timestamp_millis=9
+        )
+        == []
+    )

@@ -75,14 +75,29 @@ def test_every_value_converts_as_the_python_converter_does(type_name: str) -> No
         assert got == outcome(python, value), value
 
 
-def test_a_row_is_named_by_avro_names_and_refuses_an_unknown_column() -> None:
-    columns = [
+THREE_COLUMNS = TableSchema(
+    "T",
+    [
         Column("Id", SpannerType("INT64"), True, 1),
         Column("Name-x", SpannerType("STRING"), False, 2),
         Column("At", SpannerType("TIMESTAMP"), False, 3),
-    ]
-    table = TableSchema("T", columns)
+    ],
+)
+
+
+def test_a_row_is_named_by_avro_names_and_refuses_an_unknown_column() -> None:
+    table = THREE_COLUMNS
     row = table.convert_row({"Id": "42", "Name-x": "a", "At": "1970-01-01T00:00:01.000002Z"})
     assert row == {"Id": 42, "Name_x": "a", "At": 1_000_002}
     with pytest.raises(ContractError, match="unknown column 'Nope'"):
         table.convert_row({"Nope": 1})
+
+
+def test_a_row_read_from_a_table_converts_as_the_same_row_by_name() -> None:
+    table = THREE_COLUMNS
+    names, values = ["At", "Id", "Name-x"], ["1970-01-01T00:00:01.000002Z", "42", None]
+    assert table.convert_columns(names, values) == table.convert_row(dict(zip(names, values, strict=True)))
+    with pytest.raises(ContractError, match="unknown column 'Nope'"):
+        table.convert_columns(["Id", "Nope"], ["1", 1])
+    with pytest.raises(ValueError, match="zip"):
+        table.convert_columns(["Id", "At"], ["1"])

@@ -200,8 +200,12 @@ def test_the_sort_key_columns_are_each_events_sort_keys_a_backfill_rows_too() ->
     sequence are null in ``source_metadata`` and "" in its sort keys."""
     factory = ChangeFactory()
     [change] = factory.events(factory.record("UPDATE", {"Id": "a"}, {"Balance": "2"}))
-    snapshot = EventBuilder(stream_name=STREAM, database="d").build_snapshot_row(
-        change.table, {"Id": "b", "Balance": "1", "Note": "x"}, change.value["sort_keys"][0] - 1, 0
+    [snapshot] = EventBuilder(stream_name=STREAM, database="d").build_snapshot_rows(
+        change.table,
+        ["Id", "Balance", "Note"],
+        [("b", "1", "x")],
+        snapshot_micros=change.value["sort_keys"][0] - 1,
+        read_timestamp_millis=0,
     )
     events = decoded_from_events(new_decoder(), [change, snapshot], TOPIC)
     assert record_of(events[1])["source_metadata"]["tx_id"] is None

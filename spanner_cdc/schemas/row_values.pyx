@@ -4,8 +4,8 @@
 A table version converts every mod's keys, new and old values, and every backfill and polled
 row (``TableSchema.convert_row``). The Python converters (``schemas.spanner_types.converter``)
 define what each Spanner type accepts and the error each refusal raises; this module takes the
-forms Spanner sends — a ``str`` STRING, INT64 as plain decimal text, the canonical
-``YYYY-MM-DDTHH:MM:SS.ffffffZ`` TIMESTAMP, a JSON number FLOAT64, a JSON boolean — and hands
+forms Spanner sends — a ``str`` STRING, INT64 as plain decimal text, a UTC TIMESTAMP
+``YYYY-MM-DDTHH:MM:SS[.f…]Z``, a JSON number FLOAT64, a JSON boolean — and hands
 every other value, and every other type, to the column's Python converter. So a value either
 takes a path whose result the Python converter would give too, or the Python converter itself:
 the two cannot disagree (``tests/unit/schemas/test_row_values.py`` compares them).
@@ -25,7 +25,9 @@ BOOL = 5
 cdef enum:
     #: Plain decimal digits this many or fewer cannot leave the INT64 range.
     SAFE_INT64_DIGITS = 18
-    CANONICAL_TIMESTAMP_LENGTH = 27
+    #: ``YYYY-MM-DDTHH:MM:SSZ``; with a fraction of nine digits, ten more.
+    SHORTEST_TIMESTAMP_LENGTH = 20
+    LONGEST_TIMESTAMP_LENGTH = 30
     SECONDS_PER_DAY = 86400
     MICROS_PER_SECOND = 1000000
 
@@ -153,23 +155,34 @@ cdef long long _days_since_epoch(int year, int month, int day):
 
 
 cdef object _timestamp_micros(str text):
-    """The canonical ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` as microseconds since the epoch; None for
-    any other text, or a date or time of day out of range."""
-    if len(text) != CANONICAL_TIMESTAMP_LENGTH:
+    """``YYYY-MM-DDTHH:MM:SSZ`` with no fraction or a fraction of 1-9 digits (Spanner writes as
+    few as the value needs: a tenth of commit timestamps end in a zero, left out) as
+    microseconds since the epoch; None for any other text, digits past the sixth that are not
+    zeros (the Python converter's error), or a date or time of day out of range."""
+    cdef Py_ssize_t length = len(text)
+    if length < SHORTEST_TIMESTAMP_LENGTH or length > LONGEST_TIMESTAMP_LENGTH or text[length - 1] != u'Z':
         return None
-    if (text[4] != u'-' or text[7] != u'-' or text[10] != u'T' or text[13] != u':'
-            or text[16] != u':' or text[19] != u'.' or text[26] != u'Z'):
+    if text[4] != u'-' or text[7] != u'-' or text[10] != u'T' or text[13] != u':' or text[16] != u':':
         return None
+    cdef int fraction = 0
+    cdef Py_ssize_t digits = length - SHORTEST_TIMESTAMP_LENGTH - 1  # after the '.'
+    if length > SHORTEST_TIMESTAMP_LENGTH:
+        if text[19] != u'.' or digits < 1:
+            return None
+        fraction = _digits(text, 20, min(digits, 6))
+        if fraction < 0 or (digits > 6 and _digits(text, 26, digits - 6) != 0):
+            return None
+        for _ in range(digits, 6):
+            fraction *= 10
     cdef int year = _digits(text, 0, 4)
     cdef int month = _digits(text, 5, 2)
     cdef int day = _digits(text, 8, 2)
     cdef int hour = _digits(text, 11, 2)
     cdef int minute = _digits(text, 14, 2)
     cdef int second = _digits(text, 17, 2)
-    cdef int fraction = _digits(text, 20, 6)
     if year < 1 or month < 1 or month > 12 or day < 1 or day > _days_in_month(year, month):
         return None
-    if hour < 0 or hour > 23 or minute < 0 or minute > 59 or second < 0 or second > 59 or fraction < 0:
+    if hour < 0 or hour > 23 or minute < 0 or minute > 59 or second < 0 or second > 59:
         return None
     cdef long long seconds = (
         _days_since_epoch(year, month, day) * SECONDS_PER_DAY + hour * 3600 + minute * 60 + second

@@ -29,6 +29,9 @@ ODD_VALUES: list[Any] = [
     "2000-02-29T12:00:00.000000Z", "2100-02-29T00:00:00.000000Z", "2024-01-01T00:00:00Z",
     "2024-01-01T00:00:00.123456789Z", "2024-01-01T00:00:00.000000+00:00", "2024-0\uff11-01T00:00:00.000000Z",
     "\uff12024-01-01T00:00:00.000000Z", "2024-01-01T00:00:00.00000aZ", "abc",
+    "2024-01-01T00:00:00.Z", "2024-01-01T00:00:00.1Z", "2024-01-01T00:00:00.1234567890Z",
+    "2024-01-01T00:00:00.12345a789Z", "2024-01-01T00:00:00.123456700Z", "2024-01-01T00:00:00,1Z",
+    "2024-01-01T00:00:00.-1Z", "2024-01-01T00:00:00.1+Z", "2024-01-01T00:00:001Z",
 ]  # fmt: skip
 TYPES = ["STRING", "INT64", "TIMESTAMP", "FLOAT64", "FLOAT32", "BOOL", "ENUM", "NUMERIC", "BYTES", "DATE"]
 
@@ -58,11 +61,16 @@ def calendar_edges() -> list[str]:
 
 
 def random_values(rng: random.Random) -> list[Any]:
-    """Common forms, at random: timestamps over the years 1-9999, plain decimal text."""
+    """Common forms, at random: timestamps over the years 1-9999 (with six fractional digits, as
+    few as the value needs, none, or nine), plain decimal text."""
     values: list[Any] = []
     for _ in range(2_000):
         micros = rng.randrange(-62_135_596_800_000_000, 253_402_300_800_000_000)
-        values += [format_timestamp_micros(micros), str(rng.randrange(-(10**19), 10**19)), rng.random()]
+        micros -= micros % 10 ** rng.randrange(7)  # trailing zeros, up to a whole second
+        text = format_timestamp_micros(micros)
+        short = text[:-1].rstrip("0").rstrip(".") + "Z"
+        nine = f"{text[:-1]}{rng.choice(['000', '001', '100'])}Z"
+        values += [text, short, nine, str(rng.randrange(-(10**19), 10**19)), rng.random()]
     return values
 
 

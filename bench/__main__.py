@@ -194,6 +194,7 @@ def backfill_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
     figures = producer.backfill_figures(stack, args.backfill_rows)
     print_figures(figures)
     alone, backfill, alone_steady, backfill_steady = figures
+    print_bounds("(d)", backfill)
     line = (
         f"(d) backfill {backfill.per_second:,.0f} rows/s, "
         f"{backfill.per_second / alone.per_second:.2f}x the client reading alone; first to last row "
@@ -207,6 +208,7 @@ def poll_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
     print("commit-timestamp polling")
     alone, polled = producer.poll_figures(stack, args.backfill_rows)
     print_figures([alone, polled])
+    print_bounds("(e)", polled)
     ratio = polled.per_second / alone.per_second
     line = f"(e) poll {polled.per_second:,.0f} rows/s, {ratio:.2f}x the query alone"
     print(f"  {line}")

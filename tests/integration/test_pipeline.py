@@ -102,6 +102,12 @@ def test_bank_transfers_leave_every_replica_batch_a_consistent_cut_of_spanner(
             for service in services:
                 await producers.enter_async_context(running(service))
             await asyncio.to_thread(workload.open_accounts)
+            # The transfers start once every producer's watermark passed the opening: a group's
+            # first watermark records wait for its members' shards, and a batch before the first
+            # cut is not checked.
+            opened = now_micros()
+            for service in services:
+                await wait_until(service, functools.partial(watermark_past, service, opened), 120)
             await asyncio.to_thread(workload.run, seconds, 25)
             # A loaded emulator commits slower than asked: top up until the transfers' events
             # (three each) fill the batches the check needs half again.

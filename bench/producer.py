@@ -21,6 +21,7 @@ import concurrent.futures
 import contextlib
 import gc
 import io
+import itertools
 import json
 import statistics
 import subprocess
@@ -600,10 +601,10 @@ class SampledEvents(AcknowledgedEvents):
         super().__init__()
         self.samples = samples
 
-    def count(self, table: str, change_type: str, lag_seconds: float | None) -> None:
-        super().count(table, change_type, lag_seconds)
+    def count(self, table: str, change_type: str, lag_seconds: float | None, events: int = 1) -> None:
+        super().count(table, change_type, lag_seconds, events)
         if lag_seconds is not None:
-            self.samples.append(lag_seconds)
+            self.samples.extend(itertools.repeat(lag_seconds, events))
 
 
 def percentile(samples: list[float], fraction: float) -> float:

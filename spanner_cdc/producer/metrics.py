@@ -18,7 +18,7 @@ LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300
 class AcknowledgedEvents(Collector):
     """``spanner_cdc_producer_events_total`` (by table and change type) and the histogram
     ``spanner_cdc_producer_commit_to_ack_seconds``, counted in plain numbers and exposed at each
-    scrape. Both move once per event, on the event loop's thread: the client library's
+    scrape. Both move once per batch of events, on the event loop's thread: the client library's
     ``Counter.inc`` and ``Histogram.observe`` take a lock and walk their children or buckets
     per call, and it offers no way to add many observations at once; in a profile of the
     producer they were most of a delivery report's cost. A scrape (on the metrics server's
@@ -30,15 +30,15 @@ class AcknowledgedEvents(Collector):
         self._buckets = [0] * (len(LATENCY_BUCKETS) + 1)
         self._seconds = 0.0
 
-    def count(self, table: str, change_type: str, lag_seconds: float | None) -> None:
-        """One event acknowledged, ``lag_seconds`` after its commit (None: it has no commit to
-        measure from, as a backfill row, whose timestamp is its snapshot's)."""
-        events = self._events
+    def count(self, table: str, change_type: str, lag_seconds: float | None, events: int = 1) -> None:
+        """``events`` acknowledged, ``lag_seconds`` after their commit (None: they have no commit
+        to measure from, as backfill rows, whose timestamp is their snapshot's)."""
+        counts = self._events
         key = (table, change_type)
-        events[key] = events.get(key, 0) + 1
+        counts[key] = counts.get(key, 0) + events
         if lag_seconds is not None:
-            self._buckets[bisect.bisect_left(LATENCY_BUCKETS, lag_seconds)] += 1
-            self._seconds += lag_seconds
+            self._buckets[bisect.bisect_left(LATENCY_BUCKETS, lag_seconds)] += events
+            self._seconds += lag_seconds * events
 
     def collect(self) -> Iterator[Metric]:
         events = CounterMetricFamily(

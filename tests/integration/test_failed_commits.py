@@ -155,3 +155,59 @@ def test_a_commit_interrupted_after_staging_stages_each_message_once(stack: Embe
     assert sorted(staged) == [0, 1, 2]
     assert delivered == [None, None, None]
     assert len(read_all(bootstrap, topic)) == 3
+
+
+def test_messages_produced_with_one_report_are_one_batch_reported_once_per_transaction(
+    stack: EmbeddedStack,
+) -> None:
+    """Messages produced with the report of the writer's latest batch join it, in the open
+    transaction or, while a commit runs, the kept batch of the next one: each batch is staged
+    and reported once. A message librdkafka refuses for its size goes to the batch's
+    ``on_refused``; the rest of the batch is delivered. A batch keeps the callbacks it was
+    made with."""
+    bootstrap = stack.endpoint("kafka")
+    topic = new_topic(bootstrap, "batches", 1)
+    client = transactional_client(bootstrap, **FAILURES_ONLY, **{"message.max.bytes": 10_000})
+    writer = TransactionalWriter(client, closing=list)  # no closing records: staging still runs
+    reports: list[KafkaError | None] = []
+    staged: list[str] = []
+    refused: list[bytes] = []
+
+    def report(error: KafkaError | None, _message: Message | None) -> None:
+        reports.append(error)
+
+    def refuse(message: transactions.Outbound, reason: str) -> None:
+        assert "too large" in reason.lower()
+        refused.append(message[0])
+
+    def batch(*values: bytes) -> list[transactions.Outbound]:
+        return [(value[:5], value, None) for value in values]
+
+    async def scenario() -> None:
+        await writer.take_over()
+        first = functools.partial(staged.append, "first")
+        writer.produce_batch(topic, batch(b"one", b"two"), report, on_staged=first, on_refused=refuse)
+        assert writer.joins(topic, report) and not writer.joins(f"{topic}-other", report)
+        writer.produce_batch(topic, [*batch(b"three"), (b"large", bytes(20_000), None)], report)
+        commit = asyncio.create_task(writer.commit())
+        await asyncio.sleep(0)  # the commit began: a batch produced now is kept for the next one
+        assert not writer.joins(topic, report)
+        writer.produce_batch(
+            topic, batch(b"four"), report, on_staged=functools.partial(staged.append, "kept")
+        )
+        assert writer.joins(topic, report)
+        writer.produce_batch(topic, batch(b"five"), report)
+        assert await commit == 0
+        assert await writer.commit() == 0
+
+    asyncio.run(scenario())
+    assert reports == [None, None]
+    assert staged == ["first", "kept"]
+    assert refused == [b"large"]
+    assert [value for _, _, _, value in read_all(bootstrap, topic)] == [
+        b"one",
+        b"two",
+        b"three",
+        b"four",
+        b"five",
+    ]

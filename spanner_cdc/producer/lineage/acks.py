@@ -37,43 +37,46 @@ class AckTracker:
         #: A failure a retry cannot mend (the producer stops with this line).
         self.fatal: str | None = None
 
-    def sent(self, commit_micros: int) -> None:
-        self._pending[commit_micros] = self._pending.get(commit_micros, 0) + 1
-        self._unstaged[commit_micros] = self._unstaged.get(commit_micros, 0) + 1
+    def sent(self, commit_micros: int, count: int = 1) -> None:
+        """``count`` events (messages) of the change committed at ``commit_micros`` sent."""
+        self._pending[commit_micros] = self._pending.get(commit_micros, 0) + count
+        self._unstaged[commit_micros] = self._unstaged.get(commit_micros, 0) + count
         self._drained.clear()
-        self._in_flight += 1
+        self._in_flight += count
         self._settled.clear()
 
-    def staged(self, commit_micros: int) -> None:
-        """The broker took the event into the open transaction (it is delivered when that commits)."""
-        _take_one(self._unstaged, commit_micros)
+    def staged(self, commit_micros: int, count: int = 1) -> None:
+        """The broker took the events into the open transaction (delivered when that commits)."""
+        _take(self._unstaged, commit_micros, count)
 
-    def acknowledged(self, commit_micros: int) -> None:
-        if commit_micros in self._unstaged and self._unstaged[commit_micros] >= self._pending[commit_micros]:
-            _take_one(self._unstaged, commit_micros)  # acknowledged without being staged first
-        remaining = self._pending[commit_micros] - 1
-        if remaining:
-            self._pending[commit_micros] = remaining
+    def acknowledged(self, commit_micros: int, count: int = 1) -> None:
+        pending = self._pending[commit_micros]
+        # Acknowledged without being staged first: no more may stay unstaged than stay pending.
+        unstaged_beyond = self._unstaged.get(commit_micros, 0) - (pending - count)
+        if unstaged_beyond > 0:
+            _take(self._unstaged, commit_micros, unstaged_beyond)
+        if pending > count:
+            self._pending[commit_micros] = pending - count
         else:
             del self._pending[commit_micros]
             if not self._pending:
                 self._drained.set()
-        self._reported()
+        self._reported(count)
 
-    def delivery_failed(self, reason: str) -> None:
-        """The event stays pending forever, so the checkpoint can never pass it."""
+    def delivery_failed(self, reason: str, count: int = 1) -> None:
+        """The events stay pending forever, so the checkpoint can never pass them."""
         self.failed = self.failed or reason
         self._drained.set()
-        self._reported()
+        self._reported(count)
 
-    def give_up(self, reason: str) -> None:
-        """The event can never be delivered: the run must stop the producer, not retry."""
+    def give_up(self, reason: str, count: int = 1) -> None:
+        """The events can never be delivered: the run must stop the producer, not retry."""
         self.fatal = self.fatal or reason
         self._drained.set()
-        self._reported()
+        self._reported(count)
 
-    def _reported(self) -> None:
-        self._in_flight -= 1
+    def _reported(self, count: int) -> None:
+        self._in_flight -= count
         if self._in_flight <= 0:
             self._settled.set()
 
@@ -110,8 +113,8 @@ class AckTracker:
         await self._settled.wait()
 
 
-def _take_one(counts: dict[int, int], commit_micros: int) -> None:
-    remaining = counts[commit_micros] - 1
+def _take(counts: dict[int, int], commit_micros: int, count: int) -> None:
+    remaining = counts[commit_micros] - count
     if remaining:
         counts[commit_micros] = remaining
     else:

@@ -20,8 +20,10 @@ import logging
 import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message
+from confluent_kafka import KafkaError, Message
 
 from spanner_cdc.common.schema_registry import key_subject, value_subject
 from spanner_cdc.producer.lineage.acks import AckTracker
@@ -30,7 +32,7 @@ from spanner_cdc.producer.publish.framing import Framing, SingleObjectFraming
 from spanner_cdc.producer.publish.kafka import KafkaClient
 from spanner_cdc.producer.publish.transactions import (
     DeliveryCallback,
-    TransactionalWriter,
+    Outbound,
     client_lost,
     lost_for_good,
 )
@@ -61,71 +63,85 @@ class Route:
 
 
 class Outgoing:
-    """One event on its way, and its delivery report (``__call__``) and staging (:meth:`staged`):
-    what the report and a dead letter need, not the event itself — a report waits for its
-    transaction's commit, and thousands of whole events kept that long cost the garbage
-    collector more than the producer's own work (measured). One object per event where a
-    report closure, a staging partial and a record of the event were three; a class with
-    slots, which is made faster than a named tuple of as many fields."""
+    """A batch: the events a partition run sends to one table's topic within one transaction
+    (producer.publish.transactions), and what their delivery report (``__call__``), staging
+    (:meth:`staged`) and a refusal (:meth:`refused`) need — counts by change type and commit
+    timestamp, not the events: a report waits for its transaction's commit, and thousands of
+    whole events kept that long cost the garbage collector more than the producer's own work
+    (measured). One object and one report per batch, the tracker and the metrics moved once
+    per commit timestamp in it, where all of them were per event (docs/producer.md,
+    Performance)."""
 
-    __slots__ = (
-        "change_type",
-        "changed_live",
-        "commit",
-        "key",
-        "sender",
-        "shard",
-        "size",
-        "sort_keys",
-        "table",
-        "topic",
-        "tracker",
-        "uuid",
-    )
+    __slots__ = ("changes", "live", "pending", "sender", "shard", "table", "topic", "tracker")
 
     def __init__(
         self,
-        event: Event,
-        topic: str,
-        key: bytes,
-        size: int,
-        *,
         sender: EventSender,
         tracker: AckTracker,
         shard: int | None,
+        *,
+        topic: str,
+        table: str,
+        live: bool,
     ) -> None:
         self.sender = sender
         self.tracker = tracker
         self.shard = shard
         self.topic = topic
-        self.key = key
-        self.size = size
-        self.uuid = event.uuid
-        self.table = event.table.table
-        self.change_type = event.change_type
-        self.commit = event.commit_timestamp
-        self.sort_keys = event.sort_keys
-        self.changed_live = event.read_method != READ_METHOD_BACKFILL
+        self.table = table
+        #: Whether the events are changes, whose commit-to-acknowledgement lag is measured (a
+        #: backfill row's "commit" is its snapshot).
+        self.live = live
+        #: Events by (change type, commit timestamp): what the metrics count.
+        self.changes: dict[tuple[str, int], int] = {}
+        #: Messages — events and their tombstones — by commit timestamp: what the tracker counts.
+        self.pending: dict[int, int] = {}
 
-    def __call__(self, error: KafkaError | None, _message: Message | None) -> None:
-        """The event's delivery report: acknowledged and counted, or settled as failed."""
-        sender = self.sender
+    def __call__(self, error: KafkaError | None, message: Message | None) -> None:
+        """The batch's delivery report: acknowledged and counted, or settled as failed — once,
+        whichever of its messages failed."""
+        sender, tracker = self.sender, self.tracker
         if error is not None:
-            if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:  # the broker's limit is lower
-                sender.too_large(self, error.str())
+            messages = sum(self.pending.values())
+            if error.code() == KafkaError.MSG_SIZE_TOO_LARGE and message is not None:
+                tracker.give_up(sender.refused_by_broker(self.table, message, error.str()), messages)
                 return
             sender.metrics.delivery_errors.inc()
-            settle_failure(self.tracker, error)
+            settle_failure(tracker, error, messages)
             return
-        self.tracker.acknowledged(self.commit)
-        sender.acknowledged += 1
-        # A backfill row's "commit" is its snapshot: no latency.
-        lag = seconds_behind(self.commit) if self.changed_live else None
-        sender.metrics.acknowledged.count(self.table, self.change_type, lag)
+        for commit, count in self.pending.items():
+            tracker.acknowledged(commit, count)
+        count_acknowledged, table, live = sender.metrics.acknowledged.count, self.table, self.live
+        for (change, commit), events in self.changes.items():
+            sender.acknowledged += events
+            count_acknowledged(table, change, seconds_behind(commit) if live else None, events)
 
     def staged(self) -> None:
-        """The broker took the event into the open transaction."""
-        self.tracker.staged(self.commit)
+        """The broker took the batch into the open transaction."""
+        tracker = self.tracker
+        for commit, count in self.pending.items():
+            tracker.staged(commit, count)
+
+    def refused(self, message: Outbound, reason: str) -> None:
+        """librdkafka refused one of the batch's messages for its size as it was produced: an
+        event goes to the dead letters (its tracker count then settles with the letter's), a
+        tombstone — its key alone over the limit, so its event was refused too — is settled
+        here: nothing of the change can reach the table's topic."""
+        key, value, event = message
+        commit = event.commit_timestamp
+        _take(self.pending, commit)
+        if value is None:
+            self.tracker.acknowledged(commit)
+            return
+        _take(self.changes, (event.change_type, commit))
+        self.sender.too_large(self, event, key, len(value), reason)
+
+
+def _take(counts: dict[Any, int], key: Any) -> None:
+    if counts[key] > 1:
+        counts[key] -= 1
+    else:
+        del counts[key]
 
 
 class EventSender:
@@ -167,60 +183,82 @@ class EventSender:
         #: The publication of each table version's route, shared by all who wait for it.
         self._publishing: dict[tuple[str, str], asyncio.Future[Route]] = {}
         self._next_turn = 0.0
+        #: The batch last produced, which the next events join when the writer lets them.
+        self._latest: Outgoing | None = None
 
     async def send(self, events: Sequence[Event], tracker: AckTracker, shard: int | None = None) -> None:
         """Produce ``events`` through ``shard``'s writer (None: the one writer of a producer on
-        its own); ``tracker`` counts each until Kafka acknowledges it. Nothing once a delivery
-        of the run failed: the run restarts before its failed event and reads these again —
-        sent now, they could commit in a later transaction than the one that failed."""
+        its own), each table version's run of them as one batch; ``tracker`` counts each until
+        Kafka acknowledges it. Nothing once a delivery of the run failed: the run restarts
+        before its failed event and reads these again — sent now, they could commit in a later
+        transaction than the one that failed."""
         if tracker.failed is not None or tracker.fatal is not None:
             return
-        writer: TransactionalWriter | None = None
-        for event in events:
-            table = event.table
+        start = 0
+        while start < len(events):
+            table = events[start].table
             route = self._routes.get((table.table, table.schema_key))
             if route is None:
                 route = await self._route(table, shard)
-                writer = None  # asked for again after the wait: the shard may have left
-            if writer is None:
-                writer = self.kafka.writer(shard)
-            commit = event.commit_timestamp
-            tracker.sent(commit)
+            start = self._send_batch(events, start, route, tracker, shard)
+        if time.monotonic() >= self._next_turn:
+            # A partition with a backlog never waits for its reader: without a turn of the loop
+            # now and then the transaction's commit (KafkaClient.serving) would wait for the
+            # backlog's end. Not at every batch: a turn costs about as much as encoding an
+            # event, and serving the delivery reports (librdkafka's poll) more than that.
+            self.kafka.poll()
+            await asyncio.sleep(0)
+            self._next_turn = time.monotonic() + LOOP_TURN_SECONDS
+
+    def _send_batch(
+        self, events: Sequence[Event], start: int, route: Route, tracker: AckTracker, shard: int | None
+    ) -> int:
+        """Encode and produce the events from ``start`` on that share its table version, in the
+        writer's latest batch when they may join it (a run of small records then makes one batch
+        a transaction), else in a new one; returns where the next table version's begin."""
+        first = events[start]
+        table = first.table
+        live = first.read_method != READ_METHOD_BACKFILL
+        writer = self.kafka.writer(shard)
+        batch = self._latest
+        if (
+            batch is None
+            or batch.tracker is not tracker
+            or batch.live is not live
+            or not writer.joins(route.topic, batch)
+        ):
+            batch = self._latest = Outgoing(
+                self, tracker, shard, topic=route.topic, table=table.table, live=live
+            )
+        changes, pending, fresh = batch.changes, batch.pending, dict[int, int]()
+        messages: list[Outbound] = []
+        end = start
+        for event in events[start:]:
+            if event.table is not table:
+                break
+            end += 1
+            change, commit = event.change_type, event.commit_timestamp
+            changes[change, commit] = changes.get((change, commit), 0) + 1
+            fresh[commit] = fresh.get(commit, 0) + 1
             if self.json_events:
                 value, key = event_document(event), key_document(event)
             else:
                 value = encode(route.writer, event.fields, route.value_header)
                 key = encode(route.key_writer, event.key, route.key_header)
-            outgoing = Outgoing(
-                event, route.topic, key, len(value), sender=self, tracker=tracker, shard=shard
-            )
-            try:
-                writer.produce(route.topic, key, value, outgoing, on_staged=outgoing.staged)
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
-                    raise
-                self.too_large(outgoing, exc.args[0].str())
-            if self.delete_tombstones and outgoing.change_type == "DELETE":
-                tracker.sent(commit)
-                writer.produce(
-                    route.topic, key, None, _acknowledging(tracker, commit), on_staged=outgoing.staged
-                )
-        if time.monotonic() >= self._next_turn:
-            # A partition with a backlog never waits for its reader: without a turn of the loop
-            # now and then the transaction's commit (KafkaClient.serving) would wait for the
-            # backlog's end. Not at every event: a turn costs about as much as encoding one, and
-            # serving the delivery reports (librdkafka's poll) more than that.
-            self.kafka.poll()
-            await asyncio.sleep(0)
-            self._next_turn = time.monotonic() + LOOP_TURN_SECONDS
+            messages.append((key, value, event))
+            if self.delete_tombstones and change == "DELETE":
+                fresh[commit] += 1
+                messages.append((key, None, event))
+        for commit, count in fresh.items():
+            pending[commit] = pending.get(commit, 0) + count
+            tracker.sent(commit, count)
+        writer.produce_batch(route.topic, messages, batch, on_staged=batch.staged, on_refused=batch.refused)
+        return end
 
-    def too_large(self, outgoing: Outgoing, reason: str) -> None:
-        """``outgoing`` is larger than Kafka accepts (the client's or the broker's limit)."""
-        tracker = outgoing.tracker
-        what = (
-            f"event {outgoing.uuid} of table {outgoing.table} ({outgoing.size:,} bytes) "
-            "is larger than Kafka accepts"
-        )
+    def too_large(self, batch: Outgoing, event: Event, key: bytes, size: int, reason: str) -> None:
+        """``event`` of ``batch`` is larger than Kafka accepts (the client's limit)."""
+        tracker, commit = batch.tracker, event.commit_timestamp
+        what = f"event {event.uuid} of table {batch.table} ({size:,} bytes) is larger than Kafka accepts"
         if self.on_oversize == "fail":
             tracker.give_up(
                 f"{what} ({reason}); raise message.max.bytes on the producer (--kafka-config) and the "
@@ -230,21 +268,32 @@ class EventSender:
         self.metrics.dead_letters.inc()
         log.warning("%s: written to %s instead", what, self.kafka.topics.dead_letters)
         letter = {
-            "uuid": outgoing.uuid,
-            "topic": outgoing.topic,
-            "object": outgoing.table,
-            "commit_timestamp": format_timestamp_micros(outgoing.commit),
-            "sort_keys": outgoing.sort_keys,
-            "size_bytes": outgoing.size,
+            "uuid": event.uuid,
+            "topic": batch.topic,
+            "object": batch.table,
+            "commit_timestamp": format_timestamp_micros(commit),
+            "sort_keys": event.sort_keys,
+            "size_bytes": size,
             "reason": reason,
         }
         self.kafka.produce(
             self.kafka.topics.dead_letters,
-            outgoing.key,
+            key,
             json.dumps(letter).encode(),
-            _acknowledging(tracker, outgoing.commit),
-            shard=outgoing.shard,
-            on_staged=outgoing.staged,
+            _acknowledging(tracker, commit),
+            shard=batch.shard,
+            on_staged=partial(tracker.staged, commit),
+        )
+
+    def refused_by_broker(self, table: str, message: Message, reason: str) -> str:
+        """The one line for an event the broker refused for its size: that fails its whole
+        transaction, and so would a dead letter written into it; the producer avoids it by
+        keeping to its topics' limits, which it reads as it starts (KafkaClient.fit_to_topics)."""
+        self.metrics.delivery_errors.inc()
+        return (
+            f"an event of table {table} ({len(message.value() or b''):,} bytes) is larger than topic "
+            f"{message.topic()} accepts ({reason}): raise the topic's max.message.bytes, or let the "
+            "producer read it (DescribeConfigs, docs/security.md)"
         )
 
     async def prepare(self, table: TableSchema, shard: int | None = None) -> None:
@@ -309,13 +358,14 @@ def _acknowledging(tracker: AckTracker, commit: int) -> DeliveryCallback:
     return delivered
 
 
-def settle_failure(tracker: AckTracker, error: KafkaError) -> None:
-    """A failed delivery: retried from the checkpoint, unless the client failed for good (then
-    every retry would fail the same way: the producer stops, see KafkaClientLostError)."""
+def settle_failure(tracker: AckTracker, error: KafkaError, count: int = 1) -> None:
+    """A failed delivery of ``count`` messages: retried from the checkpoint, unless the client
+    failed for good (then every retry would fail the same way: the producer stops, see
+    KafkaClientLostError)."""
     if lost_for_good(error):
-        tracker.give_up(client_lost(error))
+        tracker.give_up(client_lost(error), count)
     else:
-        tracker.delivery_failed(error.str())
+        tracker.delivery_failed(error.str(), count)
 
 
 class EventPublisher:

@@ -13,10 +13,12 @@ checkpoints and watermarks, move — only once its transaction committed: the br
 acknowledgement of a message inside a transaction promises nothing if the transaction is then
 aborted, and a transaction that commits delivered every message of it. So librdkafka reports
 failures only (``delivery.report.only.error``, which the producer's writers set): the writer
-keeps each message of the open transaction and reports them all when it commits, instead of
-being handed a report per message by librdkafka. Once every message of the open transaction was
-answered by the broker, each is *staged* (``on_staged``: delivered exactly if the transaction
-commits) and the writer asks its ``closing`` function for records the transaction carries too —
+keeps the open transaction's *batches* — messages produced together with one ``on_delivery``
+(a record's events) — and reports each batch once when it commits, instead of being handed a
+report per message by librdkafka; a failure reports its batch once, whichever message failed.
+Once every message of the open transaction was answered by the broker, each batch is *staged*
+(``on_staged``: delivered exactly if the transaction commits) and the writer asks its
+``closing`` function for records the transaction carries too —
 the checkpoints of what it delivers (producer.shards.transaction_checkpoints) — so events and
 the checkpoint covering them commit together. A commit Kafka has not confirmed yet is resumed, for up to
 :data:`COMMIT_PATIENCE_SECONDS`. When a commit fails, the transaction is aborted and each of its
@@ -39,6 +41,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -66,8 +69,13 @@ class ClosingRecord:
     on_delivery: DeliveryCallback
 
 
-#: A message kept while a commit runs: topic, key, value, reports, partition.
-_Deferred = tuple[str, bytes, bytes | None, DeliveryCallback, int, StagedCallback | None]
+#: One message of a batch: key, value (None: a tombstone) and what the batch's ``on_refused``
+#: is handed back to name it (any object: the writer does not look at it).
+Outbound = tuple[bytes, bytes | None, Any]
+#: Called, with the message and librdkafka's reason, for a message of a batch that librdkafka
+#: refused as it was produced because it is larger than ``message.max.bytes``: the rest of the
+#: batch goes on. Without one, the refusal is raised.
+RefusedCallback = Callable[[Outbound, str], None]
 #: The records to add to the open transaction right before it commits (see TransactionalWriter).
 ClosingRecords = Callable[[], list[ClosingRecord]]
 #: How often the open transaction is committed: the delay a transaction adds before consumers
@@ -115,26 +123,38 @@ def client_lost(error: KafkaError) -> str:
 
 
 class _Sent:
-    """One message of the open transaction: its callbacks, and whether it was reported. It is
-    also librdkafka's delivery report for it — called for a failure (or, from a client that
-    reports every message, for a delivery too, which waits for the commit like the rest)."""
+    """One batch of the open transaction: its destination, its callbacks, the messages kept
+    while a commit runs, and whether it was reported. It is also librdkafka's delivery report
+    for each of its messages — called for a failure (or, from a client that reports every
+    message, for a delivery too, which waits for the commit like the rest)."""
 
-    __slots__ = ("on_delivery", "on_staged", "reported", "writer")
+    __slots__ = ("kept", "on_delivery", "on_refused", "on_staged", "partition", "reported", "topic", "writer")
 
     def __init__(
-        self, writer: TransactionalWriter, on_delivery: DeliveryCallback, on_staged: StagedCallback | None
+        self,
+        writer: TransactionalWriter,
+        topic: str,
+        partition: int,
+        on_delivery: DeliveryCallback,
+        *,
+        on_staged: StagedCallback | None = None,
+        on_refused: RefusedCallback | None = None,
     ) -> None:
         self.writer = writer
+        self.topic = topic
+        self.partition = partition
         self.on_delivery = on_delivery
         self.on_staged = on_staged
+        self.on_refused = on_refused
+        self.kept: list[Outbound] = []
         self.reported = False
 
     def __call__(self, error: KafkaError | None, message: Message | None) -> None:
         """librdkafka's report. A delivery waits for the commit, which reports it. A failure is
         reported at once (its partition restarts from its checkpoint) and dooms the transaction
         — on the loop: one served on a worker thread (a flush, a commit) is handed to it —; a
-        report for a message already reported (with a failed commit) is dropped: each message is
-        reported once."""
+        report for a batch already reported (another of its messages failed, or the commit
+        did) is dropped: each batch is reported once."""
         if error is None:
             return
         writer = self.writer
@@ -166,8 +186,10 @@ class TransactionalWriter:
         #: Cleared while the commit itself runs on its worker thread.
         self._commit_done = threading.Event()
         self._commit_done.set()
-        self._deferred: list[_Deferred] = []
-        #: The open transaction's messages, reported when it commits (or fails).
+        #: Batches kept while a commit runs, and how many messages they hold.
+        self._deferred: list[_Sent] = []
+        self._deferred_messages = 0
+        #: The open transaction's batches, reported when it commits (or fails).
         self._in_transaction: list[_Sent] = []
         #: A message of the open transaction failed: it can only abort, and carries no checkpoint.
         self._failed_in_transaction = False
@@ -198,21 +220,63 @@ class TransactionalWriter:
         *,
         on_staged: StagedCallback | None = None,
     ) -> None:
-        """Queue one message into the open transaction (or the next, while a commit runs);
-        ``on_staged`` runs when the broker took it in, ``on_delivery`` once it committed."""
+        """Queue one message: a batch of one (see :meth:`produce_batch`)."""
+        self.produce_batch(topic, [(key, value, None)], on_delivery, partition, on_staged=on_staged)
+
+    def produce_batch(
+        self,
+        topic: str,
+        messages: list[Outbound],
+        on_delivery: DeliveryCallback,
+        partition: int = PARTITION_BY_KEY,
+        *,
+        on_staged: StagedCallback | None = None,
+        on_refused: RefusedCallback | None = None,
+    ) -> None:
+        """Queue ``messages``, in order, into the open transaction (or the next, while a commit
+        runs). A batch is reported as one: ``on_staged`` runs once the broker took all of it
+        in, ``on_delivery`` once its transaction committed — or once, with the error, when any
+        of its messages or the commit failed. Messages produced with the ``on_delivery`` of
+        the writer's latest batch (see :meth:`joins`) join that batch."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
             self._loop_thread = threading.get_ident()
         if not self._began:
             self._begin()  # a client used without take_over (tests, benchmarks): once, blocking
+        sent = self._joinable(topic, on_delivery, partition)
+        joined = sent is not None
+        if sent is None:
+            sent = _Sent(self, topic, partition, on_delivery, on_staged=on_staged, on_refused=on_refused)
         if not self._open:
-            if len(self._deferred) >= MAX_DEFERRED:
+            if self._deferred_messages >= MAX_DEFERRED:
                 self._wait_for_commit()
-            self._deferred.append((topic, key, value, on_delivery, partition, on_staged))
+            sent.kept += messages
+            if not joined:
+                self._deferred.append(sent)
+            self._deferred_messages += len(messages)
             return
         if self._deferred:
             self._send_deferred()
-        self._send(topic, key, value, on_delivery, partition, on_staged=on_staged)
+        if not joined:
+            self._in_transaction.append(sent)
+        self._produce(sent, messages)
+
+    def joins(self, topic: str, on_delivery: DeliveryCallback, partition: int = PARTITION_BY_KEY) -> bool:
+        """Whether messages produced now with ``on_delivery`` would join the writer's latest
+        batch, reported with it: the latest produced, to the same destination with the same
+        ``on_delivery``, not reported yet, and in the transaction they would go into."""
+        return self._joinable(topic, on_delivery, partition) is not None
+
+    def _joinable(self, topic: str, on_delivery: DeliveryCallback, partition: int) -> _Sent | None:
+        if self._deferred:
+            latest = self._deferred[-1]
+        elif self._open and self._in_transaction:
+            latest = self._in_transaction[-1]
+        else:
+            return None
+        if latest.on_delivery is on_delivery and latest.topic == topic and latest.partition == partition:
+            return None if latest.reported else latest
+        return None
 
     def _wait_for_commit(self) -> None:
         """Too many messages kept: the event loop waits, as when librdkafka's own queue is full —
@@ -225,35 +289,33 @@ class TransactionalWriter:
             self.poll(DRAIN_PAUSE_SECONDS)
 
     def _send_deferred(self) -> None:
-        deferred, self._deferred = self._deferred, []
-        for topic, key, value, on_delivery, partition, on_staged in deferred:
-            self._send(topic, key, value, on_delivery, partition, on_staged=on_staged)
+        deferred, self._deferred, self._deferred_messages = self._deferred, [], 0
+        for sent in deferred:
+            self._in_transaction.append(sent)
+            kept, sent.kept = sent.kept, []
+            self._produce(sent, kept)
 
-    def _send(
-        self,
-        topic: str,
-        key: bytes,
-        value: bytes | None,
-        on_delivery: DeliveryCallback,
-        partition: int,
-        *,
-        on_staged: StagedCallback | None = None,
-    ) -> None:
-        """Into librdkafka; when its queue is full, serve delivery reports until it is not."""
+    def _produce(self, sent: _Sent, messages: list[Outbound]) -> None:
+        """``messages`` into librdkafka, reported by ``sent``; when librdkafka's queue is full,
+        serve delivery reports until it is not."""
         if self.lost is not None:
             raise KafkaClientLostError(client_lost(self.lost))
-        sent = _Sent(self, on_delivery, on_staged)
-        while True:
-            try:
-                self.producer.produce(topic, value=value, key=key, partition=partition, on_delivery=sent)
-                self._in_transaction.append(sent)
-                return
-            except BufferError:
-                self.producer.poll(0.05)
-            except KafkaException as exc:
-                if lost_for_good(exc.args[0]):
-                    raise KafkaClientLostError(client_lost(self._lose(exc.args[0]))) from None
-                raise
+        produce, topic, partition = self.producer.produce, sent.topic, sent.partition
+        for message in messages:
+            while True:
+                try:
+                    produce(topic, message[1], message[0], partition, sent)
+                    break
+                except BufferError:
+                    self.producer.poll(0.05)
+                except KafkaException as exc:
+                    error: KafkaError = exc.args[0]
+                    if error.code() == KafkaError.MSG_SIZE_TOO_LARGE and sent.on_refused is not None:
+                        sent.on_refused(message, error.str())
+                        break
+                    if lost_for_good(error):
+                        raise KafkaClientLostError(client_lost(self._lose(error))) from None
+                    raise
 
     def poll(self, timeout: float = 0) -> int:
         """Serve delivery reports (on the event loop's thread). A fatal error librdkafka raises
@@ -294,29 +356,29 @@ class TransactionalWriter:
             self._open = True
             if self.lost is not None:
                 error = self.lost
-            held = [message.on_delivery for message in sent if not message.reported]
-            for message in sent:
-                message.reported = True  # a failure librdkafka reports after this is dropped
+            held = [batch.on_delivery for batch in sent if not batch.reported]
+            for batch in sent:
+                batch.reported = True  # a failure librdkafka reports after this is dropped
             if error is None:
                 if self._deferred:
                     self._send_deferred()
             else:
                 # The kept messages fail with the commit: their partitions restart from the
                 # checkpoint the aborted transaction did not move, and would send them again.
-                held += [report for _, _, _, report, _, _ in self._deferred]
-                self._deferred = []
+                held += [kept.on_delivery for kept in self._deferred]
+                self._deferred, self._deferred_messages = [], 0
             for on_delivery in held:
                 on_delivery(error, None)
             return len(held) if error is not None else 0
 
     def _staged(self) -> None:
         """No message of the open transaction failed so far (each was answered, or is still on
-        its way at a shutdown's deadline): each is delivered exactly if the transaction commits,
-        which a later failure would keep from happening."""
-        for message in self._in_transaction:
-            if message.on_staged is not None:
-                message.on_staged()
-                message.on_staged = None  # once: a commit cancelled after this stages them again
+        its way at a shutdown's deadline): each batch is delivered exactly if the transaction
+        commits, which a later failure would keep from happening."""
+        for batch in self._in_transaction:
+            if batch.on_staged is not None:
+                batch.on_staged()
+                batch.on_staged = None  # once: a commit cancelled after this stages them again
 
     def _close_with(self, records: list[ClosingRecord]) -> None:
         """Add the closing records to the open transaction. librdkafka refuses them ("Erroneous
@@ -324,7 +386,9 @@ class TransactionalWriter:
         on the way: the commit then aborts it, with no checkpoint in it."""
         for record in records:
             try:
-                self._send(record.topic, record.key, record.value, record.on_delivery, record.partition)
+                sent = _Sent(self, record.topic, record.partition, record.on_delivery)
+                self._in_transaction.append(sent)
+                self._produce(sent, [(record.key, record.value, None)])
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError._STATE:
                     raise

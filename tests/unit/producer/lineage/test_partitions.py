@@ -276,3 +276,35 @@ def test_after_a_failed_delivery_staged_events_no_longer_count() -> None:
         assert tracker.checkpoint_if_committed(100) == tracker.checkpoint(100) == 9
 
     asyncio.run(scenario())
+
+
+def test_a_batch_s_events_are_counted_at_once_as_one_at_a_time() -> None:
+    """A batch moves the tracker once per commit timestamp with how many of its events have it:
+    the same checkpoints as one event at a time, including events acknowledged without being
+    staged first."""
+
+    async def scenario() -> None:
+        batched, single = AckTracker(), AckTracker()
+        batched.sent(10, 3)
+        batched.sent(20, 2)
+        for commit in (10, 10, 10, 20, 20):
+            single.sent(commit)
+        batched.staged(10, 2)
+        single.staged(10)
+        single.staged(10)
+        for tracker in (batched, single):
+            assert tracker.pending == 5
+            assert tracker.checkpoint_if_committed(100) == 9  # one event at 10 still unstaged
+        batched.acknowledged(10, 3)
+        for _ in range(3):
+            single.acknowledged(10)
+        for tracker in (batched, single):
+            assert tracker.checkpoint(100) == tracker.checkpoint_if_committed(100) == 19
+        batched.delivery_failed("the commit failed", 2)
+        single.delivery_failed("the commit failed")
+        single.delivery_failed("the commit failed")
+        for tracker in (batched, single):
+            await asyncio.wait_for(tracker.settled(), 1)
+            assert tracker.checkpoint(100) == 19
+
+    asyncio.run(scenario())

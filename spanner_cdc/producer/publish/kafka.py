@@ -38,6 +38,21 @@ from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.schemas.wire import WriterSchema
 
 log = logging.getLogger(__name__)
+#: Where librdkafka's logs of every client of the producer go: they join ours instead of raw stderr.
+CLIENT_LOG = logging.getLogger("librdkafka")
+#: The same for the producer's readers (:meth:`KafkaClient.consumer`), which share the user's
+#: ``--kafka-config`` with its writers and so are handed the writers' tuning too.
+READER_LOG = logging.getLogger("librdkafka.readers")
+
+
+def _not_a_reader_setting(record: logging.LogRecord) -> bool:
+    """False for librdkafka's warning that a reader ignores a producer setting of the shared
+    ``--kafka-config`` (``linger.ms``, ``message.timeout.ms``…): one line per setting and reader
+    on every start, about settings that were never meant for it."""
+    return "is a producer property and will be ignored by this consumer" not in record.getMessage()
+
+
+READER_LOG.addFilter(_not_a_reader_setting)
 #: librdkafka settings the ordering and delivery guarantees depend on; users may not override them.
 GUARANTEED_SETTINGS = {
     "enable.idempotence": "true",  # implied by transactional.id, which each writer sets
@@ -104,7 +119,7 @@ class KafkaClient:
             )
         self.client_settings: dict[str, Any] = {
             "bootstrap.servers": bootstrap,
-            "logger": logging.getLogger("librdkafka"),  # its logs join ours instead of raw stderr
+            "logger": CLIENT_LOG,
             **extra_settings,
         }
         self.topics = Topics(prefix)
@@ -274,6 +289,7 @@ class KafkaClient:
             {
                 **READER_SETTINGS,
                 **self.client_settings,
+                "logger": READER_LOG,
                 "group.id": group_id,
                 "enable.auto.commit": False,
                 **settings,

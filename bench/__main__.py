@@ -408,7 +408,7 @@ def producer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
         f"from a cold start/started {cold.per_second / pipeline.per_second:.2f}x"
     )
     print_bounds("(a)", pipeline)
-    alone, backlog, runs = producer.emulator_figures(
+    alone, backlog, (alone_span, backlog_span), runs = producer.emulator_figures(
         stack,
         args.rows,
         rates=args.rates,
@@ -416,8 +416,11 @@ def producer_part(stack: EmbeddedStack, args: argparse.Namespace) -> str:
         seconds=args.seconds,
         release_orders=args.release_orders,
     )
-    print_figures([alone, backlog])
-    print(f"  (b) producer/client alone {backlog.per_second / alone.per_second:.2f}x (target 0.8x)")
+    print_figures([alone, backlog, alone_span, backlog_span])
+    print(
+        f"  (b) producer/client alone {backlog.per_second / alone.per_second:.2f}x (target 0.8x); "
+        f"first to last row {backlog_span.per_second / alone_span.per_second:.2f}x"
+    )
     print_bounds("(b)", backlog)
     for run in runs:
         p50, p99 = percentile(run.samples, 0.5) * 1000, percentile(run.samples, 0.99) * 1000

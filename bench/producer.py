@@ -132,7 +132,7 @@ def as_the_command_runs() -> Iterator[None]:
         gc.set_threshold(*thresholds)
 
 
-def timed(name: str, events: int, work: Callable[[], None]) -> Figure:
+def timed(name: str, events: int, work: Callable[[], object]) -> Figure:
     cpu, started = CpuSeconds.now(), time.perf_counter()
     work()
     return Figure(name, events, time.perf_counter() - started, CpuSeconds.now() - cpu)
@@ -252,9 +252,10 @@ def emulator_figures(
     heartbeats_ms: list[int],
     seconds: float,
     release_orders: list[str],
-) -> tuple[Figure, Figure, list[LatencyRun]]:
-    """(b) backlog read throughput beside its baseline, and (c) latency samples under each of
-    ``rates`` transactions/s with each heartbeat interval and release order."""
+) -> tuple[Figure, Figure, tuple[Figure, Figure], list[LatencyRun]]:
+    """(b) backlog read throughput beside its baseline, each whole, then from its first row (or
+    event on Kafka) to its last; and (c) latency samples under each of ``rates`` transactions/s
+    with each heartbeat interval and release order."""
     spanner, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
     database = accounts_database(spanner)
     start = int(time.time() * 1_000_000)
@@ -270,16 +271,25 @@ def emulator_figures(
     config = bench_config(
         spanner, kafka, database.database_id, start_timestamp_micros=start, end_timestamp_micros=end
     )
+    alone_spans: list[float] = []
     alone = timed(
         "(b) baseline: Spanner client reading the backlog alone",
         rows,
-        lambda: read_backlog_alone(database, config, rows),
+        lambda: alone_spans.append(read_backlog_alone(database, config, rows)),
     )
     service = asyncio.run(build_service(config))
     with as_the_command_runs():
         backlog = timed(
             "(b) emulator → Kafka, backlog of committed rows", rows, lambda: asyncio.run(service.run())
         )
+    spans = (
+        Figure("(b) the client alone, first to last row", rows, alone_spans[0]),
+        Figure(
+            "(b) emulator → Kafka, first to last event on Kafka",
+            rows,
+            produced_span(kafka, Topics(config.topic_prefix).event("Accounts"), rows),
+        ),
+    )
     # Each in a database of its own: on the emulator, change-stream answers slow down as a
     # database's committed transactions pile up (after 3,000 of them, p50 at a 1 s heartbeat went
     # from about 550 ms to 4 s), so a shared one would make the order of the runs the result.
@@ -299,7 +309,7 @@ def emulator_figures(
         for heartbeat in heartbeats_ms
         for rate in rates
     ]
-    return alone, backlog, latencies
+    return alone, backlog, spans, latencies
 
 
 def accounts_database(spanner: str) -> Any:
@@ -313,13 +323,16 @@ def accounts_database(spanner: str) -> Any:
     )
 
 
-def read_backlog_alone(database: Any, config: ProducerConfig, rows: int) -> None:
+def read_backlog_alone(database: Any, config: ProducerConfig, rows: int) -> float:
     """The baseline of (b): every partition token of the stream read once, each on its own
     thread as soon as a parent names it, with the Spanner client and the row parsing any reader
-    needs — no commit order, no events, no Kafka. Checks it saw every committed row."""
+    needs — no commit order, no events, no Kafka. Checks it saw every committed row; returns
+    the seconds from the first change read to the last."""
     query = ChangeStreamQuery(
         config.change_stream, GOOGLE_STANDARD_SQL, config.heartbeat_ms, config.end_timestamp_micros
     )
+
+    stamps: list[float] = []  # when each thread read a change: list.append is atomic
 
     def read(token: str | None, start: int) -> tuple[int, list[tuple[str, int]]]:
         mods, children = 0, []
@@ -330,6 +343,7 @@ def read_backlog_alone(database: Any, config: ProducerConfig, rows: int) -> None
                 for record in records:
                     if isinstance(record, DataChangeRecord):
                         mods += len(record.mods)
+                        stamps.append(time.perf_counter())
                     elif isinstance(record, ChildPartitionsRecord):
                         children += [(c.token, record.start_timestamp_micros) for c in record.children]
         return mods, children
@@ -351,6 +365,7 @@ def read_backlog_alone(database: Any, config: ProducerConfig, rows: int) -> None
                         running_reads.add(pool.submit(read, token, start))
     if mods < rows:
         raise RuntimeError(f"the baseline read {mods} of {rows} committed rows")
+    return max(stamps) - min(stamps)
 
 
 def produced_span(bootstrap: str, topic: str, events: int) -> float:

@@ -13,9 +13,10 @@ checkpoints and watermarks, move — only once its transaction committed: the br
 acknowledgement of a message inside a transaction promises nothing if the transaction is then
 aborted, and a transaction that commits delivered every message of it. So librdkafka reports
 failures only (``delivery.report.only.error``, which the producer's writers set): the writer
-keeps the open transaction's *batches* — messages produced together with one ``on_delivery``
-(a record's events) — and reports each batch once when it commits, instead of being handed a
-report per message by librdkafka; a failure reports its batch once, whichever message failed.
+keeps the open transaction's *batches* — messages produced with one ``on_delivery``, one after
+the other (a partition run's events for one table's topic) — and reports each batch once when it
+commits, instead of being handed a report per message by librdkafka; a failure reports its
+batch once, whichever message failed.
 Once every message of the open transaction was answered by the broker, each batch is *staged*
 (``on_staged``: delivered exactly if the transaction commits) and the writer asks its
 ``closing`` function for records the transaction carries too —
@@ -128,7 +129,17 @@ class _Sent:
     for each of its messages — called for a failure (or, from a client that reports every
     message, for a delivery too, which waits for the commit like the rest)."""
 
-    __slots__ = ("kept", "on_delivery", "on_refused", "on_staged", "partition", "reported", "topic", "writer")
+    __slots__ = (
+        "kept",
+        "on_delivery",
+        "on_refused",
+        "on_staged",
+        "partition",
+        "reported",
+        "size",
+        "topic",
+        "writer",
+    )
 
     def __init__(
         self,
@@ -147,6 +158,8 @@ class _Sent:
         self.on_staged = on_staged
         self.on_refused = on_refused
         self.kept: list[Outbound] = []
+        #: Its messages, kept or handed to librdkafka (what a failed commit counts).
+        self.size = 0
         self.reported = False
 
     def __call__(self, error: KafkaError | None, message: Message | None) -> None:
@@ -247,6 +260,7 @@ class TransactionalWriter:
         joined = sent is not None
         if sent is None:
             sent = _Sent(self, topic, partition, on_delivery, on_staged=on_staged, on_refused=on_refused)
+        sent.size += len(messages)
         if not self._open:
             if self._deferred_messages >= MAX_DEFERRED:
                 self._wait_for_commit()
@@ -311,6 +325,7 @@ class TransactionalWriter:
                 except KafkaException as exc:
                     error: KafkaError = exc.args[0]
                     if error.code() == KafkaError.MSG_SIZE_TOO_LARGE and sent.on_refused is not None:
+                        sent.size -= 1  # no longer the batch's: on_refused settles it
                         sent.on_refused(message, error.str())
                         break
                     if lost_for_good(error):
@@ -329,7 +344,7 @@ class TransactionalWriter:
 
     async def commit(self, deadline: float | None = None, *, checkpoints: bool = False) -> int:
         """Commit the open transaction and begin the next; then report its messages delivered,
-        or each with the commit's error. Returns how many failed. ``deadline`` (monotonic)
+        or each with the commit's error. Returns how many messages failed. ``deadline`` (monotonic)
         bounds the wait for the transaction's delivery reports (at shutdown); the commit then
         waits for the rest itself, for at most TRANSACTION_TIMEOUT_SECONDS. With
         ``checkpoints`` a transaction with nothing else in it commits the closing records
@@ -356,7 +371,7 @@ class TransactionalWriter:
             self._open = True
             if self.lost is not None:
                 error = self.lost
-            held = [batch.on_delivery for batch in sent if not batch.reported]
+            held = [batch for batch in sent if not batch.reported]
             for batch in sent:
                 batch.reported = True  # a failure librdkafka reports after this is dropped
             if error is None:
@@ -365,11 +380,11 @@ class TransactionalWriter:
             else:
                 # The kept messages fail with the commit: their partitions restart from the
                 # checkpoint the aborted transaction did not move, and would send them again.
-                held += [kept.on_delivery for kept in self._deferred]
+                held += self._deferred
                 self._deferred, self._deferred_messages = [], 0
-            for on_delivery in held:
-                on_delivery(error, None)
-            return len(held) if error is not None else 0
+            for batch in held:
+                batch.on_delivery(error, None)
+            return sum(batch.size for batch in held) if error is not None else 0
 
     def _staged(self) -> None:
         """No message of the open transaction failed so far (each was answered, or is still on
@@ -387,6 +402,7 @@ class TransactionalWriter:
         for record in records:
             try:
                 sent = _Sent(self, record.topic, record.partition, record.on_delivery)
+                sent.size = 1
                 self._in_transaction.append(sent)
                 self._produce(sent, [(record.key, record.value, None)])
             except KafkaException as exc:

@@ -18,11 +18,11 @@ LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300
 class AcknowledgedEvents(Collector):
     """``spanner_cdc_producer_events_total`` (by table and change type) and the histogram
     ``spanner_cdc_producer_commit_to_ack_seconds``, counted in plain numbers and exposed at each
-    scrape. Both move once per batch of events, on the event loop's thread: the client library's
-    ``Counter.inc`` and ``Histogram.observe`` take a lock and walk their children or buckets
-    per call, and it offers no way to add many observations at once; in a profile of the
-    producer they were most of a delivery report's cost. A scrape (on the metrics server's
-    thread) reads copies, each made whole under the interpreter lock."""
+    scrape. Both move once per commit timestamp of a batch of events, on the event loop's
+    thread: the client library's ``Counter.inc`` and ``Histogram.observe`` take a lock and walk
+    their children or buckets per call, and it offers no way to add many observations at once;
+    in a profile of the producer they were most of a delivery report's cost. A scrape (on the
+    metrics server's thread) reads copies, each made whole under the interpreter lock."""
 
     def __init__(self) -> None:
         self._events: dict[tuple[str, str], int] = {}

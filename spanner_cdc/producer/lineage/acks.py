@@ -13,6 +13,11 @@ done: it becomes true exactly when they do.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Hashable
+from typing import TypeVar
+
+#: What a count is kept by: a commit timestamp, or (change type, commit timestamp).
+Key = TypeVar("Key", bound=Hashable)
 
 
 class AckTracker:
@@ -47,14 +52,14 @@ class AckTracker:
 
     def staged(self, commit_micros: int, count: int = 1) -> None:
         """The broker took the events into the open transaction (delivered when that commits)."""
-        _take(self._unstaged, commit_micros, count)
+        take(self._unstaged, commit_micros, count)
 
     def acknowledged(self, commit_micros: int, count: int = 1) -> None:
         pending = self._pending[commit_micros]
         # Acknowledged without being staged first: no more may stay unstaged than stay pending.
         unstaged_beyond = self._unstaged.get(commit_micros, 0) - (pending - count)
         if unstaged_beyond > 0:
-            _take(self._unstaged, commit_micros, unstaged_beyond)
+            take(self._unstaged, commit_micros, unstaged_beyond)
         if pending > count:
             self._pending[commit_micros] = pending - count
         else:
@@ -113,9 +118,11 @@ class AckTracker:
         await self._settled.wait()
 
 
-def _take(counts: dict[int, int], commit_micros: int, count: int) -> None:
-    remaining = counts[commit_micros] - count
+def take(counts: dict[Key, int], key: Key, count: int = 1) -> None:
+    """Take ``count`` from ``counts[key]``, dropping the key at zero: what is left in order is
+    what is still counted (the oldest pending commit first)."""
+    remaining = counts[key] - count
     if remaining:
-        counts[commit_micros] = remaining
+        counts[key] = remaining
     else:
-        del counts[commit_micros]
+        del counts[key]

@@ -21,12 +21,11 @@ import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 from confluent_kafka import KafkaError, Message
 
 from spanner_cdc.common.schema_registry import key_subject, value_subject
-from spanner_cdc.producer.lineage.acks import AckTracker
+from spanner_cdc.producer.lineage.acks import AckTracker, take
 from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.publish.framing import Framing, SingleObjectFraming
 from spanner_cdc.producer.publish.kafka import KafkaClient
@@ -102,12 +101,12 @@ class Outgoing:
         whichever of its messages failed."""
         sender, tracker = self.sender, self.tracker
         if error is not None:
+            sender.metrics.delivery_errors.inc()
             messages = sum(self.pending.values())
             if error.code() == KafkaError.MSG_SIZE_TOO_LARGE and message is not None:
-                tracker.give_up(sender.refused_by_broker(self.table, message, error.str()), messages)
-                return
-            sender.metrics.delivery_errors.inc()
-            settle_failure(tracker, error, messages)
+                tracker.give_up(refused_by_broker(self.table, message, error.str()), messages)
+            else:
+                settle_failure(tracker, error, messages)
             return
         for commit, count in self.pending.items():
             tracker.acknowledged(commit, count)
@@ -129,19 +128,12 @@ class Outgoing:
         here: nothing of the change can reach the table's topic."""
         key, value, event = message
         commit = event.commit_timestamp
-        _take(self.pending, commit)
+        take(self.pending, commit)
         if value is None:
             self.tracker.acknowledged(commit)
             return
-        _take(self.changes, (event.change_type, commit))
+        take(self.changes, (event.change_type, commit))
         self.sender.too_large(self, event, key, len(value), reason)
-
-
-def _take(counts: dict[Any, int], key: Any) -> None:
-    if counts[key] > 1:
-        counts[key] -= 1
-    else:
-        del counts[key]
 
 
 class EventSender:
@@ -285,17 +277,6 @@ class EventSender:
             on_staged=partial(tracker.staged, commit),
         )
 
-    def refused_by_broker(self, table: str, message: Message, reason: str) -> str:
-        """The one line for an event the broker refused for its size: that fails its whole
-        transaction, and so would a dead letter written into it; the producer avoids it by
-        keeping to its topics' limits, which it reads as it starts (KafkaClient.fit_to_topics)."""
-        self.metrics.delivery_errors.inc()
-        return (
-            f"an event of table {table} ({len(message.value() or b''):,} bytes) is larger than topic "
-            f"{message.topic()} accepts ({reason}): raise the topic's max.message.bytes, or let the "
-            "producer read it (DescribeConfigs, docs/security.md)"
-        )
-
     async def prepare(self, table: TableSchema, shard: int | None = None) -> None:
         """Publish the table version's topic and writer schemas now, so that its first event need
         not wait for them: a read calls this while its first rows are on their way."""
@@ -356,6 +337,17 @@ def _acknowledging(tracker: AckTracker, commit: int) -> DeliveryCallback:
             tracker.acknowledged(commit)
 
     return delivered
+
+
+def refused_by_broker(table: str, message: Message, reason: str) -> str:
+    """The one line for an event the broker refused for its size: that fails its whole
+    transaction, and so would a dead letter written into it; the producer avoids it by keeping
+    to its topics' limits, which it reads as it starts (KafkaClient.fit_to_topics)."""
+    return (
+        f"an event of table {table} ({len(message.value() or b''):,} bytes) is larger than topic "
+        f"{message.topic()} accepts ({reason}): raise the topic's max.message.bytes, or let the "
+        "producer read it (DescribeConfigs, docs/security.md)"
+    )
 
 
 def settle_failure(tracker: AckTracker, error: KafkaError, count: int = 1) -> None:

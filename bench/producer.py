@@ -327,7 +327,8 @@ def read_backlog_alone(database: Any, config: ProducerConfig, rows: int) -> floa
     """The baseline of (b): every partition token of the stream read once, each on its own
     thread as soon as a parent names it, with the Spanner client and the row parsing any reader
     needs — no commit order, no events, no Kafka. Checks it saw every committed row; returns
-    the seconds from the first change read to the last."""
+    the seconds from the first data change record read to the last (each holds a transaction's
+    rows: 1,000 here)."""
     query = ChangeStreamQuery(
         config.change_stream, GOOGLE_STANDARD_SQL, config.heartbeat_ms, config.end_timestamp_micros
     )

@@ -15,7 +15,9 @@ import pytest
 from confluent_kafka import Producer
 
 from spanner_cdc.producer.change_stream_rules import GOOGLE_STANDARD_SQL
+from spanner_cdc.producer.changestream.actions import PartitionRun
 from spanner_cdc.producer.config import ProducerConfig
+from spanner_cdc.producer.lineage.acks import AckTracker
 from spanner_cdc.producer.lineage.partitions import (
     ROOT,
     Partition,
@@ -29,6 +31,7 @@ from spanner_cdc.producer.publish.checkpoints import CheckpointStore
 from spanner_cdc.producer.publish.kafka import KafkaClient
 from spanner_cdc.producer.publish.publisher import EventPublisher, EventSender
 from spanner_cdc.producer.service import ProducerService
+from spanner_cdc.producer.shards.transaction_checkpoints import TransactionCheckpoints
 from spanner_cdc.producer.spanner.catalog import CatalogContents, TableCatalog
 from spanner_cdc.producer.spanner.query import ChangeStreamQuery
 from spanner_cdc.schemas.events import EventBuilder
@@ -40,11 +43,12 @@ from spanner_cdc.schemas.records import (
     HeartbeatRecord,
 )
 from spanner_cdc.schemas.timestamps import now_micros
+from spanner_cdc.schemas.topics import Topics
 from spanner_cdc.stack import EmbeddedStack
 from testkit.consumer_run import unique_prefix
 from testkit.producer_run import checkpointed_partitions, running, wait_until
 from testkit.records import account_transfer_records
-from tests.support.kafka_read import read_events
+from tests.support.kafka_read import read_all, read_events
 
 pytestmark = pytest.mark.integration
 Rows = list[list[ChangeStreamRecord]]
@@ -344,6 +348,64 @@ def test_a_restore_waits_for_a_transaction_another_writer_left_open(stack: Embed
     threading.Timer(2.0, stray.abort_transaction, (30,)).start()
     restored = {partition.token: partition for partition in store.read()}
     assert restored["A"].checkpoint_micros == 20
+
+
+def test_a_split_is_recorded_in_lineage_order(stack: EmbeddedStack) -> None:
+    """A parent's children are registered while its query reads on, and it finishes in the
+    transaction of its last records; the checkpoint topic must still tell a restart the
+    lineage in order: the children's records no later than their parent's FINISHED one, and
+    nothing of a child's own before it — a child starts only once its parent's finish committed."""
+    start = now_micros() - 1_000_000
+    end = start + 300
+    change = a_change_at(start + 100)
+    source = ScriptedSource(
+        {
+            None: [[children(start + 10, "A", ROOT), children(start + 10, "B", ROOT)]],
+            "A": [[[change], [HeartbeatRecord(start + 200)]]],
+            "B": [[[HeartbeatRecord(start + 200)]]],
+        }
+    )
+    service = service_for(stack, source, start, end=end)
+    asyncio.run(asyncio.wait_for(service.run(), 60))
+
+    bootstrap, prefix = stack.endpoint("kafka"), service.config.topic_prefix
+    written = [
+        Partition.from_json(json.loads(value))
+        for _, _, _, value in sorted(read_all(bootstrap, Topics(prefix).checkpoints))
+        if value is not None
+    ]
+    at = {(p.token, p.state): n for n, p in enumerate(written)}  # the last of each
+    root_finished = at[ROOT, PartitionState.FINISHED]
+    assert at["A", PartitionState.CREATED] < root_finished
+    assert at["B", PartitionState.CREATED] < root_finished
+    first_own = min(n for n, p in enumerate(written) if p.token != ROOT and p.state != PartitionState.CREATED)
+    assert first_own > root_finished, [(p.token, p.state.value) for p in written]
+    newest = {p.token: (p.state, p.checkpoint_micros) for p in written}
+    assert newest == dict.fromkeys((ROOT, "A", "B"), (PartitionState.FINISHED, end))
+    events = read_events(bootstrap, prefix, change.table_name)
+    assert [event.value["sort_keys"][0] for event in events] == [start + 100]
+
+
+def test_a_transaction_carrying_a_finished_record_carries_no_running_record_of_it(
+    stack: EmbeddedStack,
+) -> None:
+    """A partition's FINISHED record goes out in the transaction of its last events, whose
+    commit adds the running record of every checkpoint it moves. One of the same partition after
+    the FINISHED record would be the newest record of the token: a restart would read the
+    partition again, and the other processes of a group would wait for its finish for ever."""
+    start = now_micros() - 1_000_000
+    service = service_for(stack, ScriptedSource({}), start)
+    partition = Partition(
+        "A", (ROOT,), start, PartitionState.RUNNING, checkpoint_micros=start, watermark_micros=start + 50
+    )
+    service.scheduler.partitions["A"] = partition
+    run = service.runner.runs["A"] = PartitionRun(partition, AckTracker())
+    closing = TransactionCheckpoints(service.scheduler, service.runner, service.release, service.checkpoints)
+    assert [record.key for record in closing(0)] == [b"A"]  # its checkpoint moves with the commit
+
+    run.stage_finish()  # what the writer does as the transaction carrying the record commits
+    service.checkpoints.make_due("A")
+    assert closing(0) == []
 
 
 def a_change_at(commit_micros: int) -> DataChangeRecord:

@@ -7,10 +7,11 @@ child partition's start.
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from spanner_cdc.producer.changestream.release import CommitOrderRelease
 from spanner_cdc.producer.lineage.acks import AckTracker
@@ -29,11 +30,42 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class PartitionRun:
-    """One (re)start of a partition's query: its acks, and whether it reported children."""
+    """One (re)start of a partition's query: its acks, whether it reported children, the
+    commits registering them, and the commit of its FINISHED record once sent."""
 
     partition: Partition
     tracker: AckTracker
     reported_children: bool = False
+    registrations: list[asyncio.Future[None]] = field(default_factory=list)
+    finished: asyncio.Future[None] | None = None
+    #: Its FINISHED record is in the transaction being committed, or in one before: no running
+    #: record of the partition may follow it (producer.shards.transaction_checkpoints).
+    finish_staged: bool = False
+
+    def registering(self, commit: asyncio.Future[None]) -> None:
+        self.registrations.append(_observed(commit))
+
+    def finishing(self, commit: asyncio.Future[None]) -> asyncio.Future[None]:
+        self.finished = _observed(commit)
+        return commit
+
+    def stage_finish(self) -> None:
+        self.finish_staged = True
+
+    def raise_failed_registration(self) -> None:
+        """DeliveryFailedError now if a registration of this run already failed."""
+        for commit in self.registrations:
+            if commit.done() and not commit.cancelled() and (error := commit.exception()) is not None:
+                raise error
+
+    async def children_registered(self) -> None:
+        """Once every registration of this run committed; DeliveryFailedError if one did not."""
+        await asyncio.gather(*self.registrations)
+
+    async def settled(self) -> None:
+        """Once its registrations and its FINISHED record committed or failed."""
+        commits = [*self.registrations, *([self.finished] if self.finished is not None else [])]
+        await asyncio.gather(*commits, return_exceptions=True)
 
 
 @dataclass(frozen=True)
@@ -91,8 +123,11 @@ class HeartbeatAction:
 
 
 class ChildPartitionsAction:
-    """Register the children and persist them before anything else: a parent may finish only
-    once its children are durably known, or a restart could lose them.
+    """Register the children and send their records at once: a parent may finish only once its
+    children are durably known, or a restart could lose them (``PartitionRunner`` waits for
+    :meth:`PartitionRun.children_registered` before it finishes one). The query reads on
+    meanwhile: the children of the answers that follow — a split's children come in one answer
+    each — join the same commit, or the next, instead of each waiting for its own.
 
     The parent's own record goes in the same transaction or one before it (``CheckpointStore.due``:
     the transaction that carries the children carries it, unless the commit then in flight
@@ -106,14 +141,14 @@ class ChildPartitionsAction:
         self.scheduler = scheduler
         self.checkpoints = checkpoints
 
-    async def apply(self, run: PartitionRun, record: ChildPartitionsRecord) -> None:
+    def apply(self, run: PartitionRun, record: ChildPartitionsRecord) -> None:
         partition = run.partition
         run.reported_children = True
         partition.watermark_micros = max(partition.watermark_micros, record.start_timestamp_micros - 1)
         added = self.scheduler.register_children(record, partition.token)
         if added:  # by the parent's writer: a process that lost the parent can register nothing
             self.checkpoints.make_due(partition.token)
-            await self.checkpoints.write(added, shard_of(partition.token, self.scheduler.shards))
+            run.registering(self.checkpoints.send(added, shard_of(partition.token, self.scheduler.shards)))
 
 
 class RecordActions:
@@ -126,10 +161,17 @@ class RecordActions:
         self.heartbeat = heartbeat
         self.children = children
 
-    async def apply(self, run: PartitionRun, record: ChangeStreamRecord) -> None:
+    def apply(self, run: PartitionRun, record: ChangeStreamRecord) -> None:
         if isinstance(record, DataChangeRecord):
             self.data_change.apply(run, record)
         elif isinstance(record, HeartbeatRecord):
             self.heartbeat.apply(run, record)
         else:
-            await self.children.apply(run, record)
+            self.children.apply(run, record)
+
+
+def _observed(commit: asyncio.Future[None]) -> asyncio.Future[None]:
+    """``commit``, its failure observed as it happens: a run stopped (at shutdown, at a shard's
+    handover) before it waits for its commits has nobody to tell."""
+    commit.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return commit

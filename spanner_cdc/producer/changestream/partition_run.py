@@ -14,6 +14,7 @@ checkpoint.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator
 from typing import Protocol
@@ -26,7 +27,7 @@ from spanner_cdc.producer.changestream.release import CommitOrderRelease
 from spanner_cdc.producer.errors import DeliveryFailedError, ProducerError, QueryEndedEarlyError
 from spanner_cdc.producer.lineage.acks import AckTracker
 from spanner_cdc.producer.lineage.low_watermark import advanced_checkpoint
-from spanner_cdc.producer.lineage.partitions import Partition, PartitionScheduler
+from spanner_cdc.producer.lineage.partitions import Partition, PartitionScheduler, PartitionState
 from spanner_cdc.producer.metrics import ProducerMetrics
 from spanner_cdc.producer.publish.checkpoints import CheckpointStore
 from spanner_cdc.producer.retry import backoff_seconds, is_retryable
@@ -99,8 +100,10 @@ class PartitionRunner:
                     self._begin(run)
                     await self._read(run)
                 await self.release.wait_published(run.tracker)
+                finished = self._send_finished(run)
                 await run.tracker.drained()
                 _raise_delivery_failure(run.tracker)
+                await run.children_registered()
                 break
             except Exception as exc:
                 if not is_retryable(exc):
@@ -114,19 +117,37 @@ class PartitionRunner:
                 await asyncio.sleep(delay)
                 self.scheduler.note_retry(partition)
                 self.metrics.queries_started.labels("retry").inc()
-        partition.checkpoint_micros = max(partition.checkpoint_micros, partition.watermark_micros)
-        self.scheduler.mark_finished(partition)
-        self.checkpoints.not_due(partition.token)
-        try:
-            await self.checkpoints.write([partition])
+        try:  # committed with its last events, most often: awaited by now
+            await finished
         except DeliveryFailedError as exc:  # a restart reads it again: its changes twice, none lost
             log.warning(
                 "partition %s finished, but its last checkpoint was not written: %s",
                 partition.token[:16],
                 exc,
             )
+        partition.checkpoint_micros = max(partition.checkpoint_micros, partition.watermark_micros)
+        self.scheduler.mark_finished(partition)
+        self.checkpoints.not_due(partition.token)
         del self.runs[partition.token]
         on_finished()
+
+    def _send_finished(self, run: PartitionRun) -> asyncio.Future[None]:
+        """Send the partition's FINISHED record, at its watermark, behind every event it
+        published and every child it registered; its commit. It commits with the last of them
+        (that transaction then carries no running record of it: ``PartitionRun.finish_staged``)
+        or after them, and fails with any of them — a failure already reported is raised here
+        instead, since a record sent now could commit in a later transaction than the one that
+        failed. The partition counts as finished, and its children start, once the record
+        committed: no extra commit when its last events are still in the open transaction."""
+        _raise_delivery_failure(run.tracker)
+        run.raise_failed_registration()
+        partition = run.partition
+        record = dataclasses.replace(
+            partition,
+            state=PartitionState.FINISHED,
+            checkpoint_micros=max(partition.checkpoint_micros, partition.watermark_micros),
+        )
+        return run.finishing(self.checkpoints.send([record], on_staged=run.stage_finish))
 
     def _begin(self, run: PartitionRun) -> None:
         run.partition.watermark_micros = run.partition.checkpoint_micros
@@ -149,6 +170,7 @@ class PartitionRunner:
         if oldest_held is not None:
             partition.watermark_micros = min(partition.watermark_micros, oldest_held - 1)
         await run.tracker.settled()
+        await run.settled()
         if run.tracker.failed is None and run.tracker.fatal is None:
             partition.checkpoint_micros = advanced_checkpoint(partition, run.tracker, None)
         if self.runs.get(partition.token) is run:
@@ -172,7 +194,7 @@ class PartitionRunner:
                 if records is None:
                     break
                 for record in records:
-                    await self.actions.apply(run, record)
+                    self.actions.apply(run, record)
                 await self.release.release()
                 _raise_delivery_failure(run.tracker)
         finally:

@@ -21,7 +21,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import closing
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
@@ -62,22 +62,36 @@ class CheckpointStore:
         through the writer of ``writer_shard`` (a parent's, for the children it registers),
         else of each partition's own shard. Not acknowledged: DeliveryFailedError, which a
         partition retries from its checkpoint; the client failed for good: KafkaClientLostError."""
+        await self.kafka.ensure_topics([self.topic], compacted=True, partitions=self.kafka.shards)
+        await self.send(partitions, writer_shard)
+
+    def send(
+        self,
+        partitions: Iterable[Partition],
+        writer_shard: int | None = None,
+        *,
+        on_staged: Callable[[], None] | None = None,
+    ) -> asyncio.Future[None]:
+        """:meth:`write` for a topic that exists (the producer creates it as it starts): each
+        record is produced now, in this order, into its writer's open transaction (or the next,
+        while a commit runs), so a record sent later through the same writer never commits
+        before it; ``on_staged`` runs as the transaction that carries a record is about to
+        commit. The future resolves, or fails as :meth:`write` does, once that committed."""
         shards = self.kafka.shards
-        await self.kafka.ensure_topics([self.topic], compacted=True, partitions=shards)
-        futures = [
-            self.kafka.produce_acknowledged(
-                self.topic,
-                partition.token.encode(),
-                json.dumps(partition.to_json()).encode(),
-                shard=shard_of(partition.token, shards) if writer_shard is None else writer_shard,
-                partition=shard_of(partition.token, shards),
+        commits = asyncio.gather(
+            *(
+                self.kafka.produce_acknowledged(
+                    self.topic,
+                    partition.token.encode(),
+                    json.dumps(partition.to_json()).encode(),
+                    shard=shard_of(partition.token, shards) if writer_shard is None else writer_shard,
+                    partition=shard_of(partition.token, shards),
+                    on_staged=on_staged,
+                )
+                for partition in partitions
             )
-            for partition in partitions
-        ]
-        try:
-            await asyncio.gather(*futures)
-        except KafkaException as exc:  # a lost client raised KafkaClientLostError (kafka.refusal)
-            raise DeliveryFailedError(f"checkpoints not acknowledged: {exc.args[0].str()}") from None
+        )
+        return asyncio.ensure_future(_acknowledged(commits))
 
     def record(self, partition: Partition, checkpoint_micros: int) -> tuple[str, bytes, bytes, int]:
         """(topic, key, value, topic partition) of ``partition``'s record with the given
@@ -178,3 +192,10 @@ class CheckpointStore:
                 f"{self.topic} offset {offset}: the record's key is not its token {partition.token[:16]!r}"
             )
         return partition
+
+
+async def _acknowledged(commits: Awaitable[object]) -> None:
+    try:
+        await commits
+    except KafkaException as exc:  # a lost client raised KafkaClientLostError (kafka.refusal)
+        raise DeliveryFailedError(f"checkpoints not acknowledged: {exc.args[0].str()}") from None

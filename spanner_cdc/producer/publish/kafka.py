@@ -321,11 +321,13 @@ class KafkaClient:
         *,
         shard: int | None = None,
         partition: int = PARTITION_BY_KEY,
+        on_staged: StagedCallback | None = None,
     ) -> asyncio.Future[None]:
-        """Produce one message; the future resolves once its transaction committed, which the
-        poller starts at its next turn: what awaits it — a table's writer schemas before its
-        first event, the checkpoints that register a partition's children or end it — is on the
-        way of every event behind it, where an interval's wait would be paid at each step."""
+        """Produce one message (``on_staged`` as for :meth:`produce`); the future resolves once
+        its transaction committed, which the poller starts at its next turn: what awaits it — a
+        table's writer schemas before its first event, the checkpoints that register a
+        partition's children or end it — is on the way of every event behind it, where an
+        interval's wait would be paid at each step."""
         self.commit_soon()
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -337,7 +339,7 @@ class KafkaClient:
             else:
                 future.set_exception(refusal(error))
 
-        self.produce(topic, key, value, settle, shard=shard, partition=partition)
+        self.produce(topic, key, value, settle, shard=shard, partition=partition, on_staged=on_staged)
         return future
 
     def commit_soon(self) -> None:

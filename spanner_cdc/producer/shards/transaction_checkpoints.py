@@ -47,6 +47,8 @@ class TransactionCheckpoints:
                 continue
             if not self.scheduler.mine(token) or shard_of(token, self.scheduler.shards) != shard:
                 continue
+            if run.finish_staged:
+                continue  # its FINISHED record is in this transaction or in one before
             due = token in self.checkpoints.due
             if not due and (run.tracker.failed is not None or run.tracker.fatal is not None):
                 continue  # the run restarts from the committed checkpoint

@@ -46,6 +46,7 @@ class PartitionRun:
         self.registrations.append(_observed(commit))
 
     def finishing(self, commit: asyncio.Future[None]) -> asyncio.Future[None]:
+        """Keep ``commit``, its FINISHED record's, for :meth:`settled`; return it."""
         self.finished = _observed(commit)
         return commit
 
@@ -130,8 +131,9 @@ class ChildPartitionsAction:
     each — join the same commit, or the next, instead of each waiting for its own.
 
     The parent's own record goes in the same transaction or one before it (``CheckpointStore.due``:
-    the transaction that carries the children carries it, unless the commit then in flight
-    already did): a restart that finds the children finds their parent too. Without it a
+    the transaction that carries the children carries it — its FINISHED record, when the parent
+    finishes in that one — unless the commit then in flight already did): a restart that finds
+    the children finds their parent too. Without it a
     process killed after the children's commit and before the parent's first record restored
     children whose parent it had never heard of, and waited for it forever. The parent's record
     is not written here with its checkpoint of now: sent behind a commit in flight, it would

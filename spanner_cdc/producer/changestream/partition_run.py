@@ -137,8 +137,9 @@ class PartitionRunner:
         (that transaction then carries no running record of it: ``PartitionRun.finish_staged``)
         or after them, and fails with any of them — a failure already reported is raised here
         instead, since a record sent now could commit in a later transaction than the one that
-        failed. The partition counts as finished, and its children start, once the record
-        committed: no extra commit when its last events are still in the open transaction."""
+        failed. Sending it asks for that commit at once rather than at the end of the interval.
+        The partition counts as finished, and its children start, once the record committed: no
+        extra commit when its last events are still in the open transaction."""
         _raise_delivery_failure(run.tracker)
         run.raise_failed_registration()
         partition = run.partition

@@ -75,13 +75,10 @@ class CommitOrderRelease:
             yield
 
     async def wait_published(self, tracker: AckTracker) -> None:
-        """After a query ended: wait until the other partitions' progress released its records,
-        then ask for the commit they wait for (the partition can finish only once they are
-        delivered) at once rather than at the end of the interval."""
+        """After a query ended: wait until the other partitions' progress released its records."""
         while self.buffer.holds(tracker):
             await self.release()
             await asyncio.sleep(_POLL_SECONDS)
-        self.publisher.kafka.commit_soon()
 
     async def wait_for_room(self, partition: Partition) -> None:
         """Back-pressure: while too much is held, partitions ahead of the low watermark pause.

@@ -19,9 +19,9 @@ PYTEST_WORKERS ?= 2
 # by each (about a second); the bytecode added to the zip saves it (docs/consumer.md).
 # -qq: pip's errors only. With -q, setuptools' notice box about editable installs (printed for
 # every strategy by setuptools 84) opened every fresh clone's output.
-# The package's modules in spanner_cdc/schemas/*.pyx are compiled when it is installed: that needs a C
+# The package's modules in spanner_cdc/**/*.pyx are compiled when it is installed: that needs a C
 # compiler and Python's headers, which `system-deps.sh build` checks for (and installs when missing).
-$(STAMP): pyproject.toml setup.py spanner_cdc/consumer/spark/pyspark_bytecode.py $(wildcard spanner_cdc/schemas/*.pyx)
+$(STAMP): pyproject.toml setup.py spanner_cdc/consumer/spark/pyspark_bytecode.py $(shell find spanner_cdc -name '*.pyx')
 	@PYTHON=$(PYTHON) bash scripts/system-deps.sh build
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -qq --upgrade pip

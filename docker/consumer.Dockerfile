@@ -1,5 +1,5 @@
 # spanner-cdc consumer: PySpark needs a Java 17 runtime beside Python. The package has compiled
-# modules (spanner_cdc/schemas/*.pyx): a C compiler is there while pip builds them, then removed.
+# modules (spanner_cdc/**/*.pyx): a C compiler is there while pip builds them, then removed.
 # Spark's Kafka connector comes from Maven Central by jvm/spark/pom.xml (scripts/jars.sh), into
 # /usr/local/share/spanner-cdc/jars, where the consumer finds it; Maven is removed afterwards.
 FROM python:3.11-slim-bookworm

@@ -1,5 +1,5 @@
 # spanner-cdc producer (and the `spanner-cdc` CLI): Python only, no JVM. The package has compiled
-# modules (spanner_cdc/schemas/*.pyx): a C compiler is there while pip builds them, then removed.
+# modules (spanner_cdc/**/*.pyx): a C compiler is there while pip builds them, then removed.
 FROM python:3.11-slim-bookworm
 WORKDIR /app
 COPY pyproject.toml setup.py README.md ./

@@ -8,7 +8,7 @@
 # how to get it; the stack then falls back to SPANNER_EMULATOR_HOST or a container.
 #
 # `system-deps.sh build` checks only what building the package needs: a C compiler and Python's
-# headers (spanner_cdc/schemas/*.pyx are compiled when the package is installed).
+# headers (spanner_cdc/**/*.pyx are compiled when the package is installed).
 set -euo pipefail
 
 missing=()

@@ -36,9 +36,11 @@ def test_the_wheel_installs_one_top_level_package(project_wheel: Path) -> None:
     assert top_level == {"spanner_cdc"}
     assert "spanner_cdc/schemas/avsc/envelope.avsc" in names
     # Each compiled module, and its types for mypy in projects that import them.
-    for module in (pyx.stem for pyx in (REPOSITORY / "spanner_cdc" / "schemas").glob("*.pyx")):
-        assert any(re.fullmatch(rf"spanner_cdc/schemas/{module}\.cpython-.*\.so", name) for name in names)
-        assert f"spanner_cdc/schemas/{module}.pyi" in names
+    sources = list((REPOSITORY / "spanner_cdc").rglob("*.pyx"))
+    assert sources
+    for module in (str(pyx.relative_to(REPOSITORY).with_suffix("")) for pyx in sources):
+        assert any(re.fullmatch(rf"{module}\.cpython-.*\.so", name) for name in names)
+        assert f"{module}.pyi" in names
 
 
 def test_a_machine_without_a_c_compiler_is_told_so_in_one_line(tmp_path: Path) -> None:

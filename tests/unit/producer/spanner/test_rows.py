@@ -9,7 +9,8 @@ import pytest
 from google.cloud.spanner_v1 import StructType, Type, TypeCode
 from google.protobuf.struct_pb2 import NULL_VALUE, ListValue, Value  # type: ignore[import-untyped]
 
-from spanner_cdc.producer.spanner.rows import converter, records_of
+from spanner_cdc.producer.spanner.rows import records_of
+from spanner_cdc.producer.spanner.wire_values import converter
 from spanner_cdc.schemas.errors import ContractError
 from spanner_cdc.schemas.records import ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord
 from spanner_cdc.schemas.timestamps import parse_timestamp_micros
@@ -175,6 +176,29 @@ def test_nulls_stay_null_at_every_level() -> None:
         {"name": "x", "tags": None, "n": None},
         {"name": "y", "tags": ["t", None], "n": 7},
     ]
+
+
+def test_empty_text_false_and_zero_are_not_nulls() -> None:
+    kind = struct(
+        name=scalar(TypeCode.STRING),
+        at=scalar(TypeCode.TIMESTAMP),
+        flag=scalar(TypeCode.BOOL),
+        n=scalar(TypeCode.INT64),
+        tags=array(scalar(TypeCode.STRING)),
+        doc=scalar(TypeCode.JSON),
+    )
+    convert = converter(kind)
+    assert convert(wire(["", None, False, 0, [], {}], kind)) == {
+        "name": "",
+        "at": None,
+        "flag": False,
+        "n": 0,
+        "tags": [],
+        "doc": {},
+    }
+    assert convert(wire([None, None, None, None, None, None], kind)) == dict.fromkeys(
+        ("name", "at", "flag", "n", "tags", "doc")
+    )
 
 
 def test_a_struct_with_other_than_its_fields_is_refused() -> None:

@@ -26,6 +26,11 @@ class Mod(NamedTuple):
     old_values: Mapping[str, Any]
 
 
+#: A ``Mod`` made from its fields in order, without the named tuple's Python ``__new__``: a
+#: reader thread makes one per mod, under the interpreter lock the event loop needs too.
+_new_mod = tuple.__new__
+
+
 class DataChangeRecord(NamedTuple):
     """A data change record with its timestamp already in microseconds.
 
@@ -64,10 +69,13 @@ class DataChangeRecord(NamedTuple):
             table_name=str(record["table_name"]),
             column_types=[_as_mapping(entry) for entry in record["column_types"]],
             mods=tuple(
-                Mod(
-                    keys=_as_mapping(mod.get("keys")),
-                    new_values=_as_mapping(mod.get("new_values")),
-                    old_values=_as_mapping(mod.get("old_values")),
+                _new_mod(
+                    Mod,
+                    (
+                        _as_mapping(mod.get("keys")),
+                        _as_mapping(mod.get("new_values")),
+                        _as_mapping(mod.get("old_values")),
+                    ),
                 )
                 for mod in map(_as_mapping, record["mods"])
             ),

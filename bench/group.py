@@ -25,14 +25,8 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
-from bench.producer import (
-    Figure,
-    accounts_database,
-    bench_config,
-    produced_span,
-    read_backlog_alone,
-    timed,
-)
+from bench.backlog import UNDECODED, read_backlog_alone
+from bench.producer import Figure, accounts_database, bench_config, produced_span, timed
 from spanner_cdc.common.kafka_offsets import READER_SETTINGS
 from spanner_cdc.producer.lineage.partitions import shard_of
 from spanner_cdc.schemas.timestamps import format_timestamp_micros
@@ -83,9 +77,9 @@ def backlog_figures(spanner: str, kafka: str, rows: int) -> tuple[list[Figure], 
     )
     figures = [
         timed(
-            "(g) baseline: Spanner client reading the backlog alone",
+            "(g) baseline: Spanner client reading the backlog alone, as the producer reads rows",
             rows,
-            lambda: read_backlog_alone(database, config, rows),
+            lambda: read_backlog_alone(database, config, rows, UNDECODED),
         )
     ]
     steady: list[Figure] = []

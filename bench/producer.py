@@ -5,7 +5,8 @@
     confluent-kafka producing the same bytes alone from a started client, on a broker warmed by
     the same work first (:data:`BROKER_WARM_UP_PASSES`);
 (b) emulator → Kafka: rows committed first, then read and published to the end timestamp —
-    beside the Spanner client reading the same backlog alone;
+    beside the Spanner client reading the same backlog alone, decoding its rows as the client
+    does and as the producer reads them (``bench.backlog``);
 (c) commit → ack latency percentiles under a steady write rate;
 (d) backfill: a table's rows at a snapshot → Kafka, beside the Spanner client reading the same
     rows at the same snapshot alone; (e) the same rows found by one poll of their commit
@@ -17,7 +18,6 @@ peak RSS is printed by the runner.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import gc
 import io
@@ -39,6 +39,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from google.cloud import spanner as spanner_lib
 from google.cloud.spanner_v1 import KeySet
 
+from bench.backlog import CLIENT_DECODING, UNDECODED, read_backlog_alone
 from bench.cpu_time import CpuSeconds
 from spanner_cdc.common.heap import settle_heap
 from spanner_cdc.common.kafka_offsets import READER_SETTINGS
@@ -52,11 +53,9 @@ from spanner_cdc.producer.poll.main import build_poller
 from spanner_cdc.producer.publish.kafka import GUARANTEED_SETTINGS, TUNED_DEFAULTS, KafkaClient
 from spanner_cdc.producer.publish.publisher import EventPublisher, EventSender
 from spanner_cdc.producer.spanner.catalog import CatalogColumn, TableCatalog
-from spanner_cdc.producer.spanner.query import ChangeStreamQuery
-from spanner_cdc.producer.spanner.rows import records_of
 from spanner_cdc.producer.spanner.snapshot_read import rows_stamped_since
 from spanner_cdc.schemas.events import EventBuilder
-from spanner_cdc.schemas.records import ChildPartitionsRecord, DataChangeRecord
+from spanner_cdc.schemas.records import DataChangeRecord
 from spanner_cdc.schemas.timestamps import (
     datetime_from_micros,
     format_timestamp_micros,
@@ -252,10 +251,11 @@ def emulator_figures(
     heartbeats_ms: list[int],
     seconds: float,
     release_orders: list[str],
-) -> tuple[Figure, Figure, tuple[Figure, Figure], list[LatencyRun]]:
-    """(b) backlog read throughput beside its baseline, each whole, then from its first row (or
-    event on Kafka) to its last; and (c) latency samples under each of ``rates`` transactions/s
-    with each heartbeat interval and release order."""
+) -> tuple[tuple[Figure, Figure], Figure, tuple[Figure, Figure], list[LatencyRun]]:
+    """(b) backlog read throughput beside its baselines (``bench.backlog``: the client decoding,
+    then reading undecoded rows as the producer does), each whole, then from its first row (or
+    event on Kafka) to its last, beside the second; and (c) latency samples under each of
+    ``rates`` transactions/s with each heartbeat interval and release order."""
     spanner, kafka = stack.endpoint("spanner"), stack.endpoint("kafka")
     database = accounts_database(spanner)
     start = int(time.time() * 1_000_000)
@@ -271,11 +271,16 @@ def emulator_figures(
     config = bench_config(
         spanner, kafka, database.database_id, start_timestamp_micros=start, end_timestamp_micros=end
     )
-    alone_spans: list[float] = []
-    alone = timed(
+    decoding = timed(
         "(b) baseline: Spanner client reading the backlog alone",
         rows,
-        lambda: alone_spans.append(read_backlog_alone(database, config, rows)),
+        lambda: read_backlog_alone(database, config, rows, CLIENT_DECODING),
+    )
+    alone_spans: list[float] = []
+    undecoded = timed(
+        "(b) baseline: the same, reading as the producer does",
+        rows,
+        lambda: alone_spans.append(read_backlog_alone(database, config, rows, UNDECODED)),
     )
     service = asyncio.run(build_service(config))
     with as_the_command_runs():
@@ -309,7 +314,7 @@ def emulator_figures(
         for heartbeat in heartbeats_ms
         for rate in rates
     ]
-    return alone, backlog, spans, latencies
+    return (decoding, undecoded), backlog, spans, latencies
 
 
 def accounts_database(spanner: str) -> Any:
@@ -321,52 +326,6 @@ def accounts_database(spanner: str) -> Any:
             "CREATE CHANGE STREAM Bank FOR Accounts OPTIONS (value_capture_type='NEW_ROW')",
         ],
     )
-
-
-def read_backlog_alone(database: Any, config: ProducerConfig, rows: int) -> float:
-    """The baseline of (b): every partition token of the stream read once, each on its own
-    thread as soon as a parent names it, with the Spanner client and the row parsing any reader
-    needs — no commit order, no events, no Kafka. Checks it saw every committed row; returns
-    the seconds from the first data change record read to the last (each holds a transaction's
-    rows: 1,000 here)."""
-    query = ChangeStreamQuery(
-        config.change_stream, GOOGLE_STANDARD_SQL, config.heartbeat_ms, config.end_timestamp_micros
-    )
-
-    stamps: list[float] = []  # when each thread read a change: list.append is atomic
-
-    def read(token: str | None, start: int) -> tuple[int, list[tuple[str, int]]]:
-        mods, children = 0, []
-        params, types = query.params(token, start)
-        with database.snapshot() as snapshot:
-            results = snapshot.execute_sql(query.sql, params=params, param_types=types, lazy_decode=True)
-            for records in records_of(results):
-                for record in records:
-                    if isinstance(record, DataChangeRecord):
-                        mods += len(record.mods)
-                        stamps.append(time.perf_counter())
-                    elif isinstance(record, ChildPartitionsRecord):
-                        children += [(c.token, record.start_timestamp_micros) for c in record.children]
-        return mods, children
-
-    seen: set[str] = set()
-    mods = 0
-    with concurrent.futures.ThreadPoolExecutor(max_workers=64) as pool:
-        running_reads = {pool.submit(read, None, config.start_timestamp_micros)}
-        while running_reads:
-            done, running_reads = concurrent.futures.wait(
-                running_reads, return_when=concurrent.futures.FIRST_COMPLETED
-            )
-            for finished in done:
-                found, children = finished.result()
-                mods += found
-                for token, start in children:
-                    if token not in seen:
-                        seen.add(token)
-                        running_reads.add(pool.submit(read, token, start))
-    if mods < rows:
-        raise RuntimeError(f"the baseline read {mods} of {rows} committed rows")
-    return max(stamps) - min(stamps)
 
 
 def produced_span(bootstrap: str, topic: str, events: int) -> float:

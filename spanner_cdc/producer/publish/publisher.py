@@ -222,7 +222,8 @@ class EventSender:
             batch = self._latest = Outgoing(
                 self, tracker, shard, topic=route.topic, table=table.table, live=live
             )
-        changes, pending, fresh = batch.changes, batch.pending, dict[int, int]()
+        changes, pending = batch.changes, batch.pending
+        fresh: dict[int, int] = {}
         messages: list[Outbound] = []
         end = start
         for event in events[start:]:

@@ -5,8 +5,9 @@ form, in C: a STRUCT a dict by field name, an ARRAY a list, JSON parsed
 other type its wire form (``snapshot_read.json_value``). Nulls stay None at every level.
 
 A reader thread converts every change-stream row this way, under the interpreter lock the event
-loop needs too. The converter of a type is built once per query (:func:`converter`), and a
-value's walk calls no Python function of ours but the JSON parser.
+loop needs too. The converter of a type is built once per query (:func:`converter`), and the
+walk of a change record (STRUCTs and ARRAYs of STRING, TIMESTAMP, BOOL, INT64 and JSON) calls
+no Python function of ours but the JSON parser.
 """
 
 from google.cloud.spanner_v1 import TypeCode
@@ -14,8 +15,6 @@ from google.cloud.spanner_v1 import TypeCode
 from spanner_cdc.producer.spanner.snapshot_read import json_value
 from spanner_cdc.schemas.errors import ContractError
 from spanner_cdc.schemas.json_text import parse_json
-
-_NULL = "null_value"
 
 
 cdef class Converter:
@@ -36,7 +35,7 @@ cdef class _Text(Converter):
 
     cdef object convert(self, object value):
         cdef str text = value.string_value
-        if text or not value.HasField(_NULL):
+        if text or not value.HasField("null_value"):
             return self.parse(text)
         return None
 
@@ -58,7 +57,7 @@ cdef class _Bool(Converter):
     cdef object convert(self, object value):
         if value.bool_value:
             return True
-        return None if value.HasField(_NULL) else False
+        return None if value.HasField("null_value") else False
 
 
 cdef class _Array(Converter):
@@ -69,7 +68,7 @@ cdef class _Array(Converter):
 
     cdef object convert(self, object value):
         values = value.list_value.values
-        if not values and value.HasField(_NULL):
+        if not values and value.HasField("null_value"):
             return None
         return [self._item.convert(element) for element in values]
 
@@ -85,7 +84,7 @@ cdef class _Struct(Converter):
         cdef dict out = {}
         cdef Py_ssize_t index = 0
         values = value.list_value.values
-        if not values and value.HasField(_NULL):
+        if not values and value.HasField("null_value"):
             return None
         if len(values) != len(self._names):
             raise ContractError(

@@ -125,7 +125,7 @@ class PartitionRunner:
                 partition.token[:16],
                 exc,
             )
-        partition.checkpoint_micros = max(partition.checkpoint_micros, partition.watermark_micros)
+        partition.checkpoint_micros = partition.finished_checkpoint_micros
         self.scheduler.mark_finished(partition)
         self.checkpoints.not_due(partition.token)
         del self.runs[partition.token]
@@ -144,9 +144,7 @@ class PartitionRunner:
         run.raise_failed_registration()
         partition = run.partition
         record = dataclasses.replace(
-            partition,
-            state=PartitionState.FINISHED,
-            checkpoint_micros=max(partition.checkpoint_micros, partition.watermark_micros),
+            partition, state=PartitionState.FINISHED, checkpoint_micros=partition.finished_checkpoint_micros
         )
         return run.finishing(self.checkpoints.send([record], on_staged=run.stage_finish))
 

@@ -77,6 +77,12 @@ class Partition:
         the microsecond before its commit, a heartbeat to its own time)."""
         return max(self.start_micros, self.checkpoint_micros + 1)
 
+    @property
+    def finished_checkpoint_micros(self) -> int:
+        """Its checkpoint once its query ended and every event it published was delivered:
+        everything it returned is acknowledged, so the checkpoint reaches the watermark."""
+        return max(self.checkpoint_micros, self.watermark_micros)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "token": self.token,
